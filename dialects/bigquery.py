@@ -1,0 +1,25 @@
+"""Google BigQuery."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dialects.base import Dialect
+
+
+class BigQuery(Dialect):
+    """BigQuery: ``FARM_FINGERPRINT(TO_JSON_STRING(STRUCT(...)))``, a signed INT64.
+
+    ``TO_JSON_STRING`` writes NULL as ``null``, so the fingerprint input is never NULL.
+    BigQuery's TABLESAMPLE is SYSTEM (block) sampling only, and CTEs cannot rename columns.
+    """
+
+    name = "bigquery"
+    sqlglot_dialect = "bigquery"
+    HASH_FUNCTION = "FARM_FINGERPRINT"
+    CTE_COLUMN_LIST = False
+
+    def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
+        struct = exp.Struct(expressions=args)
+        as_json = exp.Anonymous(this="TO_JSON_STRING", expressions=[struct])
+        return exp.Anonymous(this="FARM_FINGERPRINT", expressions=[as_json])

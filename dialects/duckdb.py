@@ -1,0 +1,23 @@
+"""DuckDB, the embedded default engine."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dialects.base import Dialect
+
+
+class DuckDB(Dialect):
+    """DuckDB: ``hash(...)`` is variadic, NULL-safe and returns UBIGINT."""
+
+    name = "duckdb"
+    sqlglot_dialect = "duckdb"
+    HASH_FUNCTION = "hash"
+    HASH_IS_UNSIGNED = True
+    TABLESAMPLE_BERNOULLI = True
+    TABLESAMPLE_SEED = True
+    SAMPLE_DERIVED_TABLES = True
+    DERIVED_COLUMN_LIST = True
+
+    def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
+        return exp.Anonymous(this="hash", expressions=args)

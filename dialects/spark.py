@@ -1,0 +1,31 @@
+"""Apache Spark SQL, Hive and Databricks."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dialects.base import Dialect
+
+
+class Spark(Dialect):
+    """Spark: ``pmod(xxhash64(...), M)``; xxhash64 is NULL-safe (NULL hashes to the seed)."""
+
+    name = "spark"
+    aliases = ("hive", "databricks", "sparksql")
+    sqlglot_dialect = "spark"
+    HASH_FUNCTION = "xxhash64"
+    TABLESAMPLE_BERNOULLI = True
+    TABLESAMPLE_SEED = True
+
+    def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
+        return exp.Anonymous(this="xxhash64", expressions=args)
+
+    def bucket_of_hash(self, hashed: exp.Expr, m: int) -> exp.Expr:
+        # pmod is Spark's non-negative modulo: one call instead of ((h % m) + m) % m.
+        return exp.Anonymous(this="pmod", expressions=[hashed, exp.Literal.number(m)])
+
+    def tablesample(self, table: exp.Expr, percent: float, seed: int | None) -> exp.Expr:
+        super().tablesample(table, percent, seed)
+        sample = table.args["sample"]
+        sample.set("method", None)
+        return table

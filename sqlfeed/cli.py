@@ -1,0 +1,305 @@
+"""The ``sqlfeed`` command line.
+
+Exit codes: 0 success, 2 bad input (one line on stderr, nothing run on the database),
+1 the engine failed. Machine-readable output with ``--format json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from dialects import (
+    EngineError,
+    InvalidArgumentError,
+    SqlfeedError,
+    dialect_for,
+    dialect_names,
+    get_dialect,
+)
+
+EXIT_OK = 0
+EXIT_ENGINE = 1
+EXIT_BAD_INPUT = 2
+
+DEFAULT_SAMPLE_ROWS = 10_000
+STRATEGIES = ("auto", "hash")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with sqlfeed's one-line error format (exit code 2 as well)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"sqlfeed: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``sqlfeed`` command."""
+    from sqlfeed import __version__
+
+    parser = _Parser(
+        prog="sqlfeed",
+        description="Feed machine-learning training straight from a SQL SELECT.",
+    )
+    parser.add_argument("--version", action="version", version=f"sqlfeed {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    plan = commands.add_parser(
+        "plan",
+        help="split a SELECT into partition queries (count, sample, partitions)",
+        description=(
+            "Split a SELECT into M partition queries whose results add up to exactly the "
+            "query's result, plus its COUNT and sample queries. Without --db nothing is run: "
+            "the SQL is only rewritten for --dialect. With --db the output column names are "
+            "read from the database (a LIMIT 0 query), and --target-rows counts the rows."
+        ),
+    )
+    _add_target(plan, dialect=True)
+    size = plan.add_mutually_exclusive_group()
+    size.add_argument(
+        "--partitions",
+        "-m",
+        type=int,
+        metavar="M",
+        help="number of partitions (default: from --target-rows, else 16)",
+    )
+    size.add_argument(
+        "--target-rows",
+        type=int,
+        metavar="N",
+        help="rows per partition: M = ceil(COUNT / N), at least 4 x --workers (needs --db)",
+    )
+    plan.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="W",
+        help="expected number of workers: at least 4 x W partitions (default 1)",
+    )
+    plan.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="auto",
+        help="partitioning strategy; auto picks hash (the only one so far)",
+    )
+    plan.add_argument(
+        "--key",
+        nargs="+",
+        metavar="COL",
+        help="output column(s) to hash (default: all output columns)",
+    )
+    plan.add_argument(
+        "--sample-rows",
+        type=int,
+        default=DEFAULT_SAMPLE_ROWS,
+        metavar="N",
+        help=f"rows in the sample query (default {DEFAULT_SAMPLE_ROWS})",
+    )
+    plan.add_argument(
+        "--allow-unstable",
+        action="store_true",
+        help="partition a query whose result may change between runs anyway",
+    )
+    plan.add_argument(
+        "--format",
+        choices=("json", "sql"),
+        default="json",
+        help="json (default): the whole plan; sql: the partition queries, one "
+        "per line, each ending with ';'",
+    )
+    _add_sql(plan)
+    plan.set_defaults(run=_cmd_plan)
+
+    count = commands.add_parser(
+        "count",
+        help="count the rows a SELECT returns",
+        description="Run SELECT COUNT(*) over the query on the database and print the number.",
+    )
+    _add_target(count, dialect=False)
+    count.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help='text (default): the number; json: {"count": N, "sql": ...}',
+    )
+    _add_sql(count)
+    count.set_defaults(run=_cmd_count)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the main job end to end on an embedded DuckDB",
+        description=(
+            "Create a demo table in an in-memory DuckDB, plan a training SELECT over it, count "
+            "it, run every partition and check that they add up to exactly the query's result."
+        ),
+    )
+    demo.add_argument("--rows", type=int, default=200_000, help="rows in the demo table")
+    demo.add_argument("--partitions", "-m", type=int, default=16, metavar="M")
+    demo.set_defaults(run=_cmd_demo)
+    return parser
+
+
+def _add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
+    if dialect:
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument(
+            "--db", metavar="URL", help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)"
+        )
+        where.add_argument(
+            "--dialect",
+            metavar="NAME",
+            help=f"rewrite without a database, for one of: "
+            f"{', '.join(dialect_names())} (default duckdb)",
+        )
+    else:
+        parser.add_argument(
+            "--db",
+            metavar="URL",
+            required=True,
+            help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)",
+        )
+
+
+def _add_sql(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "sql", metavar="SQL", help="the SELECT; '-' reads it from stdin, '@file.sql' from a file"
+    )
+
+
+def read_sql(argument: str, stdin: TextIO | None = None) -> str:
+    """The SQL text of a command-line argument: itself, ``-`` for stdin, ``@path`` for a file."""
+    if argument == "-":
+        return (stdin or sys.stdin).read()
+    if argument.startswith("@"):
+        path = Path(argument[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise InvalidArgumentError(f"cannot read SQL from {path}: {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(f"cannot read SQL from {path}: not UTF-8 text") from None
+    return argument
+
+
+def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.sources import connect
+
+    engine = get_dialect(args.dialect or "duckdb") if not args.db else None
+    if args.db:
+        engine = dialect_for(args.db)
+    assert engine is not None
+    sql = read_sql(args.sql)
+    _positive(args.workers, "--workers")
+    _positive(args.sample_rows, "--sample-rows", zero=True)
+    if args.partitions is not None:
+        _positive(args.partitions, "--partitions")
+    if args.target_rows is not None:
+        _positive(args.target_rows, "--target-rows")
+        if not args.db:
+            raise InvalidArgumentError("--target-rows needs --db to count the rows; or give -m")
+    # Validate everything that needs no database before connecting to one.
+    parsed = rewrite.parse(sql, engine)
+    if not args.allow_unstable:
+        rewrite.check_stable(parsed)
+    if not args.db or parsed.output_width is not None:
+        # Checks the key against the output columns the SQL text names.
+        rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
+    columns: list[str] | None = None
+    rows: int | None = None
+    if args.db:
+        with connect(args.db) as source:
+            columns = source.output_columns(parsed)
+            if args.target_rows is not None:
+                rows = source.count(parsed, columns=columns)
+    if args.partitions is not None:
+        m = args.partitions
+    elif rows is not None:
+        m = rewrite.partitions_for(rows, args.target_rows, args.workers)
+    else:
+        m = max(16, 4 * args.workers)
+    partitions = rewrite.partition_sqls(
+        parsed, m, key=args.key, columns=columns, allow_unstable=args.allow_unstable
+    )
+    if args.format == "sql":
+        for statement in partitions:
+            out.write(statement + ";\n")
+        return
+    plan: dict[str, Any] = {
+        "dialect": engine.name,
+        "strategy": "hash",
+        "strategy_reason": (
+            "hash partitions over "
+            + (f"key {', '.join(args.key)}" if args.key else "all output columns")
+            + ("" if args.strategy == "hash" else "; auto chose hash, the only strategy so far")
+        ),
+        "key": args.key,
+        "columns": columns,
+        "rows": rows,
+        "count_sql": rewrite.count_sql(parsed, columns=columns),
+        "sample_sql": rewrite.sample_sql(parsed, args.sample_rows, columns=columns),
+        "partitions": [{"index": i, "sql": s} for i, s in enumerate(partitions)],
+    }
+    json.dump(plan, out, indent=2)
+    out.write("\n")
+
+
+def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.sources import connect
+
+    sql = read_sql(args.sql)
+    parsed = rewrite.parse(sql, dialect_for(args.db))
+    with connect(args.db) as source:
+        columns = source.output_columns(parsed) if parsed.output_width is None else None
+        count_query = rewrite.count_sql(parsed, columns=columns)
+        rows = source.count(parsed, columns=columns)
+    if args.format == "json":
+        json.dump({"count": rows, "sql": count_query}, out)
+        out.write("\n")
+    else:
+        out.write(f"{rows}\n")
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed.demo import run_demo
+
+    _positive(args.rows, "--rows")
+    _positive(args.partitions, "--partitions")
+    run_demo(rows=args.rows, partitions=args.partitions, out=out)
+
+
+def _positive(value: int, flag: str, zero: bool = False) -> None:
+    if value < (0 if zero else 1):
+        raise InvalidArgumentError(f"{flag} must be {'>= 0' if zero else '>= 1'}, got {value}")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out or sys.stdout
+    try:
+        args.run(args, stream)
+    except EngineError as err:
+        print(f"sqlfeed: engine error: {err}", file=sys.stderr)
+        return EXIT_ENGINE
+    except SqlfeedError as err:
+        print(f"sqlfeed: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("sqlfeed: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    return EXIT_OK
+
+
+def entry_point() -> None:
+    """The console script."""
+    sys.exit(main())
