@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--key",
-        nargs="+",
+        action="append",
+        type=_column_list,
         metavar="COL",
-        help="output column(s) to hash (default: all output columns)",
+        help="output column to hash; repeat or separate with commas for several "
+        "(default: all output columns)",
     )
     plan.add_argument(
         "--sample-rows",
@@ -142,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--partitions", "-m", type=int, default=16, metavar="M")
     demo.set_defaults(run=_cmd_demo)
     return parser
+
+
+def _column_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty column name in {text!r}")
+    return names
 
 
 def _add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
@@ -195,6 +204,8 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
         engine = dialect_for(args.db)
     assert engine is not None
     sql = read_sql(args.sql)
+    if args.key:
+        args.key = [name for names in args.key for name in names]
     _positive(args.workers, "--workers")
     _positive(args.sample_rows, "--sample-rows", zero=True)
     if args.partitions is not None:

@@ -64,15 +64,13 @@ _COLUMN_PREFIX = "_sqlfeed_c"
 
 # Functions that change state or wait: never run them on the user's behalf.
 _SIDE_EFFECT_FUNCTIONS = frozenset(
-    {
-        "nextval", "setval", "pg_advisory_lock", "pg_advisory_xact_lock", "pg_sleep",
-        "pg_terminate_backend", "pg_cancel_backend", "pg_reload_conf", "pg_rotate_logfile",
-        "lo_import", "lo_export", "lo_unlink", "dblink_exec", "set_config",
-        "pg_create_restore_point", "pg_switch_wal", "get_lock", "release_lock",
-        "release_all_locks", "sleep", "benchmark", "load_file", "sys_exec", "sys_eval",
-        "xp_cmdshell",
-    }
-)  # fmt: skip
+    (
+        "nextval setval pg_advisory_lock pg_advisory_xact_lock pg_sleep pg_terminate_backend "
+        "pg_cancel_backend pg_reload_conf pg_rotate_logfile lo_import lo_export lo_unlink "
+        "dblink_exec set_config pg_create_restore_point pg_switch_wal get_lock release_lock "
+        "release_all_locks sleep benchmark load_file sys_exec sys_eval xp_cmdshell"
+    ).split()
+)
 
 # Functions whose value changes from one run to the next.
 _VOLATILE_CLASSES: tuple[type[exp.Expr], ...] = (
@@ -85,17 +83,16 @@ _VOLATILE_CLASSES: tuple[type[exp.Expr], ...] = (
     exp.Localtimestamp,
 )
 _VOLATILE_FUNCTIONS = frozenset(
-    {
-        "random", "rand", "now", "uuid", "gen_random_uuid", "uuid_generate_v1",
-        "uuid_generate_v4", "random_uuid", "uuid_short", "newid", "newsequentialid",
-        "clock_timestamp", "statement_timestamp", "transaction_timestamp", "timeofday",
-        "getdate", "getutcdate", "sysdate", "systimestamp", "sysdatetime", "curdate",
-        "curtime", "utc_timestamp", "utc_date", "utc_time", "localtime", "localtimestamp",
-        "current_timestamp", "current_date", "current_time", "setseed", "currval", "lastval",
-        "last_insert_id", "connection_id", "pg_backend_pid", "txid_current", "random_bytes",
-        "gen_random_bytes", "randn", "randstr", "uniform", "normal",
-    }
-)  # fmt: skip
+    (
+        "random rand now uuid gen_random_uuid uuid_generate_v1 uuid_generate_v4 random_uuid "
+        "uuid_short newid newsequentialid clock_timestamp statement_timestamp "
+        "transaction_timestamp timeofday getdate getutcdate sysdate systimestamp sysdatetime "
+        "curdate curtime utc_timestamp utc_date utc_time localtime localtimestamp "
+        "current_timestamp current_date current_time setseed currval lastval last_insert_id "
+        "connection_id pg_backend_pid txid_current random_bytes gen_random_bytes randn "
+        "randstr uniform normal"
+    ).split()
+)
 # unix_timestamp() without arguments is "now"; with an argument it is a pure conversion.
 _VOLATILE_WITHOUT_ARGS = frozenset({"unix_timestamp"})
 
@@ -108,12 +105,12 @@ _ORDER_SENSITIVE_AGG_CLASSES: tuple[type[exp.Expr], ...] = (
     exp.Last,
 )
 _ORDER_SENSITIVE_AGGS = frozenset(
-    {
-        "string_agg", "listagg", "array_agg", "group_concat", "any_value", "first", "last",
-        "arbitrary", "json_agg", "jsonb_agg", "json_arrayagg", "json_group_array", "list",
-        "first_value", "last_value", "collect_list", "array_concat_agg", "xmlagg",
-    }
-)  # fmt: skip
+    (
+        "string_agg listagg array_agg group_concat any_value first last arbitrary json_agg "
+        "jsonb_agg json_arrayagg json_group_array list first_value last_value collect_list "
+        "array_concat_agg xmlagg"
+    ).split()
+)
 
 # Window functions that pick or number rows, so ties in the window order make them unstable.
 _ORDER_SENSITIVE_WINDOW_CLASSES: tuple[type[exp.Expr], ...] = (
@@ -391,9 +388,10 @@ def sample_sql(
     if method == "bernoulli":
         select = _bernoulli_sample(parsed, columns, float(fraction), seed)
     else:
-        frame = _Frame.build(parsed, columns, pushdown=True)
+        keys = _normalize_key(key)
+        frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
         threshold = max(1, round(float(fraction) * HASH_SAMPLE_BUCKETS))
-        bucket = frame.bucket(_normalize_key(key), HASH_SAMPLE_BUCKETS)
+        bucket = frame.bucket(keys, HASH_SAMPLE_BUCKETS)
         select = frame.with_condition(exp.LT(this=bucket, expression=exp.Literal.number(threshold)))
     if n is not None:
         select = select.limit(n)
@@ -502,7 +500,7 @@ def partition_sqls(
         empty = tree.copy().limit(0)
         empty.set("offset", None)
         return [engine.sql(tree if k == 0 else empty, pretty=pretty) for k in indices]
-    frame = _Frame.build(parsed, columns, pushdown=True)
+    frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
     bucket = frame.bucket(keys, m)  # validates the key even when m == 1
     if m == 1:
         return [engine.sql(tree, pretty=pretty)]
@@ -544,8 +542,18 @@ class _Frame:
 
     @classmethod
     def build(
-        cls, parsed: ParsedQuery, engine_columns: Sequence[str] | None, pushdown: bool
+        cls,
+        parsed: ParsedQuery,
+        engine_columns: Sequence[str] | None,
+        pushdown: bool,
+        hashing: bool = False,
+        key: list[str] | None = None,
     ) -> _Frame:
+        """The cheapest frame; with ``hashing``, one that can hash ``key`` (or all columns).
+
+        A pushed-down predicate may only hash plain columns: the engine may evaluate a
+        computed one (``a / b``) on rows the query's own WHERE excludes (``b <> 0``).
+        """
         tree = parsed.tree
         engine = parsed.dialect
         if engine_columns is not None:
@@ -559,6 +567,10 @@ class _Frame:
         frame: _Frame | None = None
         if pushdown and isinstance(tree, exp.Select) and _pushdown_blocker(tree) is None:
             frame = cls._pushdown(tree, engine, engine_columns, hashable)
+            if frame is not None and hashing:
+                args = frame.hash_args(key)
+                if args is None or not all(isinstance(a, exp.Column) for a in args):
+                    frame = None
         if frame is None:
             frame = cls._wrap(parsed, engine_columns, hashable)
         return frame
@@ -608,7 +620,13 @@ class _Frame:
             idents = [exp.to_identifier(c, quoted=True) for c in engine_columns]
         else:
             idents = _ast_names(tree)
-        unique = idents is not None and all(i is not None for i in idents)
+        # Engines name an unnamed column after its text (MySQL, SQLite: the text as typed,
+        # which differs from the rendered SQL), so such columns are renamed by position.
+        items = _projection(tree)
+        unnamed = items is None or any(
+            not (_is_star(i) or isinstance(i, (exp.Alias, exp.Column))) for i in items
+        )
+        unique = idents is not None and all(i is not None for i in idents) and not unnamed
         if unique and idents is not None:
             folded = [i.name.casefold() for i in idents if i is not None]
             unique = len(set(folded)) == len(folded)
@@ -672,23 +690,29 @@ class _Frame:
 
     def bucket(self, key: list[str] | None, m: int) -> exp.Expr:
         """The bucket expression over ``key`` (or all hashable output columns)."""
+        args = self.hash_args(key)
+        if args is None:
+            return self.dialect.bucket_of_hash(self.dialect.whole_row_hash(self.alias), m)
+        return self.dialect.bucket(args, m)
+
+    def hash_args(self, key: list[str] | None) -> list[exp.Expr] | None:
+        """What the bucket hashes; None for the whole row (dialects that can)."""
         if key is not None:
-            args = [self._key_column(name) for name in key]
-        elif self.columns is None:
+            return [self._key_column(name) for name in key]
+        if self.columns is None:
             if self.dialect.WHOLE_ROW_HASH:
-                return self.dialect.bucket_of_hash(self.dialect.whole_row_hash(self.alias), m)
+                return None
             raise QueryError(
                 "the query's output columns are hidden behind *, so sqlfeed cannot hash them: "
                 "name the key column(s) (key=..., --key), or let sqlfeed read the output "
                 "columns from the database (columns=..., or --db)"
             )
-        else:
-            args = [c.copy() for c in self.columns]
-            if self.hashable is not None and len(self.hashable) == len(args):
-                # Aggregates may differ in the last float bit between runs of a parallel
-                # engine; grouping columns identify the row as well and are exact.
-                args = [a for a, ok in zip(args, self.hashable, strict=True) if ok] or args
-        return self.dialect.bucket(args, m)
+        args = [c.copy() for c in self.columns]
+        if self.hashable is not None and len(self.hashable) == len(args):
+            # Aggregates may differ in the last float bit between runs of a parallel
+            # engine; grouping columns identify the row as well and are exact.
+            args = [a for a, ok in zip(args, self.hashable, strict=True) if ok] or args
+        return args
 
     def _key_column(self, name: str) -> exp.Expr:
         if self.columns is None or self.names is None:

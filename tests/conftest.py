@@ -1,0 +1,54 @@
+"""Fixtures: real engines (one per test process), loaded with the corpus tables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests import corpus
+from tests.engines import ENGINES, Engine, EngineUnavailable, open_engine
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+_engines: dict[str, Engine] = {}
+_unavailable: dict[str, str] = {}
+
+
+def get_engine(name: str) -> Engine:
+    """The session's engine ``name``, with the corpus tables loaded; skips if it is down."""
+    if name in _unavailable:
+        _skip_or_fail(_unavailable[name])
+    if name not in _engines:
+        try:
+            engine = open_engine(name)
+        except EngineUnavailable as err:
+            _unavailable[name] = str(err)
+            _skip_or_fail(str(err))
+        engine.create_table("people", corpus.PEOPLE_COLUMNS, corpus.people_rows())
+        engine.create_table("orders", corpus.ORDERS_COLUMNS, corpus.orders_rows())
+        engine.create_table("dups", corpus.DUPS_COLUMNS, corpus.dups_rows())
+        engine.create_table("empty_t", corpus.EMPTY_COLUMNS, [])
+        _engines[name] = engine
+    return _engines[name]
+
+
+def _skip_or_fail(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"database server unreachable under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"database server unreachable: {reason}")
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each real engine in turn, loaded with the corpus tables."""
+    return get_engine(request.param)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_engines() -> Iterator[None]:
+    yield
+    for engine in _engines.values():
+        engine.close()
+    _engines.clear()

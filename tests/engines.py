@@ -1,0 +1,242 @@
+"""Real database engines for the tests, driven through their own DB-API drivers.
+
+The tests check sqlfeed's SQL against the engines with drivers of their own (not through
+sqlfeed's sources), so a bug in sqlfeed's reading code cannot hide a bug in its SQL.
+
+Server URLs come from the environment (defaults: the servers of the development machine):
+
+* ``SQLFEED_TEST_POSTGRES_URL`` (``postgresql://postgres@127.0.0.1:5432/test``)
+* ``SQLFEED_TEST_MYSQL_URL`` (``mysql://root@127.0.0.1:3306/test``)
+
+An unreachable server skips its tests with the reason, except under ``CI=true``, where it
+fails them. Every harness works in a schema (PostgreSQL) or database (MySQL) of its own,
+named uniquely per test run and dropped at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import sqlite3
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from dialects.sqlite import SQLite
+
+ENGINES = ("duckdb", "sqlite", "postgres", "mysql")
+
+POSTGRES_URL = os.environ.get(
+    "SQLFEED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+MYSQL_URL = os.environ.get("SQLFEED_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+
+# Column types per engine for the portable type names the tests use.
+TYPES: dict[str, dict[str, str]] = {
+    "duckdb": {"int": "INTEGER", "bigint": "BIGINT", "float": "DOUBLE", "text": "VARCHAR",
+               "decimal": "DECIMAL(14,2)", "date": "DATE", "timestamp": "TIMESTAMP",
+               "bool": "BOOLEAN"},
+    "sqlite": {"int": "INTEGER", "bigint": "INTEGER", "float": "REAL", "text": "TEXT",
+               "decimal": "NUMERIC", "date": "TEXT", "timestamp": "TEXT", "bool": "INTEGER"},
+    "postgres": {"int": "INTEGER", "bigint": "BIGINT", "float": "DOUBLE PRECISION",
+                 "text": "TEXT", "decimal": "NUMERIC(14,2)", "date": "DATE",
+                 "timestamp": "TIMESTAMP", "bool": "BOOLEAN"},
+    "mysql": {"int": "INT", "bigint": "BIGINT", "float": "DOUBLE", "text": "VARCHAR(200)",
+              "decimal": "DECIMAL(14,2)", "date": "DATE", "timestamp": "DATETIME(6)",
+              "bool": "BOOLEAN"},
+}  # fmt: skip
+
+
+class EngineUnavailable(Exception):
+    """The engine's server cannot be reached."""
+
+
+class Engine:
+    """One engine, connected, working in a schema of its own."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self.schema = f"sqlfeed_test_{uuid.uuid4().hex[:10]}"
+        self.queries_run = 0
+
+    def execute(self, sql: str) -> None:
+        """Run a statement that returns no rows."""
+        cursor = self._cursor()
+        cursor.execute(sql)
+        cursor.close()
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a query; its rows, normalised so equal values compare equal."""
+        cursor = self._cursor()
+        cursor.execute(sql)
+        self.queries_run += 1
+        fetched = cursor.fetchall()
+        cursor.close()
+        return [tuple(_normalize(v) for v in row) for row in fetched]
+
+    def columns(self, sql: str) -> list[str]:
+        """The output column names of a query, as the driver reports them."""
+        cursor = self._cursor()
+        cursor.execute(sql)
+        names = [d[0] for d in cursor.description]
+        cursor.fetchall()
+        cursor.close()
+        return names
+
+    def create_table(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]]
+    ) -> None:
+        """Create ``table`` with (name, portable type) columns and insert ``rows``."""
+        types = TYPES[self.name]
+        ddl = ", ".join(f"{name} {types[kind]}" for name, kind in columns)
+        self.execute(f"DROP TABLE IF EXISTS {table}")
+        self.execute(f"CREATE TABLE {table} ({ddl})")
+        data = [tuple(self._adapt(v) for v in row) for row in rows]
+        if data:
+            marks = ", ".join([self.placeholder] * len(columns))
+            cursor = self._cursor()
+            cursor.executemany(f"INSERT INTO {table} VALUES ({marks})", data)
+            cursor.close()
+        self.commit()
+
+    placeholder = "?"
+
+    def _adapt(self, value: Any) -> Any:
+        return value
+
+    def commit(self) -> None:
+        """Commit (engines in autocommit mode do nothing)."""
+
+    def close(self) -> None:
+        """Drop the schema and close the connection."""
+
+    def _cursor(self) -> Any:
+        raise NotImplementedError
+
+
+class DuckDBEngine(Engine):
+    name = "duckdb"
+
+    def __init__(self) -> None:
+        import duckdb
+
+        super().__init__()
+        self.conn = duckdb.connect()
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SQLiteEngine(Engine):
+    name = "sqlite"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        SQLite().register_functions(self.conn)
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def _adapt(self, value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            return value.isoformat(sep=" ")
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        if isinstance(value, decimal.Decimal):
+            return str(value)
+        return value
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PostgresEngine(Engine):
+    name = "postgres"
+    placeholder = "%s"
+
+    def __init__(self) -> None:
+        import psycopg
+
+        super().__init__()
+        try:
+            self.conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as err:
+            raise EngineUnavailable(f"PostgreSQL at {POSTGRES_URL}: {err}") from None
+        self.execute(f"CREATE SCHEMA {self.schema}")
+        self.execute(f"SET search_path TO {self.schema}")
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def close(self) -> None:
+        self.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        self.conn.close()
+
+
+class MySQLEngine(Engine):
+    name = "mysql"
+    placeholder = "%s"
+
+    def __init__(self) -> None:
+        import pymysql
+
+        super().__init__()
+        url = urlparse(MYSQL_URL)
+        try:
+            self.conn = pymysql.connect(
+                host=url.hostname or "127.0.0.1",
+                port=url.port or 3306,
+                user=url.username or "root",
+                password=url.password or "",
+                autocommit=True,
+                connect_timeout=5,
+                charset="utf8mb4",
+            )
+        except pymysql.err.OperationalError as err:
+            raise EngineUnavailable(f"MySQL/MariaDB at {MYSQL_URL}: {err}") from None
+        self.execute(f"CREATE DATABASE {self.schema} CHARACTER SET utf8mb4")
+        self.execute(f"USE {self.schema}")
+
+    def _cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def close(self) -> None:
+        self.execute(f"DROP DATABASE IF EXISTS {self.schema}")
+        self.conn.close()
+
+
+def open_engine(name: str) -> Engine:
+    """Connect to engine ``name``; raises :class:`EngineUnavailable` when it is down."""
+    classes: dict[str, type[Engine]] = {
+        "duckdb": DuckDBEngine,
+        "sqlite": SQLiteEngine,
+        "postgres": PostgresEngine,
+        "mysql": MySQLEngine,
+    }
+    return classes[name]()
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_normalize(v) for v in value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, decimal.Decimal):
+        return value.normalize()
+    return value
+
+
+def multiset(rows: Iterable[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """Rows as a multiset."""
+    return Counter(rows)

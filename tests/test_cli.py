@@ -1,0 +1,166 @@
+"""The command line: JSON shape, SQL sources, exit codes, and plans that run for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sqlfeed import __version__
+from tests.cli_helpers import run_cli
+from tests.engines import Engine
+
+
+def test_plan_json_has_the_documented_shape() -> None:
+    run = run_cli(["plan", "--dialect", "postgres", "-m", "4", "SELECT a, b FROM t WHERE a > 1"])
+    assert run.code == 0, run.err
+    plan = json.loads(run.out)
+    assert plan["dialect"] == "postgres"
+    assert plan["strategy"] == "hash"
+    assert plan["count_sql"] == "SELECT COUNT(*) FROM t WHERE a > 1"
+    assert plan["sample_sql"].endswith("LIMIT 10000")
+    assert [p["index"] for p in plan["partitions"]] == [0, 1, 2, 3]
+    assert all("HASHTEXTEXTENDED" in p["sql"] for p in plan["partitions"])
+
+
+def test_plan_sql_format_prints_one_statement_per_line() -> None:
+    run = run_cli(["plan", "--dialect", "mysql", "-m", "3", "--format", "sql", "SELECT a FROM t"])
+    lines = run.out.splitlines()
+    assert len(lines) == 3
+    assert all(line.endswith(";") and "CRC32" in line for line in lines)
+    assert [line.rstrip(";").rsplit("= ", 1)[1] for line in lines] == ["0", "1", "2"]
+
+
+def test_plan_defaults_to_duckdb_and_16_partitions() -> None:
+    plan = json.loads(run_cli(["plan", "SELECT a FROM t"]).out)
+    assert plan["dialect"] == "duckdb"
+    assert len(plan["partitions"]) == 16
+
+
+def test_plan_makes_at_least_four_partitions_per_worker() -> None:
+    plan = json.loads(run_cli(["plan", "--workers", "8", "SELECT a FROM t"]).out)
+    assert len(plan["partitions"]) == 32
+
+
+def test_sql_can_come_from_stdin() -> None:
+    run = run_cli(["plan", "--format", "sql", "-m", "2", "-"], stdin="SELECT x FROM s")
+    assert run.code == 0, run.err
+    assert "FROM s" in run.out
+
+
+def test_sql_can_come_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.sql"
+    path.write_text("-- training rows\nSELECT x, y\nFROM s\n", encoding="utf-8")
+    run = run_cli(["plan", "-m", "2", f"@{path}"])
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["count_sql"].endswith("SELECT COUNT(*) FROM s")
+
+
+def test_key_may_be_repeated_or_comma_separated() -> None:
+    one = run_cli(["plan", "--key", "a", "--key", "b", "-m", "2", "SELECT a, b, c FROM t"])
+    two = run_cli(["plan", "--key", "a,b", "-m", "2", "SELECT a, b, c FROM t"])
+    assert json.loads(one.out)["partitions"] == json.loads(two.out)["partitions"]
+    assert "HASH(a, b)" in json.loads(one.out)["partitions"][0]["sql"]
+
+
+def test_allow_unstable_lets_an_unstable_query_through() -> None:
+    assert run_cli(["plan", "SELECT a FROM t LIMIT 5"]).code == 2
+    assert run_cli(["plan", "--allow-unstable", "SELECT a FROM t LIMIT 5"]).code == 0
+
+
+def test_version() -> None:
+    run = run_cli(["--version"])
+    assert run.code == 0
+    assert run.out.strip() == f"sqlfeed {__version__}"
+
+
+def test_console_module_runs_as_a_process() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlfeed", "plan", "-m", "2", "--format", "sql", "SELECT 1 AS x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(";") == 2
+
+
+@pytest.mark.parametrize("command", ["plan", "count", "demo"])
+def test_every_command_has_help(command: str) -> None:
+    run = run_cli([command, "--help"])
+    assert run.code == 0
+    assert "usage: sqlfeed" in run.out
+
+
+@pytest.fixture
+def duck_file(tmp_path: Path) -> str:
+    path = tmp_path / "data.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute(
+            "CREATE TABLE t AS SELECT range AS id, range % 7 AS g, "
+            "CASE WHEN range % 5 = 0 THEN NULL ELSE 'v' || range END AS s FROM range(1000)"
+        )
+    return f"duckdb:///{path}"
+
+
+def test_count_prints_the_row_count(duck_file: str) -> None:
+    assert run_cli(["count", "--db", duck_file, "SELECT * FROM t WHERE g = 3"]).out == "143\n"
+    run = run_cli(["count", "--db", duck_file, "--format", "json", "SELECT * FROM t"])
+    assert json.loads(run.out)["count"] == 1000
+
+
+def test_target_rows_sizes_the_plan_from_the_count(duck_file: str) -> None:
+    run = run_cli(["plan", "--db", duck_file, "--target-rows", "90", "SELECT * FROM t"])
+    plan = json.loads(run.out)
+    assert plan["rows"] == 1000
+    assert len(plan["partitions"]) == 12  # ceil(1000 / 90)
+    assert plan["columns"] == ["id", "g", "s"]
+
+
+def test_planned_partitions_run_and_add_up(duck_file: str) -> None:
+    sql = "SELECT g, s, id FROM t WHERE id % 3 <> 0 OR s IS NULL"
+    plan = json.loads(run_cli(["plan", "--db", duck_file, "-m", "5", sql]).out)
+    with duckdb.connect(duck_file.removeprefix("duckdb:///")) as conn:
+        whole = Counter(conn.execute(sql).fetchall())
+        parts: Counter[tuple[object, ...]] = Counter()
+        for partition in plan["partitions"]:
+            parts.update(conn.execute(partition["sql"]).fetchall())
+    assert parts == whole
+
+
+@pytest.mark.engine
+def test_plan_with_db_reads_duplicate_column_names_from_the_engine(engine: Engine) -> None:
+    """``plan --db`` asks the engine for output names, so duplicates partition exactly."""
+    urls = {
+        "postgres": "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+        "mysql": "mysql+pymysql://root@127.0.0.1:3306/test",
+    }
+    if engine.name not in urls:
+        pytest.skip("the engine's tables live in this process's memory")
+    from tests import engines
+
+    url = engines.POSTGRES_URL if engine.name == "postgres" else engines.MYSQL_URL
+    url = url.replace("postgresql://", "postgresql+psycopg://").replace(
+        "mysql://", "mysql+pymysql://"
+    )
+    schema = engine.schema
+    sql = f"SELECT * FROM {schema}.dups d1 JOIN {schema}.dups d2 ON d1.a = d2.a"
+    run = run_cli(["plan", "--db", url, "-m", "3", sql])
+    assert run.code == 0, run.err
+    plan = json.loads(run.out)
+    assert plan["columns"] == ["a", "b", "a", "b"]
+    parts: Counter[tuple[object, ...]] = Counter()
+    for partition in plan["partitions"]:
+        parts.update(engine.rows(partition["sql"]))
+    assert parts == Counter(engine.rows(sql))
+
+
+def test_demo_runs_end_to_end() -> None:
+    run = run_cli(["demo", "--rows", "20000", "-m", "4"])
+    assert run.code == 0, run.err
+    assert "together exactly the query's" in run.out
