@@ -13,7 +13,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.errors import UnsupportedError as SqlglotUnsupportedError
 
-from dialects.errors import UnknownDialectError, UnsupportedError
+from dialects.errors import InvalidArgumentError, UnknownDialectError, UnsupportedError
 
 _REGISTRY: dict[str, type[Dialect]] = {}
 """Every name and URL scheme a dialect answers to, lower-cased, mapped to its class."""
@@ -159,11 +159,17 @@ class Dialect:
         except SqlglotUnsupportedError as err:
             message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
             raise UnsupportedError(f"{self.name} cannot express this query: {message}") from None
+        except Exception as err:  # a sqlglot transform that cannot cope with this tree
+            raise UnsupportedError(
+                f"{self.name}: sqlglot cannot render this query ({type(err).__name__}: {err})"
+            ) from None
 
 
 def _percent_text(percent: float) -> str:
-    text = f"{percent:.6f}".rstrip("0").rstrip(".")
-    return text or "0"
+    text = f"{percent:.10f}".rstrip("0").rstrip(".")
+    if text in ("", "0"):
+        raise InvalidArgumentError(f"a sample of {percent}% is too small to express; use more")
+    return text
 
 
 def dialect_names() -> list[str]:

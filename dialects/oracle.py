@@ -37,6 +37,12 @@ class Oracle(Dialect):
             expression=exp.Literal.number(m),
         )
 
+    def tablesample(self, table: exp.Expr, percent: float, seed: int | None) -> exp.Expr:
+        # Oracle's row sample is SAMPLE (pct) [SEED (n)]: no method word, pct below 100.
+        super().tablesample(table, min(percent, 99.999999), seed)
+        table.args["sample"].set("method", None)
+        return table
+
     @staticmethod
     def _joined(args: list[exp.Expr]) -> exp.Expr:
         joined = args[0]

@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from sqlglot import exp
+from sqlglot.dialects.spark import Spark as SqlglotSpark
+from sqlglot.generators.spark import SparkGenerator
 
 from dialects.base import Dialect
+
+
+class SqlfeedSpark(SqlglotSpark):
+    """sqlglot's Spark, with Spark's own seed keyword: ``TABLESAMPLE (...) REPEATABLE (n)``.
+
+    sqlglot renders ``SEED (n)``, which Spark's grammar does not accept.
+    """
+
+    class Generator(SparkGenerator):
+        TABLESAMPLE_SEED_KEYWORD = "REPEATABLE"
 
 
 class Spark(Dialect):
@@ -12,7 +24,7 @@ class Spark(Dialect):
 
     name = "spark"
     aliases = ("hive", "databricks", "sparksql")
-    sqlglot_dialect = "spark"
+    sqlglot_dialect = "sqlfeedspark"  # SqlfeedSpark, registered with sqlglot by its name
     HASH_FUNCTION = "xxhash64"
     TABLESAMPLE_BERNOULLI = True
     TABLESAMPLE_SEED = True

@@ -404,6 +404,8 @@ def _bernoulli_sample(
     engine = parsed.dialect
     percent = fraction * 100
     tree = parsed.tree
+    if fraction >= 1:  # every row: no sample clause at all
+        return _Frame.build(parsed, columns, pushdown=True).select
     if isinstance(tree, exp.Select) and _pushdown_blocker(tree) is None:
         select = tree.copy()
         table = select.args["from_"].this
