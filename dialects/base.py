@@ -90,6 +90,10 @@ class Dialect:
         """
         raise UnsupportedError(f"{self.name} has no deterministic hash function")
 
+    def hashable(self, arg: exp.Expr) -> exp.Expr:
+        """``arg`` in a form the hash accepts, for a column whose type it cannot hash."""
+        return exp.cast(arg, exp.DataType.Type.TEXT)
+
     def whole_row_hash(self, alias: str) -> exp.Expr:
         """An integer expression hashing every column of the relation named ``alias``."""
         raise UnsupportedError(f"{self.name} cannot hash a whole row without naming its columns")
@@ -102,7 +106,7 @@ class Dialect:
 
         >>> from sqlglot import exp
         >>> get_dialect("postgres").bucket([exp.column("a")], 8).sql("postgres")
-        '((HASHTEXTEXTENDED(CAST(ROW(a) AS TEXT), 0) % 8) + 8) % 8'
+        '((HASH_RECORD_EXTENDED(ROW(a), 0) % 8) + 8) % 8'
         """
         return self.bucket_of_hash(self.hash_expression(args), m)
 

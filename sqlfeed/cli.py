@@ -222,10 +222,12 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
         # Checks the key against the output columns the SQL text names.
         rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
     columns: list[str] | None = None
+    text_columns: list[str] = []
     rows: int | None = None
     if args.db:
         with connect(args.db) as source:
             columns = source.output_columns(parsed)
+            text_columns = source.text_columns(parsed)
             if args.target_rows is not None:
                 rows = source.count(parsed, columns=columns)
     if args.partitions is not None:
@@ -235,7 +237,12 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
     else:
         m = max(16, 4 * args.workers)
     partitions = rewrite.partition_sqls(
-        parsed, m, key=args.key, columns=columns, allow_unstable=args.allow_unstable
+        parsed,
+        m,
+        key=args.key,
+        columns=columns,
+        text_columns=text_columns,
+        allow_unstable=args.allow_unstable,
     )
     if args.format == "sql":
         for statement in partitions:

@@ -11,7 +11,7 @@ import time
 from typing import TextIO
 
 from sqlfeed import rewrite
-from sqlfeed.sources import connect
+from sqlfeed.sources import DuckDBSource, connect
 
 TRAINING_QUERY = """
 SELECT c.customer_id, c.segment, c.age, o.amount, o.channel,
@@ -49,8 +49,8 @@ def run_demo(rows: int = 200_000, partitions: int = 16, out: TextIO | None = Non
 
     stream = out or sys.stdout
     with connect("duckdb://") as source:
-        conn = source._duckdb
-        assert conn is not None
+        assert isinstance(source, DuckDBSource)
+        conn = source.connection
         started = time.perf_counter()
         create_demo_tables(conn, rows)
         stream.write(f"created demo tables: {rows} orders ({time.perf_counter() - started:.2f}s)\n")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -346,6 +346,7 @@ def sample_sql(
     seed: int | None = 0,
     key: str | Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
     pretty: bool = False,
 ) -> str:
     """A sample of the query's result, for statistics.
@@ -390,6 +391,7 @@ def sample_sql(
     else:
         keys = _normalize_key(key)
         frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+        frame.text_columns = frozenset(text_columns)
         threshold = max(1, round(float(fraction) * HASH_SAMPLE_BUCKETS))
         bucket = frame.bucket(keys, HASH_SAMPLE_BUCKETS)
         select = frame.with_condition(exp.LT(this=bucket, expression=exp.Literal.number(threshold)))
@@ -434,6 +436,7 @@ def partition_sql(
     dialect: str | Dialect = "duckdb",
     key: str | Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
     allow_unstable: bool = False,
     pretty: bool = False,
 ) -> str:
@@ -448,6 +451,8 @@ def partition_sql(
             window results are left out when other columns remain, since a parallel
             engine may sum floats in a different order on each run).
         columns: the output column names as the engine reports them, when known.
+        text_columns: output columns whose type the engine cannot hash (PostgreSQL json,
+            xml, point, ...): they are hashed through their text form.
         allow_unstable: partition a query whose result may change between runs anyway.
         pretty: render on several lines.
 
@@ -463,6 +468,7 @@ def partition_sql(
         dialect=dialect,
         key=key,
         columns=columns,
+        text_columns=text_columns,
         allow_unstable=allow_unstable,
         pretty=pretty,
         only=k,
@@ -476,6 +482,7 @@ def partition_sqls(
     dialect: str | Dialect = "duckdb",
     key: str | Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
     allow_unstable: bool = False,
     pretty: bool = False,
     only: int | None = None,
@@ -485,7 +492,7 @@ def partition_sqls(
     With ``m == 1`` the single partition is the query itself.
 
     >>> partition_sqls("SELECT a FROM t UNION SELECT b FROM u", 2, dialect="postgres")[1]
-    'SELECT * FROM (SELECT a FROM t UNION SELECT b FROM u) AS _sqlfeed_q WHERE ((HASHTEXTEXTENDED(CAST(ROW(_sqlfeed_q.a) AS TEXT), 0) % 2) + 2) % 2 = 1'
+    'SELECT * FROM (SELECT a FROM t UNION SELECT b FROM u) AS _sqlfeed_q WHERE ((HASH_RECORD_EXTENDED(ROW(_sqlfeed_q.a), 0) % 2) + 2) % 2 = 1'
     """  # noqa: E501
     parsed = parse(query, dialect)
     _check_positive_int(m, "the number of partitions M")
@@ -503,6 +510,7 @@ def partition_sqls(
         empty.set("offset", None)
         return [engine.sql(tree if k == 0 else empty, pretty=pretty) for k in indices]
     frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    frame.text_columns = frozenset(text_columns)
     bucket = frame.bucket(keys, m)  # validates the key even when m == 1
     if m == 1:
         return [engine.sql(tree, pretty=pretty)]
@@ -541,6 +549,8 @@ class _Frame:
     hashable: list[bool] | None
     """Per output column: True unless it is an aggregate or window result."""
     alias: str = _WRAP_ALIAS
+    text_columns: frozenset[str] = frozenset()
+    """Output names of columns to hash through their text form."""
 
     @classmethod
     def build(
@@ -709,12 +719,20 @@ class _Frame:
                 "name the key column(s) (key=..., --key), or let sqlfeed read the output "
                 "columns from the database (columns=..., or --db)"
             )
-        args = [c.copy() for c in self.columns]
+        args = [self._hash_input(i) for i in range(len(self.columns))]
         if self.hashable is not None and len(self.hashable) == len(args):
             # Aggregates may differ in the last float bit between runs of a parallel
             # engine; grouping columns identify the row as well and are exact.
             args = [a for a, ok in zip(args, self.hashable, strict=True) if ok] or args
         return args
+
+    def _hash_input(self, position: int) -> exp.Expr:
+        assert self.columns is not None
+        column = self.columns[position].copy()
+        name = self.names[position] if self.names is not None else None
+        if name is not None and name in self.text_columns:
+            return self.dialect.hashable(column)
+        return column
 
     def _key_column(self, name: str) -> exp.Expr:
         if self.columns is None or self.names is None:
@@ -733,7 +751,7 @@ class _Frame:
             raise InvalidArgumentError(
                 f"key column {name!r} names {len(matches)} output columns; alias them apart"
             )
-        return self.columns[matches[0]].copy()
+        return self._hash_input(matches[0])
 
     def with_condition(self, condition: exp.Expr) -> exp.Select:
         """A copy of the frame's SELECT with ``condition`` added to its WHERE."""

@@ -1,18 +1,31 @@
 """Sources: where a query runs. ``connect`` turns a URL, engine or connection into one.
 
-A :class:`Source` knows its dialect and runs small queries (a count, the output columns).
-Driver errors never escape as they are: they become a one-line :class:`EngineError`.
+A :class:`Source` knows its dialect, runs small queries (a count, the output columns),
+derives a query's Arrow schema once, and streams a query's rows as record batches
+(see :mod:`sqlfeed.readers`). Driver errors never escape as they are: they become a
+one-line :class:`EngineError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from dialects import Dialect, EngineError, InvalidArgumentError, dialect_for, get_dialect
-from sqlfeed.rewrite import ParsedQuery, count_sql, parse, schema_sql
+import pyarrow as pa
+
+from dialects import (
+    Dialect,
+    EngineError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    dialect_for,
+    get_dialect,
+)
+from sqlfeed import readers
+from sqlfeed.rewrite import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -20,27 +33,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Source", "connect"]
 
+SCHEMA_SAMPLE_ROWS = 1_000
+"""Rows read to infer the Arrow types a driver does not report."""
+
 
 class Source:
-    """A database to run queries on: DuckDB (native) or anything SQLAlchemy reaches."""
+    """A database to run queries on. Made by :func:`connect`; safe to share across threads."""
 
-    def __init__(
-        self,
-        dialect: Dialect,
-        *,
-        duckdb_connection: duckdb.DuckDBPyConnection | None = None,
-        engine: sqlalchemy.Engine | None = None,
-        owned: bool = False,
-        label: str = "",
-    ) -> None:
-        self.dialect = dialect
-        self._duckdb = duckdb_connection
-        self._engine = engine
-        self._owned = owned
-        self.label = label or dialect.name
+    dialect: Dialect
+    label: str
 
     def __repr__(self) -> str:
-        return f"Source({self.label!r}, dialect={self.dialect.name!r})"
+        return f"{type(self).__name__}({self.label!r})"
 
     def __enter__(self) -> Source:
         return self
@@ -49,56 +53,332 @@ class Source:
         self.close()
 
     def close(self) -> None:
-        """Release the connection (only when this source opened it)."""
-        if not self._owned:
-            return
-        if self._duckdb is not None:
-            self._duckdb.close()
-        if self._engine is not None:
-            self._engine.dispose()
+        """Release the connections this source opened."""
 
     def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
         """Parse and validate ``sql`` in this source's dialect."""
         return parse(sql, self.dialect)
 
+    # -- small queries --------------------------------------------------------------------
+
+    def rows(self, sql: str, *, what: str = "query") -> list[tuple[Any, ...]]:
+        """All rows of a small query (counts, bounds, catalog look-ups)."""
+        with self._errors(what):
+            return self._rows(sql)
+
     def scalar(self, sql: str, *, what: str = "query") -> Any:
-        """Run ``sql`` and return the first column of its first row."""
-        with self._cursor(sql, what) as (_, rows):
-            row = next(rows, None)
-        return None if row is None else row[0]
+        """The first column of the first row of a small query."""
+        result = self.rows(sql, what=what)
+        return result[0][0] if result else None
+
+    def execute(self, sql: str, *, what: str = "statement") -> None:
+        """Run a statement that returns no rows (sqlfeed's own scratch tables only)."""
+        with self._errors(what):
+            self._execute(sql)
 
     def output_columns(self, query: str | ParsedQuery) -> list[str]:
-        """The query's output column names as the engine reports them (runs it with LIMIT 0)."""
-        with self._cursor(schema_sql(self.parse(query)), "schema query") as (names, _):
-            return names
+        """The query's output column names as the engine reports them (a LIMIT 0 query)."""
+        with self._errors("schema query"):
+            names, _ = self._describe(schema_sql(self.parse(query)))
+        return names
+
+    def text_columns(self, query: str | ParsedQuery) -> list[str]:
+        """Output columns whose type the engine cannot hash, to hash through their text.
+
+        Only PostgreSQL has such types (json, xml, point, money, ...); elsewhere none.
+        """
+        if self.dialect.name != "postgres":
+            return []
+        with self._errors("schema query"):
+            return self._unhashable(schema_sql(self.parse(query)))
+
+    def _unhashable(self, sql: str) -> list[str]:
+        return []
 
     def count(self, query: str | ParsedQuery, *, columns: list[str] | None = None) -> int:
         """The number of rows the query returns."""
         parsed = self.parse(query)
-        value = self.scalar(count_sql(parsed, columns=columns), what="count query")
-        return int(value or 0)
+        return int(self.scalar(count_sql(parsed, columns=columns), what="count query") or 0)
 
-    @contextmanager
-    def _cursor(self, sql: str, what: str) -> Iterator[tuple[list[str], Iterator[tuple[Any, ...]]]]:
+    # -- Arrow ----------------------------------------------------------------------------
+
+    def schema(self, query: str | ParsedQuery) -> pa.Schema:
+        """The Arrow schema of the query's rows, derived once for all its partitions.
+
+        From the driver's column types where it reports them; the rest from a sample of
+        rows (a column with no value in the sample is read as text).
+        """
+        parsed = self.parse(query)
+        with self._errors("schema query"):
+            names, typed = self._describe(schema_sql(parsed))
+            if typed is not None and not any(pa.types.is_null(f.type) for f in typed):
+                return typed
+            sample = self._rows(sample_sql(parsed, SCHEMA_SAMPLE_ROWS, columns=names))
+        inferred = readers.infer_schema(names, sample)
+        schema = readers.merge_schemas(typed, inferred) if typed is not None else inferred
+        return pa.schema(
+            [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+        )
+
+    def read(
+        self,
+        sql: str,
+        *,
+        schema: pa.Schema | None = None,
+        batch_rows: int = readers.DEFAULT_BATCH_ROWS,
+        stop: threading.Event | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows of ``sql`` (already validated) as record batches of ``schema``.
+
+        Memory stays within a few batches, whatever the result's size.
+        """
+        if schema is None:
+            schema = self.schema(sql)
+        with self._errors("partition query"):
+            yielded = False
+            for batch in self._read(sql, schema, batch_rows, stop):
+                if batch.num_rows:
+                    yielded = True
+                    yield readers.conform(batch, schema)
+            if not yielded:
+                yield readers.empty_batch(schema)
+
+    def read_table(self, sql: str, *, schema: pa.Schema | None = None) -> pa.Table:
+        """All rows of ``sql`` as one table (for small results)."""
+        batches = list(self.read(sql, schema=schema))
+        return pa.Table.from_batches(batches, schema=batches[0].schema)
+
+    # -- backend hooks --------------------------------------------------------------------
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _execute(self, sql: str) -> None:
+        raise NotImplementedError
+
+    def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        """Run a LIMIT 0 query: its column names, and its Arrow schema if known."""
+        raise NotImplementedError
+
+    def _read(
+        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
         try:
-            if self._duckdb is not None:
-                result = self._duckdb.execute(sql)
-                names = [d[0] for d in result.description or []]
-                yield names, iter(result.fetchall())
-                return
-            assert self._engine is not None
-            with self._engine.connect() as conn:
-                cursor = conn.exec_driver_sql(sql)
-                names = list(cursor.keys())
-                yield names, iter(cursor.fetchall())
+            yield
         except EngineError:
             raise
-        except Exception as err:  # any driver's error class
+        except Exception as err:
             if not _is_driver_error(err):
                 raise
             raise EngineError(
                 f"{self.dialect.name} failed running the {what}: {_driver_message(err)}"
             ) from None
+
+
+class DuckDBSource(Source):
+    """DuckDB through its own Python API: native Arrow, a cursor per thread."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, label: str) -> None:
+        self.dialect = get_dialect("duckdb")
+        self.connection = connection
+        self._owned = owned
+        self.label = label
+
+    def close(self) -> None:
+        if self._owned:
+            self.connection.close()
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.connection.cursor()
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with self._cursor() as cursor:
+            return cursor.execute(sql).fetchall()
+
+    def _execute(self, sql: str) -> None:
+        with self._cursor() as cursor:
+            cursor.execute(sql)
+
+    def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        with self._cursor() as cursor:
+            relation = cursor.sql(sql)
+            # DuckDB 2 renamed arrow() / fetch_record_batch() to to_arrow_table/_reader().
+            to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
+            table = to_table()
+        return list(table.column_names), table.schema
+
+    def _read(
+        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        with self._cursor() as cursor:
+            relation = cursor.sql(sql)
+            to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
+            for batch in to_reader(batch_rows):
+                if stop is not None and stop.is_set():
+                    return
+                yield batch
+
+
+class SQLAlchemySource(Source):
+    """Any SQLAlchemy engine; streaming through the driver's server-side cursor."""
+
+    def __init__(
+        self, engine: sqlalchemy.Engine, dialect: Dialect, *, owned: bool, label: str
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self._owned = owned
+        self.label = label
+        self.driver = engine.dialect.driver
+
+    def close(self) -> None:
+        if self._owned:
+            self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _raw(self) -> Iterator[Any]:
+        connection = self.engine.raw_connection()
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                return [tuple(row) for row in cursor.fetchall()]
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _execute(self, sql: str) -> None:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+            finally:
+                cursor.close()
+            connection.commit()
+
+    def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                names = [d[0] for d in cursor.description]
+                if self.dialect.name == "postgres" and self.driver == "psycopg":
+                    typed = readers.postgres_description_schema(cursor.description)
+                elif self.dialect.name == "mysql" and self.driver == "pymysql":
+                    typed = readers.mysql_description_schema(cursor)
+                else:
+                    typed = None
+                cursor.fetchall()
+            finally:
+                cursor.close()
+                connection.commit()
+        return names, typed
+
+    def _unhashable(self, sql: str) -> list[str]:
+        from dialects.postgres import HASHABLE_TYPE_OIDS
+
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                description = cursor.description
+                cursor.fetchall()
+            finally:
+                cursor.close()
+                connection.commit()
+        return [d[0] for d in description if d[1] not in HASHABLE_TYPE_OIDS]
+
+    def _read(
+        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        if self.dialect.name == "postgres" and _connectorx() is not None:
+            yield from self._read_connectorx(sql, batch_rows, stop)
+            return
+        if self.dialect.name == "postgres" and _adbc_postgres() is not None:
+            yield from self._read_adbc(sql, batch_rows, stop)
+            return
+        with self._raw() as connection:
+            cursor = self._streaming_cursor(connection, batch_rows)
+            try:
+                cursor.execute(sql)
+                yield from readers.iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
+        driver_connection = connection.driver_connection
+        if self.driver == "psycopg":
+            cursor = driver_connection.cursor(name=f"sqlfeed_{threading.get_ident()}")
+            cursor.itersize = batch_rows
+            return cursor
+        if self.driver == "pymysql":
+            import pymysql.cursors
+
+            return driver_connection.cursor(pymysql.cursors.SSCursor)
+        return connection.cursor()
+
+    def _read_adbc(
+        self, sql: str, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        dbapi = _adbc_postgres()
+        assert dbapi is not None
+        url = self.engine.url.set(drivername="postgresql")
+        uri = url.render_as_string(hide_password=False)
+        with dbapi.connect(uri) as connection, connection.cursor() as cursor:
+            for setting in readers.POSTGRES_SESSION:
+                cursor.execute(setting)
+            cursor.adbc_statement.set_options(
+                **{"adbc.postgresql.batch_size_hint_bytes": str(batch_rows * 64)}
+            )
+            cursor.execute(sql)
+            for batch in cursor.fetch_record_batch():
+                if stop is not None and stop.is_set():
+                    return
+                yield batch
+
+    def _read_connectorx(
+        self, sql: str, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        connectorx = _connectorx()
+        url = self.engine.url.set(drivername="postgresql")
+        reader = connectorx.read_sql(
+            url.render_as_string(hide_password=False),
+            sql,
+            return_type="arrow_stream",
+            batch_size=batch_rows,
+            pre_execution_query=list(readers.POSTGRES_SESSION),
+        )
+        for batch in reader:
+            if stop is not None and stop.is_set():
+                return
+            yield batch
+
+
+def _connectorx() -> Any:
+    try:
+        import connectorx
+    except ImportError:
+        return None
+    return connectorx
+
+
+def _adbc_postgres() -> Any:
+    try:
+        import adbc_driver_postgresql.dbapi as dbapi
+    except ImportError:
+        return None
+    return dbapi
 
 
 def connect(target: Any = None, *, dialect: str | None = None) -> Source:
@@ -115,28 +395,32 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
         EngineError: the database cannot be reached.
         UnknownDialectError: the target's kind is not known.
     """
+    if isinstance(target, Source):
+        return target
     if target is None:
         target = "duckdb://"
     if isinstance(target, str):
         url = target.strip()
         engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)
         if engine_dialect.name == "duckdb":
-            return _duckdb_source(url, engine_dialect)
+            return _duckdb_source(url)
         return _sqlalchemy_source(url, engine_dialect)
     engine_dialect = get_dialect(dialect) if dialect else dialect_for(target)
     module = type(target).__module__ or ""
     if module.split(".")[0] in ("duckdb", "_duckdb"):
-        return Source(engine_dialect, duckdb_connection=target, label="duckdb connection")
-    if hasattr(target, "connect") and hasattr(target, "dialect"):
-        _install_functions(target, engine_dialect)
-        return Source(engine_dialect, engine=target, label=str(getattr(target, "url", "")))
+        return DuckDBSource(target, owned=False, label="duckdb connection")
+    if hasattr(target, "raw_connection") and hasattr(target, "dialect"):
+        _install_session_hooks(target, engine_dialect)
+        return SQLAlchemySource(
+            target, engine_dialect, owned=False, label=_redact(str(getattr(target, "url", "")))
+        )
     raise InvalidArgumentError(
         f"cannot read from a {module}.{type(target).__name__}: pass a URL, a SQLAlchemy "
         "engine or a DuckDB connection"
     )
 
 
-def _duckdb_source(url: str, engine_dialect: Dialect) -> Source:
+def _duckdb_source(url: str) -> Source:
     import duckdb
 
     path = url.partition("://")[2] if "://" in url else url
@@ -146,7 +430,7 @@ def _duckdb_source(url: str, engine_dialect: Dialect) -> Source:
         conn = duckdb.connect(path)
     except duckdb.Error as err:
         raise EngineError(f"cannot open DuckDB database {path!r}: {_driver_message(err)}") from None
-    return Source(engine_dialect, duckdb_connection=conn, owned=True, label=f"duckdb:{path}")
+    return DuckDBSource(conn, owned=True, label=f"duckdb:{path}")
 
 
 def _sqlalchemy_source(url: str, engine_dialect: Dialect) -> Source:
@@ -157,29 +441,33 @@ def _sqlalchemy_source(url: str, engine_dialect: Dialect) -> Source:
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as err:
         raise InvalidArgumentError(f"bad database URL {_redact(url)!r}: {err}") from None
     except ImportError as err:
-        raise EngineError(
-            f"the driver for {_redact(url)!r} is not installed ({err.name or err}); "
-            "install sqlfeed[postgres] or sqlfeed[mysql], or the driver the URL names"
+        extra = {"postgres": "postgres", "mysql": "mysql"}.get(engine_dialect.name)
+        hint = f"pip install 'sqlfeed[{extra}]'" if extra else "install the driver the URL names"
+        raise MissingDependencyError(
+            f"the driver for {_redact(url)} is not installed ({err.name or err}): {hint}"
         ) from None
-    _install_functions(engine, engine_dialect)
+    _install_session_hooks(engine, engine_dialect)
     try:
         with engine.connect():
             pass
     except sqlalchemy.exc.DBAPIError as err:
         engine.dispose()
         raise EngineError(f"cannot connect to {_redact(url)}: {_driver_message(err)}") from None
-    return Source(engine_dialect, engine=engine, owned=True, label=_redact(url))
+    return SQLAlchemySource(engine, engine_dialect, owned=True, label=_redact(url))
 
 
-def _install_functions(engine: Any, engine_dialect: Dialect) -> None:
-    """Register the dialect's functions on every new DB-API connection of ``engine``."""
+def _install_session_hooks(engine: Any, engine_dialect: Dialect) -> None:
+    """On every new DB-API connection: the dialect's functions and fixed session settings."""
     import sqlalchemy
-
-    if type(engine_dialect).register_functions is Dialect.register_functions:
-        return
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         engine_dialect.register_functions(dbapi_connection)
+        if engine_dialect.name == "postgres":
+            cursor = dbapi_connection.cursor()
+            for setting in readers.POSTGRES_SESSION:
+                cursor.execute(setting)
+            cursor.close()
+            dbapi_connection.commit()
 
     sqlalchemy.event.listen(engine, "connect", on_connect)
 
@@ -188,7 +476,7 @@ def _is_driver_error(err: Exception) -> bool:
     module = type(err).__module__ or ""
     return module.split(".")[0] in (
         "sqlalchemy", "duckdb", "_duckdb", "psycopg", "psycopg2", "pymysql", "MySQLdb",
-        "sqlite3", "adbc_driver_manager", "connectorx",
+        "sqlite3", "adbc_driver_manager", "adbc_driver_postgresql", "connectorx",
     )  # fmt: skip
 
 

@@ -25,7 +25,7 @@ def test_plan_json_has_the_documented_shape() -> None:
     assert plan["count_sql"] == "SELECT COUNT(*) FROM t WHERE a > 1"
     assert plan["sample_sql"].endswith("LIMIT 10000")
     assert [p["index"] for p in plan["partitions"]] == [0, 1, 2, 3]
-    assert all("HASHTEXTEXTENDED" in p["sql"] for p in plan["partitions"])
+    assert all("HASH_RECORD_EXTENDED" in p["sql"] for p in plan["partitions"])
 
 
 def test_plan_sql_format_prints_one_statement_per_line() -> None:

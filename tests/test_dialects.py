@@ -107,9 +107,7 @@ PLAIN_PARTITION = {
     "duckdb": "SELECT a, b FROM t WHERE HASH(a, b) % 8 = 3",
     "mysql": "SELECT a, b FROM t WHERE CRC32(CONCAT_WS('|', ISNULL(a), a, ISNULL(b), b)) % 8 = 3",
     "oracle": "SELECT a, b FROM t WHERE NVL(ORA_HASH(a || '\x1f' || b, 7), 0) = 3",
-    "postgres": (
-        "SELECT a, b FROM t WHERE ((HASHTEXTEXTENDED(CAST(ROW(a, b) AS TEXT), 0) % 8) + 8) % 8 = 3"
-    ),
+    "postgres": ("SELECT a, b FROM t WHERE ((HASH_RECORD_EXTENDED(ROW(a, b), 0) % 8) + 8) % 8 = 3"),
     "snowflake": "SELECT a, b FROM t WHERE ((HASH(a, b) % 8) + 8) % 8 = 3",
     "spark": "SELECT a, b FROM t WHERE PMOD(XXHASH64(a, b), 8) = 3",
     "sqlite": "SELECT a, b FROM t WHERE SQLFEED_HASH(a, b) % 8 = 3",
@@ -154,7 +152,7 @@ def test_partition_of_an_aggregate_hashes_only_the_grouping_columns_on_postgres(
     assert sql == (
         "SELECT * FROM (SELECT t.a, COUNT(*) AS n FROM t JOIN u ON t.id = u.id GROUP BY t.a) "
         "AS _sqlfeed_q "
-        "WHERE ((HASHTEXTEXTENDED(CAST(ROW(_sqlfeed_q.a) AS TEXT), 0) % 8) + 8) % 8 = 3"
+        "WHERE ((HASH_RECORD_EXTENDED(ROW(_sqlfeed_q.a), 0) % 8) + 8) % 8 = 3"
     )
 
 

@@ -98,7 +98,7 @@ def test_unnamed_columns_need_their_engine_names() -> None:
 
 def test_star_without_column_names_hashes_the_whole_row_on_postgres() -> None:
     sql = partition_sql("SELECT * FROM t JOIN u USING (id)", 0, 2, dialect="postgres")
-    assert 'CAST("_sqlfeed_q" AS TEXT)' in sql
+    assert 'HASH_RECORD_EXTENDED("_sqlfeed_q", 0)' in sql
 
 
 def test_star_without_column_names_asks_for_them_elsewhere() -> None:
