@@ -119,6 +119,13 @@ class Dialect:
         shifted = exp.Add(this=exp.paren(first, copy=False), expression=modulus.copy())
         return exp.Mod(this=exp.paren(shifted, copy=False), expression=modulus.copy())
 
+    def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
+        """One aggregate returning the discrete quantiles of ``arg`` as an array, or None.
+
+        None where the engine has no quantile aggregate: plans then split MIN..MAX.
+        """
+        return None
+
     def count_star(self) -> exp.Expr:
         """``COUNT(*)``, or the engine's wide variant."""
         return exp.Anonymous(this=self.COUNT_FUNCTION, expressions=[exp.Star()])

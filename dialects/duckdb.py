@@ -21,3 +21,7 @@ class DuckDB(Dialect):
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)
+
+    def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
+        points = exp.Array(expressions=[exp.Literal.number(repr(f)) for f in fractions])
+        return exp.PercentileDisc(this=arg, expression=points)

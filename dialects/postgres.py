@@ -47,6 +47,11 @@ class Postgres(Dialect):
     def whole_row_hash(self, alias: str) -> exp.Expr:
         return self._hash_record(exp.column(exp.to_identifier(alias, quoted=True)))
 
+    def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
+        points = exp.Array(expressions=[exp.Literal.number(repr(f)) for f in fractions])
+        order = exp.Order(expressions=[exp.Ordered(this=arg, nulls_first=False)])
+        return exp.WithinGroup(this=exp.PercentileDisc(this=points), expression=order)
+
     @staticmethod
     def _hash_record(record: exp.Expr) -> exp.Expr:
         return exp.Anonymous(

@@ -18,6 +18,9 @@ from dialects import (
     dialect_for,
     get_dialect,
 )
+from sqlfeed.feeder import Feeder, Progress
+from sqlfeed.planner import plan
+from sqlfeed.plans import Partition, Plan
 from sqlfeed.rewrite import (
     ParsedQuery,
     count_sql,
@@ -27,30 +30,38 @@ from sqlfeed.rewrite import (
     sample_sql,
     unstable_reasons,
 )
+from sqlfeed.sources import Source, connect
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dialect",
     "EngineError",
+    "Feeder",
     "InvalidArgumentError",
     "MissingDependencyError",
     "NotImplementedYetError",
     "ParseError",
     "ParsedQuery",
+    "Partition",
+    "Plan",
+    "Progress",
     "QueryError",
+    "Source",
     "SqlfeedError",
     "UnknownDialectError",
     "UnsafeQueryError",
     "UnstableQueryError",
     "UnsupportedError",
     "__version__",
+    "connect",
     "count_sql",
     "dialect_for",
     "get_dialect",
     "parse",
     "partition_sql",
     "partition_sqls",
+    "plan",
     "sample_sql",
     "unstable_reasons",
 ]

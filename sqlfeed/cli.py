@@ -27,7 +27,7 @@ EXIT_ENGINE = 1
 EXIT_BAD_INPUT = 2
 
 DEFAULT_SAMPLE_ROWS = 10_000
-STRATEGIES = ("auto", "hash")
+STRATEGIES = ("auto", "hash", "range", "ctid", "materialize")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy",
         choices=STRATEGIES,
         default="auto",
-        help="partitioning strategy; auto picks hash (the only one so far)",
+        help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
+        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; auto: the "
+        "cheapest that applies (all but hash need --db)",
+    )
+    plan.add_argument(
+        "--scratch",
+        metavar="SCHEMA",
+        help="a schema sqlfeed may create a table in, for the materialize strategy",
     )
     plan.add_argument(
         "--key",
@@ -131,6 +138,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_sql(count)
     count.set_defaults(run=_cmd_count)
+
+    sample = commands.add_parser(
+        "sample",
+        help="print a sample of a SELECT's rows",
+        description="Run the query's sample query (see 'plan') and print the rows.",
+    )
+    _add_target(sample, dialect=False)
+    sample.add_argument("--rows", type=int, default=10, metavar="N", help="at most N rows")
+    sample.add_argument(
+        "--method",
+        choices=("limit", "bernoulli", "hash"),
+        default="limit",
+        help="limit: the first rows; bernoulli: the engine's TABLESAMPLE; hash: a "
+        "deterministic share of the rows (bernoulli and hash need --fraction)",
+    )
+    sample.add_argument("--fraction", type=float, help="share of rows to keep, in (0, 1]")
+    sample.add_argument("--seed", type=int, default=0, help="seed of a bernoulli sample")
+    sample.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    _add_sql(sample)
+    sample.set_defaults(run=_cmd_sample)
+
+    export_ = commands.add_parser(
+        "export",
+        help="write a SELECT's rows to Parquet, CSV or JSONL, in parallel",
+        description=(
+            "Plan the query, read its partitions in parallel and write them to --out: a "
+            "file (.parquet, .csv, .jsonl) or a folder of part files, one per partition. "
+            "The output appears atomically: written aside, renamed into place when done."
+        ),
+    )
+    _add_target(export_, dialect=False)
+    export_.add_argument("--out", required=True, metavar="PATH", help="output file or folder")
+    export_.add_argument(
+        "--as",
+        dest="file_format",
+        choices=("parquet", "csv", "jsonl"),
+        help="file format (default: from the file name, else parquet)",
+    )
+    export_.add_argument("--partitions", "-m", type=int, metavar="M")
+    export_.add_argument("--target-rows", type=int, metavar="N", help="rows per partition")
+    export_.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    export_.add_argument("--sample-rows", type=int, default=0, help=argparse.SUPPRESS)
+    export_.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    export_.add_argument("--key", action="append", type=_column_list, metavar="COL")
+    export_.add_argument("--scratch", metavar="SCHEMA", help="for --strategy materialize")
+    export_.add_argument("--readers", type=int, default=2, help="partitions read at once")
+    export_.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    export_.add_argument("--allow-unstable", action="store_true")
+    export_.add_argument(
+        "--format", choices=("text", "json"), default="text", help="how to print the summary"
+    )
+    _add_sql(export_)
+    export_.set_defaults(run=_cmd_export)
 
     demo = commands.add_parser(
         "demo",
@@ -197,15 +257,69 @@ def read_sql(argument: str, stdin: TextIO | None = None) -> str:
 
 def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
     from sqlfeed import rewrite
-    from sqlfeed.sources import connect
 
-    engine = get_dialect(args.dialect or "duckdb") if not args.db else None
-    if args.db:
-        engine = dialect_for(args.db)
-    assert engine is not None
+    engine = dialect_for(args.db) if args.db else get_dialect(args.dialect or "duckdb")
     sql = read_sql(args.sql)
-    if args.key:
-        args.key = [name for names in args.key for name in names]
+    args.key = _keys(args.key)
+    _check_plan_sizes(args)
+    # Validate everything that needs no database before connecting to one.
+    parsed = rewrite.parse(sql, engine)
+    if not args.allow_unstable:
+        rewrite.check_stable(parsed)
+    if not args.db or parsed.output_width is not None:
+        # Checks the key against the output columns the SQL text names.
+        rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
+    if args.db:
+        plan = _db_plan(args, parsed)
+        document = plan.to_dict()
+        document.pop("schema", None)
+        statements = [p.sql for p in plan.partitions]
+    else:
+        if args.strategy not in ("auto", "hash"):
+            raise InvalidArgumentError(f"--strategy {args.strategy} needs --db to look at the data")
+        m = args.partitions or max(16, 4 * args.workers)
+        statements = rewrite.partition_sqls(
+            parsed, m, key=args.key, allow_unstable=args.allow_unstable
+        )
+        document = {
+            "dialect": engine.name,
+            "strategy": "hash",
+            "reason": "hash partitions over "
+            + (f"key {', '.join(args.key)}" if args.key else "all output columns")
+            + " (without --db, hash is the only strategy)",
+            "key": args.key,
+            "columns": parsed.output_names,
+            "rows": None,
+            "count_sql": rewrite.count_sql(parsed),
+            "sample_sql": rewrite.sample_sql(parsed, args.sample_rows),
+            "partitions": [{"index": i, "sql": q} for i, q in enumerate(statements)],
+        }
+    if args.format == "sql":
+        for statement in statements:
+            out.write(statement + ";\n")
+        return
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def _db_plan(args: argparse.Namespace, parsed: Any) -> Any:
+    from sqlfeed.planner import plan
+
+    return plan(
+        parsed,
+        args.db,
+        partitions=args.partitions,
+        target_rows=args.target_rows or 100_000,
+        strategy=args.strategy,
+        key=args.key,
+        workers=args.workers,
+        scratch=args.scratch,
+        allow_unstable=args.allow_unstable,
+        sample_rows=args.sample_rows,
+    )
+
+
+def _check_plan_sizes(args: argparse.Namespace) -> None:
     _positive(args.workers, "--workers")
     _positive(args.sample_rows, "--sample-rows", zero=True)
     if args.partitions is not None:
@@ -214,57 +328,83 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
         _positive(args.target_rows, "--target-rows")
         if not args.db:
             raise InvalidArgumentError("--target-rows needs --db to count the rows; or give -m")
-    # Validate everything that needs no database before connecting to one.
-    parsed = rewrite.parse(sql, engine)
+
+
+def _keys(groups: list[list[str]] | None) -> list[str] | None:
+    return [name for names in groups for name in names] if groups else None
+
+
+def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.sources import connect
+
+    sql = read_sql(args.sql)
+    _positive(args.rows, "--rows", zero=True)
+    parsed = rewrite.parse(sql, dialect_for(args.db))
+    query = rewrite.sample_sql(
+        parsed, args.rows, method=args.method, fraction=args.fraction, seed=args.seed
+    )
+    with connect(args.db) as source:
+        table = source.read_table(query)
+    _print_table(table, args.format, out)
+
+
+def _print_table(table: Any, fmt: str, out: TextIO) -> None:
+    if fmt == "json":
+        json.dump(table.to_pylist(), out, default=str, indent=1)
+        out.write("\n")
+    elif fmt == "csv":
+        import io
+
+        import pyarrow.csv as pacsv
+
+        buffer = io.BytesIO()
+        pacsv.write_csv(table, buffer)
+        out.write(buffer.getvalue().decode("utf-8"))
+    else:
+        out.write(table.to_pandas().to_string(index=False) + "\n")
+
+
+def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.export import export
+    from sqlfeed.progress import ProgressBar
+    from sqlfeed.sources import connect
+
+    sql = read_sql(args.sql)
+    args.key = _keys(args.key)
+    _check_plan_sizes(args)
+    _positive(args.readers, "--readers")
+    parsed = rewrite.parse(sql, dialect_for(args.db))
     if not args.allow_unstable:
         rewrite.check_stable(parsed)
-    if not args.db or parsed.output_width is not None:
-        # Checks the key against the output columns the SQL text names.
-        rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
-    columns: list[str] | None = None
-    text_columns: list[str] = []
-    rows: int | None = None
-    if args.db:
-        with connect(args.db) as source:
-            columns = source.output_columns(parsed)
-            text_columns = source.text_columns(parsed)
-            if args.target_rows is not None:
-                rows = source.count(parsed, columns=columns)
-    if args.partitions is not None:
-        m = args.partitions
-    elif rows is not None:
-        m = rewrite.partitions_for(rows, args.target_rows, args.workers)
+    target = Path(args.out)
+    if target.exists() and not args.overwrite:
+        raise InvalidArgumentError(f"{target} exists; pass --overwrite to replace it")
+    plan = _db_plan(args, parsed)
+    with connect(args.db) as source:
+        bar = ProgressBar(plan.num_partitions)
+        try:
+            summary = export(
+                plan,
+                source,
+                target,
+                format=args.file_format,
+                readers=args.readers,
+                overwrite=args.overwrite,
+                on_partition=bar.update,
+            )
+        finally:
+            bar.close()
+    summary.update(strategy=plan.strategy, partitions=plan.num_partitions)
+    if args.format == "json":
+        json.dump(summary, out)
+        out.write("\n")
     else:
-        m = max(16, 4 * args.workers)
-    partitions = rewrite.partition_sqls(
-        parsed,
-        m,
-        key=args.key,
-        columns=columns,
-        text_columns=text_columns,
-        allow_unstable=args.allow_unstable,
-    )
-    if args.format == "sql":
-        for statement in partitions:
-            out.write(statement + ";\n")
-        return
-    plan: dict[str, Any] = {
-        "dialect": engine.name,
-        "strategy": "hash",
-        "strategy_reason": (
-            "hash partitions over "
-            + (f"key {', '.join(args.key)}" if args.key else "all output columns")
-            + ("" if args.strategy == "hash" else "; auto chose hash, the only strategy so far")
-        ),
-        "key": args.key,
-        "columns": columns,
-        "rows": rows,
-        "count_sql": rewrite.count_sql(parsed, columns=columns),
-        "sample_sql": rewrite.sample_sql(parsed, args.sample_rows, columns=columns),
-        "partitions": [{"index": i, "sql": s} for i, s in enumerate(partitions)],
-    }
-    json.dump(plan, out, indent=2)
-    out.write("\n")
+        out.write(
+            f"wrote {summary['rows']} rows to {summary['path']} ({summary['format']}, "
+            f"{summary['files']} file(s), {plan.num_partitions} {plan.strategy} partitions)\n"
+        )
 
 
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:

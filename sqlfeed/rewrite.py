@@ -18,6 +18,8 @@ stable, i.e. returns the same rows every time it runs (see :func:`unstable_reaso
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import logging
 import math
 from collections.abc import Collection, Sequence
@@ -42,14 +44,20 @@ from dialects import (
 __all__ = [
     "SAMPLE_METHODS",
     "ParsedQuery",
+    "bounds_sql",
     "check_stable",
     "count_sql",
+    "literal",
+    "numbered_sql",
     "parse",
     "partition_sql",
     "partition_sqls",
     "partitions_for",
+    "physical_partition_sqls",
+    "range_partition_sqls",
     "sample_sql",
     "schema_sql",
+    "single_table",
     "unstable_reasons",
 ]
 
@@ -521,6 +529,191 @@ def partition_sqls(
         )
         for k in indices
     ]
+
+
+def range_partition_sqls(
+    query: str | ParsedQuery,
+    key: str,
+    bounds: Sequence[object],
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+    null_partition: bool = True,
+    allow_unstable: bool = False,
+) -> list[str]:
+    """Range partitions of the query on one key column, split at ``bounds``.
+
+    ``n`` increasing bounds make ``n + 1`` ranges: ``key < b1``, ``b1 <= key < b2``, ...,
+    ``key >= bn`` (the first and last are open, so values outside the planned minimum and
+    maximum still land somewhere), plus a last ``key IS NULL`` partition when
+    ``null_partition``. Adjacent ranges compare against the same literal, so every row is
+    in exactly one partition whatever the literal's rounding. Integers are exact.
+
+    >>> range_partition_sqls("SELECT id, v FROM t", "id", [10, 20], dialect="postgres")
+    ['SELECT id, v FROM t WHERE id < 10', 'SELECT id, v FROM t WHERE id >= 10 AND id < 20', \
+'SELECT id, v FROM t WHERE id >= 20', 'SELECT id, v FROM t WHERE id IS NULL']
+    """
+    parsed = parse(query, dialect)
+    if not allow_unstable:
+        check_stable(parsed)
+    keys = _normalize_key(key)
+    assert keys is not None
+    if len(keys) != 1:
+        raise InvalidArgumentError("range partitions take exactly one key column")
+    frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    column = frame.hash_args(keys)
+    assert column is not None
+    target = column[0]
+    literals = [literal(value) for value in bounds]
+    conditions: list[exp.Expr] = []
+    if not literals:
+        conditions.append(exp.Not(this=exp.Is(this=target.copy(), expression=exp.null())))
+    for position in range(len(literals) + 1):
+        parts: list[exp.Expr] = []
+        if position > 0:
+            parts.append(exp.GTE(this=target.copy(), expression=literals[position - 1].copy()))
+        if position < len(literals):
+            parts.append(exp.LT(this=target.copy(), expression=literals[position].copy()))
+        if parts:
+            conditions.append(exp.and_(*parts) if len(parts) > 1 else parts[0])
+    if null_partition:
+        conditions.append(exp.Is(this=target.copy(), expression=exp.null()))
+    engine = parsed.dialect
+    return [engine.sql(frame.with_condition(condition)) for condition in conditions]
+
+
+def bounds_sql(
+    query: str | ParsedQuery,
+    key: str,
+    fractions: Sequence[float] = (),
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> str:
+    """``SELECT COUNT(*), COUNT(key), MIN(key), MAX(key)[, quantiles]`` over the query.
+
+    The quantiles (discrete: values that occur in the data) come only where the dialect
+    has a quantile aggregate (``Dialect.quantiles``); elsewhere plan from MIN and MAX.
+    """
+    parsed = parse(query, dialect)
+    engine = parsed.dialect
+    keys = _normalize_key(key)
+    assert keys is not None
+    frame = _Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    column = frame.hash_args(keys)
+    assert column is not None
+    target = column[0]
+    aggregates: list[exp.Expr] = [
+        engine.count_star(),
+        exp.Count(this=target.copy()),
+        exp.Min(this=target.copy()),
+        exp.Max(this=target.copy()),
+    ]
+    if fractions:
+        quantiles = engine.quantiles(target.copy(), list(fractions))
+        if quantiles is not None:
+            aggregates.append(quantiles)
+    select = frame.select
+    select.set("expressions", aggregates)
+    select.set("order", None)
+    return engine.sql(select)
+
+
+def physical_partition_sqls(
+    query: str | ParsedQuery,
+    conditions: Sequence[exp.Expr],
+    *,
+    dialect: str | Dialect = "duckdb",
+    allow_unstable: bool = False,
+) -> list[str]:
+    """The query's own WHERE extended with each of ``conditions`` (ctid or row ranges).
+
+    Only for a plain filter over one table (see :func:`single_table`), where a condition on
+    the table's physical rows selects the same output rows.
+    """
+    parsed = parse(query, dialect)
+    if not allow_unstable:
+        check_stable(parsed)
+    if single_table(parsed) is None:
+        raise InvalidArgumentError(
+            "physical partitions need a plain filter over one table (no join, aggregate, "
+            "DISTINCT, LIMIT, window or set operation)"
+        )
+    select = parsed.tree.copy()
+    assert isinstance(select, exp.Select)
+    frame = _Frame(select, parsed.dialect, None, None, None, alias="")
+    return [parsed.dialect.sql(frame.with_condition(c.copy())) for c in conditions]
+
+
+def numbered_sql(
+    query: str | ParsedQuery,
+    row_number: str,
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> exp.Select:
+    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize.
+
+    The numbering is arbitrary but fixed once stored; the output names must be distinct.
+    """
+    parsed = parse(query, dialect)
+    frame = _Frame.build(parsed, columns, pushdown=False)
+    if frame.columns is None or frame.names is None:
+        raise QueryError("materialize needs the output column names: pass columns=...")
+    numbered = exp.alias_(
+        exp.Window(this=exp.RowNumber()), exp.to_identifier(row_number), copy=False
+    )
+    outputs = [
+        exp.alias_(c.copy(), exp.to_identifier(n, quoted=True), copy=False)
+        for c, n in zip(frame.columns, frame.names, strict=True)
+        if n is not None
+    ]
+    select = frame.select
+    select.set("expressions", [numbered, *outputs])
+    return select
+
+
+def single_table(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> exp.Table | None:
+    """The table a plain single-table filter reads (None for anything else).
+
+    >>> single_table("SELECT a FROM s.t AS x WHERE a > 1").sql()
+    's.t AS x'
+    """
+    tree = parse(query, dialect).tree
+    if not isinstance(tree, exp.Select) or _pushdown_blocker(tree) is not None:
+        return None
+    table = tree.args["from_"].this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        return None  # a table function such as read_parquet(...)
+    return table.copy()
+
+
+def literal(value: object) -> exp.Expr:
+    """A SQL literal for a Python value (bounds): exact for integers and decimals.
+
+    >>> literal(2**63 - 1).sql()
+    '9223372036854775807'
+    >>> literal(dt.date(2024, 2, 29)).sql()
+    "CAST('2024-02-29' AS DATE)"
+    """
+    if value is None:
+        return exp.null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise InvalidArgumentError(f"cannot use {value} as a partition bound")
+        return exp.Literal.number(repr(value))
+    if isinstance(value, dt.datetime):
+        kind = exp.DataType.Type.TIMESTAMPTZ if value.tzinfo else exp.DataType.Type.TIMESTAMP
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), exp.DataType.Type.DATE)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise InvalidArgumentError(f"cannot use a {type(value).__name__} as a partition bound")
 
 
 # -- the frame: a SELECT over the query's rows that a WHERE can be added to ----------------

@@ -1,0 +1,200 @@
+"""Export a query's rows to files: partitioned, read in parallel, written atomically.
+
+The output appears under its final name only when complete: it is written beside it
+under a temporary name and renamed into place, so a failed or interrupted export leaves
+no half-written file or folder under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from dialects import InvalidArgumentError
+from sqlfeed.plans import Plan
+from sqlfeed.sources import Source
+
+__all__ = ["EXPORT_FORMATS", "export"]
+
+EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+
+
+def export(
+    plan: Plan,
+    source: Source,
+    out: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    readers: int = 2,
+    overwrite: bool = False,
+    on_partition: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Write the plan's rows to ``out``.
+
+    ``out`` ending in ``.parquet``, ``.csv`` or ``.jsonl`` is one file; anything else is
+    a folder with one ``part-NNNNN.<format>`` file per partition (written in parallel).
+
+    Args:
+        plan: what to export.
+        source: where it runs.
+        out: the output file or folder.
+        format: parquet, csv or jsonl; by default from the file suffix, else parquet.
+        readers: partitions read (and, for a folder, written) at once.
+        overwrite: replace an existing output.
+        on_partition: called with (partitions done, rows so far) after each partition.
+
+    Returns:
+        ``{"path", "format", "rows", "files"}``.
+    """
+    target = Path(out)
+    suffix = target.suffix.lstrip(".").lower()
+    single_file = suffix in EXPORT_FORMATS
+    fmt = format or (suffix if single_file else "parquet")
+    if fmt not in EXPORT_FORMATS:
+        raise InvalidArgumentError(f"export format must be one of {', '.join(EXPORT_FORMATS)}")
+    if single_file and suffix != fmt:
+        raise InvalidArgumentError(f"--format {fmt} does not match the file name {target.name}")
+    if target.exists() and not overwrite:
+        raise InvalidArgumentError(f"{target} exists; pass --overwrite to replace it")
+    if not target.parent.exists():
+        raise InvalidArgumentError(f"the folder {target.parent} does not exist")
+    temporary = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    schema = plan.arrow_schema() or source.schema(plan.sql)
+    try:
+        if single_file:
+            rows = _write_file(plan, source, temporary, fmt, schema, readers, on_partition)
+            files = 1
+        else:
+            temporary.mkdir()
+            rows = _write_folder(plan, source, temporary, fmt, schema, readers, on_partition)
+            files = plan.num_partitions
+        _replace(temporary, target)
+    except BaseException:
+        _remove(temporary)
+        raise
+    return {"path": str(target), "format": fmt, "rows": rows, "files": files}
+
+
+def _write_file(
+    plan: Plan,
+    source: Source,
+    path: Path,
+    fmt: str,
+    schema: pa.Schema,
+    readers: int,
+    on_partition: Callable[[int, int], None] | None,
+) -> int:
+    from sqlfeed.feeder import Feeder, Progress
+
+    def progress(event: Progress) -> None:
+        if on_partition is not None:
+            on_partition(event.partitions_done, event.rows)
+
+    feeder = Feeder(plan, source, readers=readers, progress=progress)
+    rows = 0
+    with _writer(path, fmt, schema) as write:
+        for batch in feeder:
+            write(batch)
+            rows += batch.num_rows
+    return rows
+
+
+def _write_folder(
+    plan: Plan,
+    source: Source,
+    folder: Path,
+    fmt: str,
+    schema: pa.Schema,
+    readers: int,
+    on_partition: Callable[[int, int], None] | None,
+) -> int:
+    lock = threading.Lock()
+    state = {"done": 0, "rows": 0}
+    stop = threading.Event()
+
+    def one(index: int) -> None:
+        partition = plan.partitions[index]
+        written = 0
+        with _writer(folder / f"part-{index:05d}.{fmt}", fmt, schema) as write:
+            for batch in source.read(partition.sql, schema=schema, stop=stop):
+                write(batch)
+                written += batch.num_rows
+        with lock:
+            state["done"] += 1
+            state["rows"] += written
+            if on_partition is not None:
+                on_partition(state["done"], state["rows"])
+
+    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="sqlfeed-export") as pool:
+        futures = [pool.submit(one, i) for i in range(plan.num_partitions)]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
+    return state["rows"]
+
+
+class _writer:
+    """A context manager yielding ``write(batch)`` for one output file."""
+
+    def __init__(self, path: Path, fmt: str, schema: pa.Schema) -> None:
+        self.path, self.fmt, self.schema = path, fmt, schema
+        self._close: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> Callable[[pa.RecordBatch], None]:
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetWriter(self.path, self.schema)
+            self._close = parquet.close
+            write: Callable[[pa.RecordBatch], None] = parquet.write_batch
+            return write
+        if self.fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            csv = pacsv.CSVWriter(self.path, self.schema)
+            self._close = csv.close
+            write_csv: Callable[[pa.RecordBatch], None] = csv.write_batch
+            return write_csv
+        handle = open(self.path, "w", encoding="utf-8")
+        self._close = handle.close
+
+        def write_jsonl(batch: pa.RecordBatch) -> None:
+            for row in batch.to_pylist():
+                handle.write(json.dumps(row, default=str, ensure_ascii=False))
+                handle.write("\n")
+
+        return write_jsonl
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+
+def _replace(temporary: Path, target: Path) -> None:
+    if target.exists():
+        aside = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(target, aside)
+        os.replace(temporary, target)
+        _remove(aside)
+    else:
+        os.replace(temporary, target)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists():
+        path.unlink()

@@ -1,0 +1,162 @@
+"""Plans: a query split into partitions. Pure data: frozen, picklable, JSON round-trip.
+
+Built by :func:`sqlfeed.planner.plan`; read by the Feeder and the dispatcher.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+STRATEGIES = ("auto", "hash", "range", "ctid", "materialize")
+"""Partitioning strategies: ``auto`` picks one of the others (see the planner)."""
+
+PLAN_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition: a query whose rows are a disjoint part of the plan's query."""
+
+    index: int
+    sql: str
+    estimated_rows: int | None = None
+    """The planner's estimate (exact for range and materialize plans), None if unknown."""
+    description: str = ""
+    """What the partition covers, for people: ``hash bucket 3 of 16``, ``id in [10, 20)``."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A query, the strategy that split it, and its partitions.
+
+    The partitions' rows add up to exactly the query's result (as a multiset), for
+    every strategy, as long as the data does not change while they are read.
+    """
+
+    sql: str
+    """The query as the user gave it."""
+    dialect: str
+    strategy: str
+    reason: str
+    """Why the strategy was chosen (``auto``) or that it was asked for."""
+    partitions: tuple[Partition, ...]
+    columns: tuple[str, ...]
+    """The output column names, as the engine reports them."""
+    key: tuple[str, ...] | None = None
+    rows: int | None = None
+    """The query's row count when the planner counted it."""
+    count_sql: str = ""
+    sample_sql: str = ""
+    schema: bytes | None = field(default=None, repr=False)
+    """The Arrow schema every partition yields, serialized (IPC); see ``arrow_schema()``."""
+    scratch_table: str | None = None
+    """The table a ``materialize`` plan wrote, dropped by ``Source.drop_scratch``."""
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what the plan reads: dialect, query, strategy and partition SQL.
+
+        Two plans with the same fingerprint read the same rows the same way; a job
+        (``sqlfeed job``) refuses to continue with a plan of another fingerprint.
+        """
+        digest = hashlib.sha256()
+        for part in (self.dialect, self.sql, self.strategy, *(p.sql for p in self.partitions)):
+            digest.update(part.encode("utf-8"))
+            digest.update(b"\x00")
+        return digest.hexdigest()[:16]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def arrow_schema(self) -> Any:
+        """The Arrow schema (``pyarrow.Schema``) of every partition, or None if unknown."""
+        if self.schema is None:
+            return None
+        import pyarrow as pa
+
+        return pa.ipc.read_schema(pa.py_buffer(self.schema))
+
+    def share(self, rank: int, world_size: int) -> tuple[Partition, ...]:
+        """The partitions of worker ``rank`` of ``world_size`` (static sharding).
+
+        Disjoint across ranks and together all partitions; round-robin by index.
+        """
+        if world_size < 1 or not 0 <= rank < world_size:
+            from dialects import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
+            )
+        return self.partitions[rank::world_size]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the schema as base64)."""
+        import base64
+
+        return {
+            "version": PLAN_FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "dialect": self.dialect,
+            "strategy": self.strategy,
+            "reason": self.reason,
+            "sql": self.sql,
+            "key": list(self.key) if self.key else None,
+            "columns": list(self.columns),
+            "rows": self.rows,
+            "count_sql": self.count_sql,
+            "sample_sql": self.sample_sql,
+            "scratch_table": self.scratch_table,
+            "schema": base64.b64encode(self.schema).decode() if self.schema else None,
+            "partitions": [
+                {
+                    "index": p.index,
+                    "sql": p.sql,
+                    "estimated_rows": p.estimated_rows,
+                    "description": p.description,
+                }
+                for p in self.partitions
+            ],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The plan ``to_dict`` wrote; refuses other format versions."""
+        import base64
+
+        from dialects import InvalidArgumentError
+
+        if data.get("version") != PLAN_FORMAT_VERSION:
+            raise InvalidArgumentError(
+                f"plan format version {data.get('version')!r} is not {PLAN_FORMAT_VERSION}"
+            )
+        plan = cls(
+            sql=data["sql"],
+            dialect=data["dialect"],
+            strategy=data["strategy"],
+            reason=data["reason"],
+            key=tuple(data["key"]) if data.get("key") else None,
+            columns=tuple(data["columns"]),
+            rows=data.get("rows"),
+            count_sql=data.get("count_sql", ""),
+            sample_sql=data.get("sample_sql", ""),
+            scratch_table=data.get("scratch_table"),
+            schema=base64.b64decode(data["schema"]) if data.get("schema") else None,
+            partitions=tuple(
+                Partition(p["index"], p["sql"], p.get("estimated_rows"), p.get("description", ""))
+                for p in data["partitions"]
+            ),
+        )
+        if data.get("fingerprint") not in (None, plan.fingerprint):
+            raise InvalidArgumentError("the plan's fingerprint does not match its contents")
+        return plan
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls.from_dict(json.loads(text))
