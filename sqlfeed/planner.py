@@ -472,11 +472,16 @@ def _build_materialize(ctx: _Context, m: int, allow_unstable: bool) -> tuple[lis
     rows = 0
     try:
         if engine.name != "duckdb":  # DuckDB prunes row ranges with its zone maps
+            index_table = table.copy()
+            index_name: exp.Expr = exp.to_identifier(f"{name}_rn")
+            if engine.name == "sqlite":  # SQLite qualifies the index, not its table
+                index_table = exp.table_(name)
+                index_name = exp.table_(f"{name}_rn", db=ctx.scratch)
             index = exp.Create(
                 kind="INDEX",
                 this=exp.Index(
-                    this=exp.to_identifier(f"{name}_rn"),
-                    table=table.copy(),
+                    this=index_name,
+                    table=index_table,
                     params=exp.IndexParameters(columns=[exp.column(_ROW_NUMBER)]),
                 ),
             )

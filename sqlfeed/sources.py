@@ -217,9 +217,17 @@ class DuckDBSource(Source):
         with self._cursor() as cursor:
             relation = cursor.sql(sql)
             to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
-            for batch in to_reader(batch_rows):
-                if stop is not None and stop.is_set():
+            reader = to_reader(batch_rows)
+            while stop is None or not stop.is_set():
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
                     return
+                except (OSError, pa.ArrowException) as err:
+                    # DuckDB's errors surface through the Arrow stream as OSError.
+                    raise EngineError(
+                        f"duckdb failed running the partition query: {_driver_message(err)}"
+                    ) from None
                 yield batch
 
 

@@ -215,3 +215,25 @@ CORPUS: list[Case] = [
          skip={"mysql": "MariaDB cannot name the columns of a VALUES derived table",
                "sqlite": "SQLite cannot name the columns of a derived table"}),
 ]  # fmt: skip
+
+
+KEYED_COLUMNS = [("id", "bigint"), ("k", "bigint"), ("ts", "timestamp"), ("v", "float"),
+                 ("s", "text")]  # fmt: skip
+
+
+def keyed_rows(n: int = 400) -> list[tuple[Any, ...]]:
+    """Rows for the plan tests: NULL keys, int64 extremes, timestamps, negative floats."""
+    extremes = [9223372036854775807, -9223372036854775808, 0, -1]
+    rows = []
+    for i in range(n):
+        k = None if i % 9 == 0 else extremes[i % 4] if i % 50 < 4 else (i * 7919) % 1000 - 500
+        rows.append(
+            (
+                i,
+                k,
+                None if i % 11 == 0 else dt.datetime(2022, 1, 1) + dt.timedelta(minutes=i * 613),
+                None if i % 13 == 0 else (i % 37) * 1.5 - 20,
+                STRINGS[i % len(STRINGS)],
+            )
+        )
+    return rows

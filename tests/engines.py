@@ -18,7 +18,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import shutil
 import sqlite3
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -62,6 +64,17 @@ class Engine:
     def __init__(self) -> None:
         self.schema = f"sqlfeed_test_{uuid.uuid4().hex[:10]}"
         self.queries_run = 0
+
+    def qualify(self, table: str) -> str:
+        """``table`` as a query run through another connection must name it."""
+        return table
+
+    def source(self) -> Any:
+        """A sqlfeed Source on the same database (the product's own connection)."""
+        raise NotImplementedError
+
+    scratch = "main"
+    """A schema sqlfeed may create scratch tables in."""
 
     def execute(self, sql: str) -> None:
         """Run a statement that returns no rows."""
@@ -130,6 +143,11 @@ class DuckDBEngine(Engine):
     def _cursor(self) -> Any:
         return self.conn.cursor()
 
+    def source(self) -> Any:
+        from sqlfeed import connect
+
+        return connect(self.conn)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -139,8 +157,14 @@ class SQLiteEngine(Engine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self.path = os.path.join(tempfile.mkdtemp(prefix="sqlfeed-test-"), "test.db")
+        self.conn = sqlite3.connect(self.path, check_same_thread=False)
         SQLite().register_functions(self.conn)
+
+    def source(self) -> Any:
+        from sqlfeed import connect
+
+        return connect(f"sqlite:///{self.path}")
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
@@ -159,6 +183,7 @@ class SQLiteEngine(Engine):
 
     def close(self) -> None:
         self.conn.close()
+        shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
 class PostgresEngine(Engine):
@@ -178,6 +203,18 @@ class PostgresEngine(Engine):
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
+
+    @property
+    def scratch(self) -> str:  # type: ignore[override]
+        return self.schema
+
+    def qualify(self, table: str) -> str:
+        return f"{self.schema}.{table}"
+
+    def source(self) -> Any:
+        from sqlfeed import connect
+
+        return connect(POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1))
 
     def close(self) -> None:
         self.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
@@ -210,6 +247,20 @@ class MySQLEngine(Engine):
 
     def _cursor(self) -> Any:
         return self.conn.cursor()
+
+    @property
+    def scratch(self) -> str:  # type: ignore[override]
+        return self.schema
+
+    def qualify(self, table: str) -> str:
+        return f"{self.schema}.{table}"
+
+    def source(self) -> Any:
+        from sqlfeed import connect
+
+        url = urlparse(MYSQL_URL)
+        netloc = url.netloc or "root@127.0.0.1:3306"
+        return connect(f"mysql+pymysql://{netloc}/{self.schema}")
 
     def close(self) -> None:
         self.execute(f"DROP DATABASE IF EXISTS {self.schema}")

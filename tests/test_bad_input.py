@@ -85,6 +85,33 @@ BAD_ARGUMENTS = {
     "unknown_strategy": (["plan", "--strategy", "magic", "SELECT a FROM t"], "invalid choice"),
     "missing_sql": (["plan"], "required"),
     "unknown_command": (["fly"], "invalid choice"),
+    "sample_bad_method": (["sample", "--db", "duckdb://", "--method", "x", "SELECT 1"], "choice"),
+    "sample_hash_without_fraction": (
+        ["sample", "--db", "duckdb://", "--method", "hash", "SELECT 1 AS a"],
+        "needs fraction",
+    ),
+    "sample_bernoulli_on_mysql": (
+        [
+            "sample",
+            "--db",
+            "mysql+pymysql://root@127.0.0.1:9/x",
+            "--method",
+            "bernoulli",
+            "--fraction",
+            "0.1",
+            "SELECT a FROM t",
+        ],
+        "method='hash'",
+    ),
+    "export_without_out": (["export", "--db", "duckdb://", "SELECT 1"], "--out"),
+    "export_bad_readers": (
+        ["export", "--db", "duckdb://", "--out", "/tmp/x.parquet", "--readers", "0", "SELECT 1"],
+        "--readers",
+    ),
+    "export_unstable": (
+        ["export", "--db", UNREACHABLE, "--out", "/tmp/x.parquet", "SELECT a FROM t LIMIT 3"],
+        "LIMIT",
+    ),
 }
 
 

@@ -90,7 +90,7 @@ def test_console_module_runs_as_a_process() -> None:
     assert done.stdout.count(";") == 2
 
 
-@pytest.mark.parametrize("command", ["plan", "count", "demo"])
+@pytest.mark.parametrize("command", ["plan", "count", "sample", "export", "demo"])
 def test_every_command_has_help(command: str) -> None:
     run = run_cli([command, "--help"])
     assert run.code == 0
@@ -164,3 +164,63 @@ def test_demo_runs_end_to_end() -> None:
     run = run_cli(["demo", "--rows", "20000", "-m", "4"])
     assert run.code == 0, run.err
     assert "together exactly the query's" in run.out
+
+
+def test_plan_with_db_uses_the_planner_strategies(duck_file: str) -> None:
+    plan = json.loads(run_cli(["plan", "--db", duck_file, "-m", "4", "SELECT * FROM t"]).out)
+    assert plan["strategy"] == "ctid"
+    assert plan["reason"].startswith("auto: ")
+    ranged = json.loads(
+        run_cli(
+            ["plan", "--db", duck_file, "-m", "4", "--strategy", "range", "--key", "id",
+             "SELECT id, s FROM t"]
+        ).out
+    )  # fmt: skip
+    assert ranged["strategy"] == "range"
+    assert [p["estimated_rows"] for p in ranged["partitions"]] == [250, 250, 250, 250]
+
+
+def test_strategies_other_than_hash_need_a_database() -> None:
+    run = run_cli(["plan", "--strategy", "range", "--key", "a", "SELECT a FROM t"])
+    assert run.code == 2
+    assert "needs --db" in run.err
+
+
+def test_sample_prints_rows(duck_file: str) -> None:
+    run = run_cli(["sample", "--db", duck_file, "--rows", "3", "--format", "json",
+                   "SELECT id, s FROM t ORDER BY id"])  # fmt: skip
+    assert json.loads(run.out) == [{"id": 0, "s": None}, {"id": 1, "s": "v1"}, {"id": 2, "s": "v2"}]
+    hashed = run_cli(["sample", "--db", duck_file, "--method", "hash", "--fraction", "0.1",
+                      "--rows", "1000", "--format", "csv", "SELECT id FROM t"])  # fmt: skip
+    assert 50 < len(hashed.out.splitlines()) - 1 < 150
+
+
+def test_export_writes_a_parquet_file_and_refuses_to_overwrite(
+    duck_file: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "rows.parquet"
+    run = run_cli(["export", "--db", duck_file, "--out", str(out), "-m", "3", "--format", "json",
+                   "SELECT * FROM t WHERE g < 3"])  # fmt: skip
+    assert run.code == 0, run.err
+    summary = json.loads(run.out)
+    assert summary["rows"] == 429
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).num_rows == 429
+    again = run_cli(["export", "--db", duck_file, "--out", str(out), "SELECT * FROM t"])
+    assert again.code == 2
+    assert "--overwrite" in again.err
+    replaced = run_cli(["export", "--db", duck_file, "--out", str(out), "--overwrite",
+                        "SELECT * FROM t"])  # fmt: skip
+    assert replaced.code == 0
+    assert pq.read_table(out).num_rows == 1000
+
+
+def test_export_to_a_folder_writes_one_part_per_partition(duck_file: str, tmp_path: Path) -> None:
+    out = tmp_path / "parts"
+    run = run_cli(["export", "--db", duck_file, "--out", str(out), "--as", "csv", "-m", "5",
+                   "SELECT * FROM t"])  # fmt: skip
+    assert run.code == 0, run.err
+    parts = sorted(out.glob("part-*.csv"))
+    assert len(parts) == 5
+    assert sum(len(p.read_text().splitlines()) - 1 for p in parts) == 1000
