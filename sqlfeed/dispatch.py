@@ -1,0 +1,172 @@
+"""Workers: pull partitions from a job's lease queue and stream their batches.
+
+A batch counts as *taken* when the consumer asks for the next one (or ends the
+iteration normally), and is then acknowledged. A worker that dies holding a batch has
+not acknowledged it, so the next holder of that partition delivers it again; everything
+acknowledged before is skipped. Resuming by batch count assumes the engine returns a
+partition's rows in the same order on every read: true for DuckDB scans, SQLite and
+MySQL; for PostgreSQL sqlfeed turns off parallel plans and synchronized scans in the
+sessions it reads with, so a partition reads back in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import pyarrow as pa
+
+from sqlfeed.leases import JobSpec, Lease, LeaseQueue, Wait, open_queue
+from sqlfeed.sources import Source, connect
+
+__all__ = ["Delivery", "Worker", "default_worker_id"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One batch handed to the consumer, and where it came from."""
+
+    epoch: int
+    partition: int
+    offset: int
+    """The batch's position within its partition (0-based)."""
+    batch: pa.RecordBatch
+
+
+def default_worker_id() -> str:
+    """``host:pid:random``: unique per process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Pulls a job's partitions, heartbeats its lease, acknowledges what was taken.
+
+    Args:
+        queue: a :class:`LeaseQueue` or its URL (``memory://``, ``sqlite:///state.db``,
+            a PostgreSQL or MySQL URL).
+        job: the job's name (create it with ``queue.create_job`` first).
+        source: where the plan's partitions run.
+        worker_id: a unique name for this worker (default: host, pid and a random part).
+        batch_size: rows per batch within a partition (None: as read). Batches never span
+            partitions, so acknowledged offsets are per partition.
+        poll: seconds between asks while the epoch waits on other workers' leases.
+    """
+
+    def __init__(
+        self,
+        queue: LeaseQueue | str,
+        job: str,
+        source: Any = None,
+        *,
+        worker_id: str | None = None,
+        batch_size: int | None = None,
+        poll: float = 0.5,
+    ) -> None:
+        self.queue = open_queue(queue)
+        self.spec: JobSpec = self.queue.job(job)
+        self.source: Source = connect(source)
+        self.worker_id = worker_id or default_worker_id()
+        self.batch_size = batch_size
+        self.poll = poll
+        self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
+        self._lease: Lease | None = None
+        self._lost = threading.Event()
+        self._closed = threading.Event()
+        self._guard = threading.Lock()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="sqlfeed-heartbeat")
+        self._beat.start()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give back the lease held now, at once, and stop heartbeating."""
+        self._closed.set()
+        with self._guard:
+            lease, self._lease = self._lease, None
+        if lease is not None:
+            self.queue.release(lease)
+
+    def release_on_sigterm(self) -> None:
+        """On SIGTERM, give back the lease and exit (for worker processes)."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.close()
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)
+
+    def _heartbeat(self) -> None:
+        interval = max(self.spec.lease_ttl / 3, 0.05)
+        while not self._closed.wait(interval):
+            with self._guard:
+                lease = self._lease
+            if lease is not None and not self.queue.heartbeat(lease):
+                self._lost.set()
+
+    def deliveries(self) -> Iterator[Delivery]:
+        """Batches of every partition this worker gets, epoch after epoch, until done."""
+        while not self._closed.is_set():
+            got = self.queue.acquire(self.spec.name, self.worker_id)
+            if got is None:
+                return
+            if isinstance(got, Wait):
+                time.sleep(min(self.poll, max(got.seconds, 0.01)))
+                continue
+            with self._guard:
+                self._lease = got
+                self._lost.clear()
+            try:
+                yield from self._partition(got)
+            finally:
+                with self._guard:
+                    self._lease = None
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The record batches of :meth:`deliveries`."""
+        for delivery in self.deliveries():
+            yield delivery.batch
+
+    def _partition(self, lease: Lease) -> Iterator[Delivery]:
+        partition = self.spec.plan.partitions[lease.partition]
+        stop = threading.Event()
+        offset = 0
+        reads = self.source.read(partition.sql, schema=self.schema, stop=stop)
+        batches = _rebatched(reads, self.batch_size) if self.batch_size else reads
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                if offset < lease.offset:  # acknowledged by an earlier holder: skip
+                    offset += 1
+                    continue
+                if self._lost.is_set():
+                    return  # another worker holds this partition now
+                yield Delivery(lease.epoch, lease.partition, offset, batch)
+                offset += 1
+                if not self.queue.ack(lease, offset, batch.num_rows):
+                    return
+            if not self._lost.is_set():
+                self.queue.complete(lease)
+        finally:
+            stop.set()
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+
+def _rebatched(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    from sqlfeed.feeder import _rebatched as rebatch
+
+    return rebatch(batches, size, drop_remainder=False)
