@@ -192,6 +192,67 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sql(export_)
     export_.set_defaults(run=_cmd_export)
 
+    job = commands.add_parser(
+        "job",
+        help="create, inspect or reset a job: a plan handed out to elastic workers",
+        description="A job is a plan, a number of epochs and a seed, in a lease queue.",
+    )
+    job_commands = job.add_subparsers(dest="job_command", metavar="ACTION", parser_class=_Parser)
+    job_commands.required = True
+    create = job_commands.add_parser(
+        "create",
+        help="plan a query and create the job (idempotent: the same job may be created again)",
+    )
+    _add_job_target(create)
+    create.add_argument("--db", metavar="URL", required=True, help="where the query runs")
+    create.add_argument("--partitions", "-m", type=int, metavar="M")
+    create.add_argument("--target-rows", type=int, metavar="N")
+    create.add_argument("--workers", type=int, default=1, help="expected number of workers")
+    create.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    create.add_argument("--key", action="append", type=_column_list, metavar="COL")
+    create.add_argument("--scratch", metavar="SCHEMA")
+    create.add_argument("--sample-rows", type=int, default=0, help=argparse.SUPPRESS)
+    create.add_argument("--allow-unstable", action="store_true")
+    create.add_argument("--epochs", type=int, default=1)
+    create.add_argument("--seed", type=int, default=0)
+    create.add_argument("--lease-ttl", type=float, default=60.0, metavar="SECONDS")
+    create.add_argument(
+        "--order",
+        choices=("shuffle", "lpt", "index"),
+        default="shuffle",
+        help="hand-out order within an epoch (default shuffle: seeded)",
+    )
+    create.add_argument("--format", choices=("text", "json"), default="text")
+    _add_sql(create)
+    create.set_defaults(run=_cmd_job_create)
+    for action, helptext in (
+        ("status", "per-epoch done/leased/pending and per-worker counts and throughput"),
+        ("reset", "make every partition pending again, from the start"),
+        ("delete", "remove the job from the queue"),
+    ):
+        sub = job_commands.add_parser(action, help=helptext)
+        _add_job_target(sub)
+        if action == "status":
+            sub.add_argument("--format", choices=("table", "json"), default="table")
+        sub.set_defaults(run=_cmd_job_other, action=action)
+
+    worker = commands.add_parser(
+        "worker",
+        help="pull a job's partitions and read them (joins and leaves at any time)",
+        description=(
+            "Take leases on the job's partitions until every epoch is done, reading each "
+            "partition; with --out, write every batch to DIR/epoch=E/part-P-B.parquet. "
+            "SIGTERM gives the current lease back at once."
+        ),
+    )
+    _add_job_target(worker)
+    worker.add_argument("--db", metavar="URL", required=True, help="where the query runs")
+    worker.add_argument("--out", metavar="DIR", help="write the batches here")
+    worker.add_argument("--batch-size", type=int, metavar="N")
+    worker.add_argument("--worker-id", metavar="ID", help="unique name (default host:pid:rand)")
+    worker.add_argument("--format", choices=("text", "json"), default="text")
+    worker.set_defaults(run=_cmd_worker)
+
     demo = commands.add_parser(
         "demo",
         help="run the main job end to end on an embedded DuckDB",
@@ -211,6 +272,17 @@ def _column_list(text: str) -> list[str]:
     if not all(names):
         raise argparse.ArgumentTypeError(f"empty column name in {text!r}")
     return names
+
+
+def _add_job_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--queue",
+        metavar="URL",
+        default="sqlite:///sqlfeed-queue.db",
+        help="the lease queue: sqlite:///file.db (default "
+        "sqlite:///sqlfeed-queue.db), or a PostgreSQL or MySQL URL",
+    )
+    parser.add_argument("--job", "--name", dest="job", required=True, metavar="NAME")
 
 
 def _add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
@@ -405,6 +477,120 @@ def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
             f"wrote {summary['rows']} rows to {summary['path']} ({summary['format']}, "
             f"{summary['files']} file(s), {plan.num_partitions} {plan.strategy} partitions)\n"
         )
+
+
+def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.leases import JobSpec, open_queue
+
+    sql = read_sql(args.sql)
+    args.key = _keys(args.key)
+    _check_plan_sizes(args)
+    _positive(args.epochs, "--epochs")
+    parsed = rewrite.parse(sql, dialect_for(args.db))
+    if not args.allow_unstable:
+        rewrite.check_stable(parsed)
+    queue = open_queue(args.queue)
+    plan = _db_plan(args, parsed)
+    spec = queue.create_job(
+        JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed, lease_ttl=args.lease_ttl,
+                order=args.order)
+    )  # fmt: skip
+    summary = {
+        "job": spec.name,
+        "fingerprint": spec.plan.fingerprint,
+        "strategy": spec.plan.strategy,
+        "partitions": spec.plan.num_partitions,
+        "epochs": spec.epochs,
+    }
+    if args.format == "json":
+        json.dump(summary, out)
+        out.write("\n")
+    else:
+        out.write(
+            f"job {spec.name}: {spec.plan.num_partitions} {spec.plan.strategy} partitions x "
+            f"{spec.epochs} epoch(s), plan {spec.plan.fingerprint}\n"
+        )
+
+
+def _cmd_job_other(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed.leases import open_queue
+
+    queue = open_queue(args.queue)
+    if args.action == "reset":
+        queue.reset(args.job)
+        out.write(f"job {args.job}: every partition pending again\n")
+        return
+    if args.action == "delete":
+        queue.job(args.job)
+        queue.delete(args.job)
+        out.write(f"job {args.job}: deleted\n")
+        return
+    status = queue.status(args.job)
+    if args.format == "json":
+        json.dump(status.to_dict(), out, indent=2)
+        out.write("\n")
+        return
+    out.write(f"job {status.name}: {status.partitions} partitions, {status.epochs} epoch(s)"
+              f"{', complete' if status.complete else ''}\n")  # fmt: skip
+    out.write("epoch      done    leased   pending\n")
+    for e in status.per_epoch:
+        out.write(f"{e['epoch']:>5} {e['done']:>9} {e['leased']:>9} {e['pending']:>9}\n")
+    if status.workers:
+        out.write("worker                              batches        rows     rows/s\n")
+        for w in status.workers:
+            out.write(f"{w['worker'][:34]:<34} {w['batches']:>9} {w['rows']:>11} "
+                      f"{w['rows_per_second']:>10.0f}\n")  # fmt: skip
+
+
+def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
+    import time
+
+    from sqlfeed.dispatch import Worker
+
+    if args.batch_size is not None:
+        _positive(args.batch_size, "--batch-size")
+    target = Path(args.out) if args.out else None
+    started = time.perf_counter()
+    rows = batches = 0
+    with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
+                batch_size=args.batch_size) as worker:  # fmt: skip
+        worker.release_on_sigterm()
+        for delivery in worker.deliveries():
+            if target is not None:
+                _write_delivery(target, delivery)
+            rows += delivery.batch.num_rows
+            batches += 1
+    elapsed = time.perf_counter() - started
+    summary = {"worker": worker.worker_id, "batches": batches, "rows": rows,
+               "seconds": round(elapsed, 3)}  # fmt: skip
+    if args.format == "json":
+        json.dump(summary, out)
+        out.write("\n")
+    else:
+        out.write(f"worker {worker.worker_id}: {rows} rows in {batches} batches "
+                  f"({elapsed:.1f}s)\n")  # fmt: skip
+
+
+def _write_delivery(folder: Path, delivery: Any) -> None:
+    """DIR/epoch=E/part-P-B.parquet, written aside and renamed (a redelivery overwrites)."""
+    import os
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    directory = folder / f"epoch={delivery.epoch}"
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"part-{delivery.partition:05d}-{delivery.offset:06d}.parquet"
+    temporary = directory / f".{final.name}.{uuid.uuid4().hex[:8]}"
+    pq.write_table(pa_table(delivery.batch), temporary)
+    os.replace(temporary, final)
+
+
+def pa_table(batch: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_batches([batch])
 
 
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -58,6 +58,7 @@ class Worker:
         batch_size: rows per batch within a partition (None: as read). Batches never span
             partitions, so acknowledged offsets are per partition.
         poll: seconds between asks while the epoch waits on other workers' leases.
+        on_ack: called with each delivery once its acknowledgement is stored.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class Worker:
         worker_id: str | None = None,
         batch_size: int | None = None,
         poll: float = 0.5,
+        on_ack: Callable[[Delivery], None] | None = None,
     ) -> None:
         self.queue = open_queue(queue)
         self.spec: JobSpec = self.queue.job(job)
@@ -76,6 +78,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.batch_size = batch_size
         self.poll = poll
+        self.on_ack = on_ack
         self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
         self._lease: Lease | None = None
         self._lost = threading.Event()
@@ -120,6 +123,7 @@ class Worker:
         while not self._closed.is_set():
             got = self.queue.acquire(self.spec.name, self.worker_id)
             if got is None:
+                self._closed.set()  # every epoch is done: stop heartbeating
                 return
             if isinstance(got, Wait):
                 time.sleep(min(self.poll, max(got.seconds, 0.01)))
@@ -142,7 +146,7 @@ class Worker:
         partition = self.spec.plan.partitions[lease.partition]
         stop = threading.Event()
         offset = 0
-        reads = self.source.read(partition.sql, schema=self.schema, stop=stop)
+        reads = self.source.read(partition.sql, schema=self.schema, stop=stop, ordered=True)
         batches = _rebatched(reads, self.batch_size) if self.batch_size else reads
         try:
             for batch in batches:
@@ -153,10 +157,13 @@ class Worker:
                     continue
                 if self._lost.is_set():
                     return  # another worker holds this partition now
-                yield Delivery(lease.epoch, lease.partition, offset, batch)
+                delivery = Delivery(lease.epoch, lease.partition, offset, batch)
+                yield delivery
                 offset += 1
                 if not self.queue.ack(lease, offset, batch.num_rows):
                     return
+                if self.on_ack is not None:
+                    self.on_ack(delivery)
             if not self._lost.is_set():
                 self.queue.complete(lease)
         finally:

@@ -69,6 +69,16 @@ class Feeder:
         epochs: passes over the data when iterating the feeder.
         drop_remainder: drop each epoch's last, smaller batch.
         progress: called with a :class:`Progress` after each partition.
+        job: pull partitions dynamically from this job of the lease ``queue`` (created
+            from the plan, epochs, seed, lease_ttl and order if it does not exist yet;
+            every worker may create it). Batches never span partitions then, and there
+            is no record shuffle across partitions (the partition order is shuffled).
+        queue: the lease queue's URL (``sqlite:///state.db``, PostgreSQL, MySQL,
+            ``memory://``) or object; default ``memory://``.
+        worker_id: this worker's unique name in the job (default: host, pid, random).
+        lease_ttl: seconds a lease lives without a heartbeat.
+        order: hand-out order within an epoch: ``shuffle`` (seeded), ``lpt`` (largest
+            first) or ``index``.
         **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
             strategy, key, target_rows, workers, scratch, allow_unstable).
     """
@@ -90,6 +100,11 @@ class Feeder:
         drop_remainder: bool = False,
         read_batch_rows: int = DEFAULT_BATCH_ROWS,
         progress: Callable[[Progress], None] | None = None,
+        job: str | None = None,
+        queue: Any = None,
+        worker_id: str | None = None,
+        lease_ttl: float = 60.0,
+        order: str = "shuffle",
         **plan_options: Any,
     ) -> None:
         if format not in FORMATS:
@@ -134,6 +149,25 @@ class Feeder:
         self.read_batch_rows = read_batch_rows
         self.progress = progress
         self.schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
+        self.worker: Any = None
+        if job is not None:
+            if shuffle_buffer:
+                raise InvalidArgumentError(
+                    "shuffle_buffer mixes rows across partitions, which a job acknowledges one "
+                    "by one: with job=..., the partition order is shuffled instead"
+                )
+            if world_size != 1 or rank != 0:
+                raise InvalidArgumentError("rank/world_size split statically; a job splits itself")
+            from sqlfeed.dispatch import Worker
+            from sqlfeed.leases import JobSpec, open_queue
+
+            lease_queue = open_queue(queue)
+            lease_queue.create_job(
+                JobSpec(job, self.plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order)
+            )
+            self.worker = Worker(
+                lease_queue, job, self.source, worker_id=worker_id, batch_size=batch_size
+            )
 
     def __repr__(self) -> str:
         return (
@@ -142,8 +176,17 @@ class Feeder:
         )
 
     def __iter__(self) -> Iterator[Any]:
+        if self.worker is not None:
+            for delivery in self.worker.deliveries():
+                yield self._convert(delivery.batch)
+            return
         for epoch in range(self.epochs):
             yield from self.epoch(epoch)
+
+    def close(self) -> None:
+        """Give back a job's lease held now (dynamic mode); nothing otherwise."""
+        if self.worker is not None:
+            self.worker.close()
 
     def epoch(self, epoch: int = 0) -> Iterator[Any]:
         """The batches of one epoch (its partition order and shuffle depend on the seed)."""

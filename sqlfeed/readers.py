@@ -85,6 +85,14 @@ POSTGRES_SESSION = (
     "SET extra_float_digits = 1",
 )
 
+# Settings that make PostgreSQL return a partition's rows in the same order on every read
+# (resuming after acknowledged batches counts on it): no parallel workers, and no scan
+# that starts where another session's scan of the same table is.
+POSTGRES_ORDERED = (
+    "SET max_parallel_workers_per_gather = 0",
+    "SET synchronize_seqscans = off",
+)
+
 
 class BatchBuilder:
     """Turns DB-API row tuples into record batches of a fixed schema."""

@@ -127,16 +127,19 @@ class Source:
         schema: pa.Schema | None = None,
         batch_rows: int = readers.DEFAULT_BATCH_ROWS,
         stop: threading.Event | None = None,
+        ordered: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows of ``sql`` (already validated) as record batches of ``schema``.
 
-        Memory stays within a few batches, whatever the result's size.
+        Memory stays within a few batches, whatever the result's size. With ``ordered``,
+        the engine is asked to return the rows in the same order on every read (for
+        resuming a partition after its acknowledged batches).
         """
         if schema is None:
             schema = self.schema(sql)
         with self._errors("partition query"):
             yielded = False
-            for batch in self._read(sql, schema, batch_rows, stop):
+            for batch in self._read(sql, schema, batch_rows, stop, ordered):
                 if batch.num_rows:
                     yielded = True
                     yield readers.conform(batch, schema)
@@ -161,7 +164,12 @@ class Source:
         raise NotImplementedError
 
     def _read(
-        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
     ) -> Iterator[pa.RecordBatch]:
         raise NotImplementedError
 
@@ -212,8 +220,14 @@ class DuckDBSource(Source):
         return list(table.column_names), table.schema
 
     def _read(
-        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
     ) -> Iterator[pa.RecordBatch]:
+        # DuckDB preserves insertion order by default: reads are ordered already.
         with self._cursor() as cursor:
             relation = cursor.sql(sql)
             to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
@@ -307,15 +321,27 @@ class SQLAlchemySource(Source):
         return [d[0] for d in description if d[1] not in HASHABLE_TYPE_OIDS]
 
     def _read(
-        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
     ) -> Iterator[pa.RecordBatch]:
-        if self.dialect.name == "postgres" and _connectorx() is not None:
-            yield from self._read_connectorx(sql, batch_rows, stop)
+        postgres = self.dialect.name == "postgres"
+        settings = [*readers.POSTGRES_SESSION, *(readers.POSTGRES_ORDERED if ordered else ())]
+        if postgres and _connectorx() is not None:
+            yield from self._read_connectorx(sql, batch_rows, stop, settings)
             return
-        if self.dialect.name == "postgres" and _adbc_postgres() is not None:
-            yield from self._read_adbc(sql, batch_rows, stop)
+        if postgres and _adbc_postgres() is not None:
+            yield from self._read_adbc(sql, batch_rows, stop, settings)
             return
         with self._raw() as connection:
+            if postgres and ordered:
+                setup = connection.cursor()
+                for setting in readers.POSTGRES_ORDERED:  # for this transaction only
+                    setup.execute(setting.replace("SET ", "SET LOCAL ", 1))
+                setup.close()
             cursor = self._streaming_cursor(connection, batch_rows)
             try:
                 cursor.execute(sql)
@@ -337,14 +363,14 @@ class SQLAlchemySource(Source):
         return connection.cursor()
 
     def _read_adbc(
-        self, sql: str, batch_rows: int, stop: threading.Event | None
+        self, sql: str, batch_rows: int, stop: threading.Event | None, settings: list[str]
     ) -> Iterator[pa.RecordBatch]:
         dbapi = _adbc_postgres()
         assert dbapi is not None
         url = self.engine.url.set(drivername="postgresql")
         uri = url.render_as_string(hide_password=False)
         with dbapi.connect(uri) as connection, connection.cursor() as cursor:
-            for setting in readers.POSTGRES_SESSION:
+            for setting in settings:
                 cursor.execute(setting)
             cursor.adbc_statement.set_options(
                 **{"adbc.postgresql.batch_size_hint_bytes": str(batch_rows * 64)}
@@ -356,7 +382,7 @@ class SQLAlchemySource(Source):
                 yield batch
 
     def _read_connectorx(
-        self, sql: str, batch_rows: int, stop: threading.Event | None
+        self, sql: str, batch_rows: int, stop: threading.Event | None, settings: list[str]
     ) -> Iterator[pa.RecordBatch]:
         connectorx = _connectorx()
         url = self.engine.url.set(drivername="postgresql")
@@ -365,7 +391,7 @@ class SQLAlchemySource(Source):
             sql,
             return_type="arrow_stream",
             batch_size=batch_rows,
-            pre_execution_query=list(readers.POSTGRES_SESSION),
+            pre_execution_query=settings,
         )
         for batch in reader:
             if stop is not None and stop.is_set():
