@@ -81,6 +81,7 @@ class Worker:
         self.on_ack = on_ack
         self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
         self._lease: Lease | None = None
+        self._renewed = 0.0
         self._lost = threading.Event()
         self._closed = threading.Event()
         self._guard = threading.Lock()
@@ -115,12 +116,35 @@ class Worker:
         while not self._closed.wait(interval):
             with self._guard:
                 lease = self._lease
-            if lease is not None and not self.queue.heartbeat(lease):
-                self._lost.set()
+            if lease is not None:
+                self._renew(lease)
+
+    def _renew(self, lease: Lease) -> bool:
+        sent = time.monotonic()
+        if self.queue.heartbeat(lease):
+            self._renewed = max(self._renewed, sent)
+            return True
+        self._lost.set()
+        return False
+
+    def _still_held(self, lease: Lease) -> bool:
+        """Whether the lease is certainly ours before handing out a batch.
+
+        A lease is trusted for half its TTL after the last renewal was *sent*, measured
+        on this process's monotonic clock (a duration, so clock skew does not matter);
+        after that it is renewed first. A worker that stalled past its TTL (swapped out,
+        a long GC) thus never delivers from a lease another worker has taken over.
+        """
+        if self._lost.is_set():
+            return False
+        if time.monotonic() - self._renewed < self.spec.lease_ttl / 2:
+            return True
+        return self._renew(lease)
 
     def deliveries(self) -> Iterator[Delivery]:
         """Batches of every partition this worker gets, epoch after epoch, until done."""
         while not self._closed.is_set():
+            asked = time.monotonic()
             got = self.queue.acquire(self.spec.name, self.worker_id)
             if got is None:
                 self._closed.set()  # every epoch is done: stop heartbeating
@@ -131,6 +155,7 @@ class Worker:
             with self._guard:
                 self._lease = got
                 self._lost.clear()
+                self._renewed = asked
             try:
                 yield from self._partition(got)
             finally:
@@ -155,13 +180,16 @@ class Worker:
                 if offset < lease.offset:  # acknowledged by an earlier holder: skip
                     offset += 1
                     continue
-                if self._lost.is_set():
+                if not self._still_held(lease):
                     return  # another worker holds this partition now
                 delivery = Delivery(lease.epoch, lease.partition, offset, batch)
                 yield delivery
                 offset += 1
+                sent = time.monotonic()
                 if not self.queue.ack(lease, offset, batch.num_rows):
+                    self._lost.set()
                     return
+                self._renewed = max(self._renewed, sent)  # an ack renews the lease too
                 if self.on_ack is not None:
                     self.on_ack(delivery)
             if not self._lost.is_set():

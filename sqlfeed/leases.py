@@ -175,7 +175,7 @@ class LeaseQueue:
         raise NotImplementedError
 
     def ack(self, lease: Lease, offset: int, rows: int) -> bool:
-        """Record that the consumer took ``offset`` batches (``rows`` rows) of the task."""
+        """Record that the consumer took ``offset`` batches (``rows`` rows); renews the lease."""
         raise NotImplementedError
 
     def complete(self, lease: Lease) -> bool:
@@ -324,6 +324,7 @@ class MemoryQueue(LeaseQueue):
             task = self._held(lease)
             if task is None:
                 return False
+            task.expires = time.monotonic() + self._jobs[lease.job].lease_ttl
             if offset > task.acked:
                 record = self._seen(lease.job, lease.worker, time.monotonic())
                 record["batches"] += offset - task.acked
@@ -686,10 +687,11 @@ class SQLQueue(LeaseQueue):
         return self._update_held(lease, "expires = :now + :ttl", {"ttl": ttl})
 
     def ack(self, lease: Lease, offset: int, rows: int) -> bool:
+        ttl = self.job(lease.job).lease_ttl
         return self._update_held(
             lease,
-            "acked = :o, rows_acked = rows_acked + :rows",
-            {"o": offset, "rows": rows, "batches": 1},
+            "acked = :o, rows_acked = rows_acked + :rows, expires = :now + :ttl",
+            {"o": offset, "rows": rows, "batches": 1, "ttl": ttl},
         )
 
     def complete(self, lease: Lease) -> bool:

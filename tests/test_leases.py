@@ -1,0 +1,234 @@
+"""The lease queue's contract, on every backend: memory, SQLite file, PostgreSQL, MariaDB."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import sqlfeed
+from sqlfeed.dispatch import Worker
+from sqlfeed.leases import (
+    CorruptStateError,
+    JobSpec,
+    Lease,
+    LeaseQueue,
+    MemoryQueue,
+    SQLQueue,
+    UnknownJobError,
+    Wait,
+)
+from tests.conftest import get_engine
+from tests.engines import MYSQL_URL, POSTGRES_URL
+
+BACKENDS = ("memory", "sqlite", "postgres", "mysql")
+
+
+def queue_url(backend: str, tmp_path: Path) -> str:
+    """A queue URL whose tables live in this test run's own schema/database."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+    if backend == "postgres":
+        schema = get_engine("postgres").schema
+        base = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+        return f"{base}?options=-csearch_path%3D{schema}"
+    schema = get_engine("mysql").schema
+    netloc = MYSQL_URL.split("://", 1)[1].split("/", 1)[0]
+    return f"mysql+pymysql://{netloc}/{schema}"
+
+
+@pytest.fixture(params=BACKENDS)
+def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseQueue]:
+    backend = request.param
+    opened: LeaseQueue = (
+        MemoryQueue() if backend == "memory" else SQLQueue(queue_url(backend, tmp_path))
+    )
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="module")
+def source() -> sqlfeed.Source:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
+    return sqlfeed.connect(conn)
+
+
+def make_spec(source: sqlfeed.Source, partitions: int = 6, **options: Any) -> JobSpec:
+    plan = sqlfeed.plan("SELECT id FROM t", source, partitions=partitions, strategy="ctid")
+    return JobSpec(f"job-{uuid.uuid4().hex[:8]}", plan, **options)
+
+
+def lease_of(queue: LeaseQueue, job: str, worker: str) -> Lease:
+    got = queue.acquire(job, worker)
+    assert isinstance(got, Lease), got
+    return got
+
+
+def test_creating_the_same_job_twice_is_fine(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = make_spec(source)
+    queue.create_job(spec)
+    assert queue.create_job(spec).definition() == spec.definition()
+
+
+def test_a_conflicting_definition_is_refused(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = make_spec(source, epochs=1)
+    queue.create_job(spec)
+    other = JobSpec(spec.name, spec.plan, epochs=2)
+    with pytest.raises(sqlfeed.InvalidArgumentError, match="another definition"):
+        queue.create_job(other)
+
+
+def test_an_unknown_job_is_a_clear_error(queue: LeaseQueue) -> None:
+    with pytest.raises(UnknownJobError, match="no job named 'ghost'"):
+        queue.acquire("ghost", "w")
+
+
+def test_each_partition_is_handed_out_once_per_epoch(
+    queue: LeaseQueue, source: sqlfeed.Source
+) -> None:
+    spec = queue.create_job(make_spec(source, partitions=5, epochs=2, seed=4))
+    handed: list[tuple[int, int]] = []
+    while True:
+        got = queue.acquire(spec.name, "w")
+        if got is None:
+            break
+        assert isinstance(got, Lease)
+        handed.append((got.epoch, got.partition))
+        assert queue.complete(got)
+    assert sorted(handed) == [(e, p) for e in range(2) for p in range(5)]
+    # The hand-out order is the job's seeded permutation, different per epoch.
+    order = [[p for e, p in handed if e == epoch] for epoch in range(2)]
+    positions = [spec.positions(epoch) for epoch in range(2)]
+    assert order == [sorted(range(5), key=lambda p, e=e: positions[e][p]) for e in range(2)]
+    assert queue.status(spec.name).complete
+
+
+def test_an_epoch_waits_for_leased_partitions(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = queue.create_job(make_spec(source, partitions=2, epochs=2, lease_ttl=30))
+    first = lease_of(queue, spec.name, "a")
+    second = lease_of(queue, spec.name, "b")
+    assert queue.complete(second)
+    waiting = queue.acquire(spec.name, "c")
+    assert isinstance(waiting, Wait)
+    assert waiting.epoch == 0
+    assert queue.complete(first)
+    assert lease_of(queue, spec.name, "c").epoch == 1
+
+
+def test_an_expired_lease_is_taken_over_and_resumes_after_acknowledged_batches(
+    queue: LeaseQueue, source: sqlfeed.Source
+) -> None:
+    spec = queue.create_job(make_spec(source, partitions=1, lease_ttl=0.3))
+    first = lease_of(queue, spec.name, "a")
+    assert queue.ack(first, 1, 10)
+    assert queue.ack(first, 2, 10)
+    assert isinstance(queue.acquire(spec.name, "b"), Wait)
+    time.sleep(0.5)
+    second = lease_of(queue, spec.name, "b")
+    assert (second.partition, second.offset, second.attempt) == (0, 2, 2)
+    # The old holder lost everything: it can neither acknowledge nor complete.
+    assert not queue.heartbeat(first)
+    assert not queue.ack(first, 3, 10)
+    assert not queue.complete(first)
+    assert queue.complete(second)
+
+
+def test_heartbeats_keep_a_lease(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = queue.create_job(make_spec(source, partitions=1, lease_ttl=0.4))
+    held = lease_of(queue, spec.name, "a")
+    for _ in range(4):
+        time.sleep(0.2)
+        assert queue.heartbeat(held)
+    assert isinstance(queue.acquire(spec.name, "b"), Wait)
+    assert queue.complete(held)
+
+
+def test_release_gives_a_partition_back_at_once(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = queue.create_job(make_spec(source, partitions=1, lease_ttl=60))
+    held = lease_of(queue, spec.name, "a")
+    assert queue.ack(held, 3, 30)
+    queue.release(held)
+    again = lease_of(queue, spec.name, "b")
+    assert again.offset == 3
+
+
+def test_reset_starts_over(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = queue.create_job(make_spec(source, partitions=2))
+    for _ in range(2):
+        assert queue.complete(lease_of(queue, spec.name, "a"))
+    assert queue.acquire(spec.name, "a") is None
+    queue.reset(spec.name)
+    assert queue.status(spec.name).per_epoch[0]["pending"] == 2
+
+
+def test_a_worker_resumes_a_dead_workers_partition(
+    queue: LeaseQueue, source: sqlfeed.Source
+) -> None:
+    spec = queue.create_job(make_spec(source, partitions=1, lease_ttl=0.3))
+    dying = Worker(queue, spec.name, source, worker_id="dying", batch_size=100)
+    taken = dying.deliveries()
+    first = [next(taken).batch for _ in range(4)]  # 3 acknowledged, the 4th only handed out
+    dying._closed.set()  # dies: no more heartbeats, no release
+    time.sleep(0.5)
+    rest = [d.batch for d in Worker(queue, spec.name, source, batch_size=100).deliveries()]
+    ids = [i for b in first + rest for i in b.column("id").to_pylist()]
+    # Batches 0-2 were acknowledged and never come again; batch 3 was not, so it does.
+    assert ids == list(range(400)) + list(range(300, 1000))
+
+
+def test_status_counts_per_epoch_and_per_worker(queue: LeaseQueue, source: sqlfeed.Source) -> None:
+    spec = queue.create_job(make_spec(source, partitions=4, epochs=2))
+    rows = sum(b.num_rows for b in Worker(queue, spec.name, source, worker_id="w1").batches())
+    status = queue.status(spec.name)
+    assert rows == 2000
+    assert status.per_epoch == [
+        {"epoch": 0, "pending": 0, "leased": 0, "done": 4},
+        {"epoch": 1, "pending": 0, "leased": 0, "done": 4},
+    ]
+    [worker] = status.workers
+    assert (worker["worker"], worker["rows"]) == ("w1", 2000)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_corrupted_state_rows_are_reported_not_skipped(
+    backend: str, source: sqlfeed.Source, tmp_path: Path
+) -> None:
+    queue = SQLQueue(queue_url(backend, tmp_path))
+    spec = queue.create_job(make_spec(source, partitions=3))
+    with queue.engine.begin() as c:
+        c.exec_driver_sql(
+            f"UPDATE sqlfeed_tasks SET state = 'bogus' WHERE job = '{spec.name}' AND part = 1"
+        )
+    for _ in range(2):
+        got = queue.acquire(spec.name, "w")
+        assert isinstance(got, Lease)
+        queue.complete(got)
+    with pytest.raises(CorruptStateError, match="sqlfeed job reset"):
+        queue.acquire(spec.name, "w")
+    queue.reset(spec.name)
+    assert queue.status(spec.name).per_epoch[0]["pending"] == 3
+
+
+def test_an_unreachable_queue_is_a_clear_error() -> None:
+    with pytest.raises(sqlfeed.EngineError, match="cannot open queue"):
+        SQLQueue("postgresql+psycopg://postgres@127.0.0.1:9/test")
+
+
+def test_lease_times_come_from_the_database_clock(
+    source: sqlfeed.Source, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose clock is a day off neither expires nor extends leases."""
+    queue = SQLQueue(queue_url("sqlite", tmp_path))
+    spec = queue.create_job(make_spec(source, partitions=1, lease_ttl=30))
+    held = lease_of(queue, spec.name, "a")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 86_400)
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 86_400)
+    assert isinstance(queue.acquire(spec.name, "b"), Wait)
+    assert queue.heartbeat(held)
