@@ -222,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="shuffle",
         help="hand-out order within an epoch (default shuffle: seeded)",
     )
+    create.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="PostgreSQL: every worker reads inside one snapshot taken now, so all partitions "
+        "see the same data under concurrent writes; this command then stays running, holding "
+        "the snapshot, until every epoch is done",
+    )
     create.add_argument("--format", choices=("text", "json"), default="text")
     _add_sql(create)
     create.set_defaults(run=_cmd_job_create)
@@ -492,9 +499,14 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
         rewrite.check_stable(parsed)
     queue = open_queue(args.queue)
     plan = _db_plan(args, parsed)
+    holder = None
+    if args.snapshot:
+        from sqlfeed.sources import connect
+
+        holder = connect(args.db).export_snapshot()
     spec = queue.create_job(
         JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed, lease_ttl=args.lease_ttl,
-                order=args.order)
+                order=args.order, snapshot=holder.snapshot if holder else None)
     )  # fmt: skip
     summary = {
         "job": spec.name,
@@ -511,6 +523,14 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
             f"job {spec.name}: {spec.plan.num_partitions} {spec.plan.strategy} partitions x "
             f"{spec.epochs} epoch(s), plan {spec.plan.fingerprint}\n"
         )
+    if holder is not None:
+        import time
+
+        out.write(f"holding snapshot {holder.snapshot} until the job is complete\n")
+        out.flush()
+        with holder:
+            while not queue.status(spec.name).complete:
+                time.sleep(1.0)
 
 
 def _cmd_job_other(args: argparse.Namespace, out: TextIO) -> None:

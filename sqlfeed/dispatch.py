@@ -171,7 +171,9 @@ class Worker:
         partition = self.spec.plan.partitions[lease.partition]
         stop = threading.Event()
         offset = 0
-        reads = self.source.read(partition.sql, schema=self.schema, stop=stop, ordered=True)
+        reads = self.source.read(
+            partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=self.spec.snapshot
+        )
         batches = _rebatched(reads, self.batch_size) if self.batch_size else reads
         try:
             for batch in batches:

@@ -21,6 +21,7 @@ from dialects import (
     EngineError,
     InvalidArgumentError,
     MissingDependencyError,
+    UnsupportedError,
     dialect_for,
     get_dialect,
 )
@@ -128,18 +129,22 @@ class Source:
         batch_rows: int = readers.DEFAULT_BATCH_ROWS,
         stop: threading.Event | None = None,
         ordered: bool = False,
+        snapshot: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows of ``sql`` (already validated) as record batches of ``schema``.
 
         Memory stays within a few batches, whatever the result's size. With ``ordered``,
         the engine is asked to return the rows in the same order on every read (for
-        resuming a partition after its acknowledged batches).
+        resuming a partition after its acknowledged batches). With ``snapshot`` (a
+        PostgreSQL snapshot id, see :meth:`export_snapshot`), the rows are read inside it.
         """
         if schema is None:
             schema = self.schema(sql)
+        if snapshot is not None and self.dialect.name != "postgres":
+            raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
         with self._errors("partition query"):
             yielded = False
-            for batch in self._read(sql, schema, batch_rows, stop, ordered):
+            for batch in self._read(sql, schema, batch_rows, stop, ordered, snapshot):
                 if batch.num_rows:
                     yielded = True
                     yield readers.conform(batch, schema)
@@ -170,8 +175,17 @@ class Source:
         batch_rows: int,
         stop: threading.Event | None,
         ordered: bool,
+        snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         raise NotImplementedError
+
+    def export_snapshot(self) -> SnapshotHolder:
+        """Export a snapshot other sessions can read inside (PostgreSQL only).
+
+        The snapshot lives as long as the returned holder's transaction: keep it open
+        until every reader is done, then close it.
+        """
+        raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -226,6 +240,7 @@ class DuckDBSource(Source):
         batch_rows: int,
         stop: threading.Event | None,
         ordered: bool,
+        snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         # DuckDB preserves insertion order by default: reads are ordered already.
         with self._cursor() as cursor:
@@ -327,21 +342,25 @@ class SQLAlchemySource(Source):
         batch_rows: int,
         stop: threading.Event | None,
         ordered: bool,
+        snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         postgres = self.dialect.name == "postgres"
         settings = [*readers.POSTGRES_SESSION, *(readers.POSTGRES_ORDERED if ordered else ())]
-        if postgres and _connectorx() is not None:
+        if postgres and snapshot is None and _connectorx() is not None:
             yield from self._read_connectorx(sql, batch_rows, stop, settings)
             return
-        if postgres and _adbc_postgres() is not None:
+        if postgres and snapshot is None and _adbc_postgres() is not None:
             yield from self._read_adbc(sql, batch_rows, stop, settings)
             return
         with self._raw() as connection:
+            setup = connection.cursor()
+            if snapshot is not None:  # the first statements of this transaction
+                setup.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                setup.execute(f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}")
             if postgres and ordered:
-                setup = connection.cursor()
                 for setting in readers.POSTGRES_ORDERED:  # for this transaction only
                     setup.execute(setting.replace("SET ", "SET LOCAL ", 1))
-                setup.close()
+            setup.close()
             cursor = self._streaming_cursor(connection, batch_rows)
             try:
                 cursor.execute(sql)
@@ -349,6 +368,20 @@ class SQLAlchemySource(Source):
             finally:
                 cursor.close()
                 connection.commit()
+
+    def export_snapshot(self) -> SnapshotHolder:
+        if self.dialect.name != "postgres":
+            return super().export_snapshot()
+        with self._errors("snapshot export"):
+            connection = self.engine.raw_connection()
+            cursor = connection.cursor()
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT pg_export_snapshot()")
+            row = cursor.fetchone()
+            assert row is not None
+            snapshot = str(row[0])
+            cursor.close()
+        return SnapshotHolder(snapshot, connection)
 
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         driver_connection = connection.driver_connection
@@ -397,6 +430,31 @@ class SQLAlchemySource(Source):
             if stop is not None and stop.is_set():
                 return
             yield batch
+
+
+class SnapshotHolder:
+    """Keeps an exported PostgreSQL snapshot alive: its transaction stays open until close."""
+
+    def __init__(self, snapshot: str, connection: Any) -> None:
+        self.snapshot = snapshot
+        self._connection = connection
+
+    def __enter__(self) -> SnapshotHolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the transaction: readers can no longer start inside the snapshot."""
+        if self._connection is not None:
+            self._connection.rollback()
+            self._connection.close()
+            self._connection = None
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _connectorx() -> Any:

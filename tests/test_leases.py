@@ -232,3 +232,28 @@ def test_lease_times_come_from_the_database_clock(
     monkeypatch.setattr(time, "monotonic", lambda: real() + 86_400)
     assert isinstance(queue.acquire(spec.name, "b"), Wait)
     assert queue.heartbeat(held)
+
+
+@pytest.mark.engine
+def test_workers_read_inside_the_jobs_snapshot_on_postgres() -> None:
+    """Rows written after the job's snapshot are invisible to every worker."""
+    engine = get_engine("postgres")
+    table = engine.qualify(f"snap_{uuid.uuid4().hex[:6]}")
+    engine.execute(f"CREATE TABLE {table} AS SELECT i AS id FROM generate_series(1, 500) g(i)")
+    with engine.source() as source:
+        plan = sqlfeed.plan(f"SELECT id FROM {table}", source, partitions=5, strategy="hash")
+        queue = MemoryQueue()
+        with source.export_snapshot() as holder:
+            queue.create_job(JobSpec("snap", plan, snapshot=holder.snapshot))
+            queue.create_job(JobSpec("live", plan))
+            engine.execute(f"INSERT INTO {table} SELECT generate_series(501, 700)")
+            engine.execute(f"DELETE FROM {table} WHERE id <= 100")
+            snap = [i for b in Worker(queue, "snap", source).batches() for i in b["id"].to_pylist()]
+        live = [i for b in Worker(queue, "live", source).batches() for i in b["id"].to_pylist()]
+    assert sorted(snap) == list(range(1, 501))
+    assert sorted(live) == list(range(101, 701))
+
+
+def test_snapshots_exist_on_postgres_only(source: sqlfeed.Source) -> None:
+    with pytest.raises(sqlfeed.UnsupportedError, match="snapshot"):
+        source.export_snapshot()
