@@ -223,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="hand-out order within an epoch (default shuffle: seeded)",
     )
     create.add_argument(
+        "--even-batches",
+        metavar="REPLICAS",
+        type=int,
+        help="every one of REPLICAS synchronous workers delivers the same number of batches "
+        "per epoch (needs --batch-size); the rows left over are dropped",
+    )
+    create.add_argument("--batch-size", type=int, metavar="N", help="rows per batch")
+    create.add_argument(
         "--snapshot",
         action="store_true",
         help="PostgreSQL: every worker reads inside one snapshot taken now, so all partitions "
@@ -499,6 +507,16 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
         rewrite.check_stable(parsed)
     queue = open_queue(args.queue)
     plan = _db_plan(args, parsed)
+    rows = None
+    if args.even_batches is not None:
+        _positive(args.even_batches, "--even-batches")
+        if args.batch_size is None:
+            raise InvalidArgumentError("--even-batches needs --batch-size")
+        rows = plan.rows
+        if rows is None:
+            from sqlfeed.sources import connect
+
+            rows = connect(args.db).count(parsed, columns=list(plan.columns))
     holder = None
     if args.snapshot:
         from sqlfeed.sources import connect
@@ -506,7 +524,9 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
         holder = connect(args.db).export_snapshot()
     spec = queue.create_job(
         JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed, lease_ttl=args.lease_ttl,
-                order=args.order, snapshot=holder.snapshot if holder else None)
+                order=args.order, snapshot=holder.snapshot if holder else None,
+                even_batches=args.even_batches is not None, replicas=args.even_batches,
+                batch_size=args.batch_size if args.even_batches else None, rows=rows)
     )  # fmt: skip
     summary = {
         "job": spec.name,
@@ -553,9 +573,11 @@ def _cmd_job_other(args: argparse.Namespace, out: TextIO) -> None:
         return
     out.write(f"job {status.name}: {status.partitions} partitions, {status.epochs} epoch(s)"
               f"{', complete' if status.complete else ''}\n")  # fmt: skip
-    out.write("epoch      done    leased   pending\n")
+    out.write("epoch      done    leased   pending   dropped\n")
     for e in status.per_epoch:
-        out.write(f"{e['epoch']:>5} {e['done']:>9} {e['leased']:>9} {e['pending']:>9}\n")
+        out.write(
+            f"{e['epoch']:>5} {e['done']:>9} {e['leased']:>9} {e['pending']:>9} {e['dropped']:>9}\n"
+        )
     if status.workers:
         out.write("worker                              batches        rows     rows/s\n")
         for w in status.workers:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dialects import InvalidArgumentError
 from sqlfeed.leases import JobSpec, Lease, LeaseQueue, Wait, open_queue
 from sqlfeed.sources import Source, connect
 
@@ -76,7 +77,16 @@ class Worker:
         self.spec: JobSpec = self.queue.job(job)
         self.source: Source = connect(source)
         self.worker_id = worker_id or default_worker_id()
+        if self.spec.even_batches:
+            if batch_size not in (None, self.spec.batch_size):
+                raise InvalidArgumentError(
+                    f"the job batches by {self.spec.batch_size} rows (even_batches), "
+                    f"not {batch_size}"
+                )
+            batch_size = self.spec.batch_size
         self.batch_size = batch_size
+        self.delivered: dict[int, int] = {}
+        """Batches delivered per epoch by this worker."""
         self.poll = poll
         self.on_ack = on_ack
         self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
@@ -167,7 +177,23 @@ class Worker:
         for delivery in self.deliveries():
             yield delivery.batch
 
+    @property
+    def share(self) -> int | None:
+        """With ``even_batches``: the batches each replica delivers per epoch."""
+        return self.spec.share
+
+    def _share_done(self, lease: Lease) -> bool:
+        """Even batches: this worker delivered its share of the epoch; give the rest back."""
+        share = self.spec.share
+        if share is None or self.delivered.get(lease.epoch, 0) < share:
+            return False
+        self.queue.release(lease)
+        self.queue.finish_share(self.spec.name, lease.epoch, self.worker_id)
+        return True
+
     def _partition(self, lease: Lease) -> Iterator[Delivery]:
+        if self._share_done(lease):
+            return
         partition = self.spec.plan.partitions[lease.partition]
         stop = threading.Event()
         offset = 0
@@ -184,7 +210,10 @@ class Worker:
                     continue
                 if not self._still_held(lease):
                     return  # another worker holds this partition now
+                if self._share_done(lease):
+                    return  # the rest of the partition goes to the others
                 delivery = Delivery(lease.epoch, lease.partition, offset, batch)
+                self.delivered[lease.epoch] = self.delivered.get(lease.epoch, 0) + 1
                 yield delivery
                 offset += 1
                 sent = time.monotonic()
@@ -194,8 +223,10 @@ class Worker:
                 self._renewed = max(self._renewed, sent)  # an ack renews the lease too
                 if self.on_ack is not None:
                     self.on_ack(delivery)
-            if not self._lost.is_set():
-                self.queue.complete(lease)
+            if not self._lost.is_set() and self.queue.complete(lease):
+                share = self.spec.share
+                if share is not None and self.delivered.get(lease.epoch, 0) >= share:
+                    self.queue.finish_share(self.spec.name, lease.epoch, self.worker_id)
         finally:
             stop.set()
             close = getattr(batches, "close", None)

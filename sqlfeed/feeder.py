@@ -79,6 +79,11 @@ class Feeder:
         lease_ttl: seconds a lease lives without a heartbeat.
         order: hand-out order within an epoch: ``shuffle`` (seeded), ``lpt`` (largest
             first) or ``index``.
+        even_batches: with ``job``, every one of ``replicas`` workers delivers the same
+            number of batches per epoch, rows // (replicas x batch_size), so synchronous
+            replicas stay in lockstep; the rows left over are dropped (a batch may be
+            short at the end of a partition).
+        replicas: the number of synchronous replicas, for ``even_batches``.
         **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
             strategy, key, target_rows, workers, scratch, allow_unstable).
     """
@@ -105,6 +110,8 @@ class Feeder:
         worker_id: str | None = None,
         lease_ttl: float = 60.0,
         order: str = "shuffle",
+        even_batches: bool = False,
+        replicas: int | None = None,
         **plan_options: Any,
     ) -> None:
         if format not in FORMATS:
@@ -162,8 +169,22 @@ class Feeder:
             from sqlfeed.leases import JobSpec, open_queue
 
             lease_queue = open_queue(queue)
+            rows = self.plan.rows
+            if even_batches and rows is None:
+                rows = self.source.count(self.plan.sql, columns=list(self.plan.columns))
             lease_queue.create_job(
-                JobSpec(job, self.plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order)
+                JobSpec(
+                    job,
+                    self.plan,
+                    epochs=epochs,
+                    seed=seed,
+                    lease_ttl=lease_ttl,
+                    order=order,
+                    even_batches=even_batches,
+                    replicas=replicas,
+                    batch_size=batch_size if even_batches else None,
+                    rows=rows if even_batches else None,
+                )
             )
             self.worker = Worker(
                 lease_queue, job, self.source, worker_id=worker_id, batch_size=batch_size

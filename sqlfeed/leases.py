@@ -51,7 +51,9 @@ __all__ = [
 ORDERS = ("shuffle", "lpt", "index")
 """Hand-out order within an epoch: seeded permutation, largest first, or plan order."""
 
-STATES = ("pending", "leased", "done")
+STATES = ("pending", "leased", "done", "dropped")
+"""``dropped``: left over once every replica delivered its even share of the epoch."""
+_FINISHED = ("done", "dropped")
 
 
 class UnknownJobError(InvalidArgumentError):
@@ -74,6 +76,24 @@ class JobSpec:
     order: str = "shuffle"
     snapshot: str | None = None
     """A PostgreSQL snapshot id every worker reads inside (``snapshot=True`` on create)."""
+    even_batches: bool = False
+    """Every replica delivers the same number of batches per epoch (:attr:`share`)."""
+    replicas: int | None = None
+    """The number of synchronous replicas (workers in lockstep), for ``even_batches``."""
+    batch_size: int | None = None
+    """Rows per batch, for ``even_batches`` (workers then batch with it)."""
+    rows: int | None = None
+    """The query's exact row count, for ``even_batches``."""
+
+    @property
+    def share(self) -> int | None:
+        """Batches per replica per epoch with ``even_batches``: rows // (replicas x batch)."""
+        if not self.even_batches:
+            return None
+        assert self.rows is not None
+        assert self.replicas
+        assert self.batch_size
+        return self.rows // (self.replicas * self.batch_size)
 
     def definition(self) -> dict[str, Any]:
         """What must match when a worker creates the same job again."""
@@ -82,6 +102,9 @@ class JobSpec:
             "epochs": self.epochs,
             "seed": self.seed,
             "order": self.order,
+            "even_batches": self.even_batches,
+            "replicas": self.replicas,
+            "batch_size": self.batch_size,
         }
 
     def to_json(self) -> str:
@@ -145,7 +168,7 @@ class JobStatus:
 
     @property
     def complete(self) -> bool:
-        return all(e["done"] == self.partitions for e in self.per_epoch)
+        return all(e["done"] + e["dropped"] == self.partitions for e in self.per_epoch)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"complete": self.complete}
@@ -186,6 +209,10 @@ class LeaseQueue:
         """Give the task back at once (shutdown), keeping its acknowledged offset."""
         raise NotImplementedError
 
+    def finish_share(self, job: str, epoch: int, worker: str) -> None:
+        """``even_batches``: ``worker`` delivered its share of ``epoch`` (it then waits)."""
+        raise NotImplementedError
+
     def status(self, job: str) -> JobStatus:
         raise NotImplementedError
 
@@ -209,6 +236,15 @@ def _check_spec(spec: JobSpec) -> None:
         raise InvalidArgumentError(f"lease_ttl must be > 0 seconds, got {spec.lease_ttl!r}")
     if not spec.name or len(spec.name) > 200:
         raise InvalidArgumentError("a job name must have 1 to 200 characters")
+    if spec.even_batches:
+        for value, what in ((spec.replicas, "replicas"), (spec.batch_size, "batch_size")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"even_batches needs {what} >= 1, got {value!r}")
+        if spec.rows is None:
+            raise InvalidArgumentError(
+                "even_batches needs the query's exact row count: plan it without "
+                "partitions=... (the planner counts), or give rows="
+            )
 
 
 def _conflict(name: str, existing: JobSpec, spec: JobSpec) -> InvalidArgumentError:
@@ -244,6 +280,7 @@ class MemoryQueue(LeaseQueue):
         self._jobs: dict[str, JobSpec] = {}
         self._tasks: dict[str, dict[tuple[int, int], _Task]] = {}
         self._workers: dict[str, dict[str, dict[str, Any]]] = {}
+        self._shares: dict[str, set[tuple[int, str]]] = {}
 
     def create_job(self, spec: JobSpec) -> JobSpec:
         _check_spec(spec)
@@ -260,6 +297,7 @@ class MemoryQueue(LeaseQueue):
                 for part, position in enumerate(spec.positions(epoch))
             }
             self._workers[spec.name] = {}
+            self._shares[spec.name] = set()
             return spec
 
     def job(self, name: str) -> JobSpec:
@@ -276,10 +314,19 @@ class MemoryQueue(LeaseQueue):
             spec = self._job(job)
             now = time.monotonic()
             tasks = self._tasks[job]
-            open_epochs = sorted({e for (e, _), t in tasks.items() if t.state != "done"})
+            open_epochs = sorted({e for (e, _), t in tasks.items() if t.state not in _FINISHED})
             if not open_epochs:
                 return None
             epoch = open_epochs[0]
+            if spec.even_batches:
+                shares = {w for e, w in self._shares[job] if e == epoch}
+                if spec.replicas is not None and len(shares) >= spec.replicas:
+                    for (e, _), task in tasks.items():  # every replica has its share
+                        if e == epoch and task.state not in _FINISHED:
+                            task.state, task.token = "dropped", None
+                    return Wait(epoch, 0.0)  # the next epoch is open now: ask again
+                if worker in shares:
+                    return Wait(epoch, 0.05)
             candidates = [
                 (t.position, part, t)
                 for (e, part), t in tasks.items()
@@ -297,6 +344,11 @@ class MemoryQueue(LeaseQueue):
             task.expires = now + spec.lease_ttl
             task.attempts += 1
             return Lease(job, epoch, part, task.token, worker, task.acked, task.attempts)
+
+    def finish_share(self, job: str, epoch: int, worker: str) -> None:
+        with self._lock:
+            self._job(job)
+            self._shares[job].add((epoch, worker))
 
     def _seen(self, job: str, worker: str, now: float) -> dict[str, Any]:
         record = self._workers[job].setdefault(
@@ -377,6 +429,7 @@ class MemoryQueue(LeaseQueue):
             self._jobs.pop(job, None)
             self._tasks.pop(job, None)
             self._workers.pop(job, None)
+            self._shares.pop(job, None)
 
 
 def _free(task: _Task, now: float) -> bool:
@@ -495,6 +548,12 @@ class SQLQueue(LeaseQueue):
             sa.Column("batches", sa.BigInteger, nullable=False),
             sa.Column("rows_acked", sa.BigInteger, nullable=False),
         )  # fmt: skip
+        sa.Table(
+            "sqlfeed_shares", metadata,
+            sa.Column("job", name, primary_key=True),
+            sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("worker", name, primary_key=True),
+        )  # fmt: skip
         try:
             metadata.create_all(self.engine)
         except sa.exc.DBAPIError as err:
@@ -570,12 +629,35 @@ class SQLQueue(LeaseQueue):
             now = self._clock(c)
             self._seen(c, job, worker, now)
             epoch = c.execute(
-                sa.text("SELECT MIN(epoch) FROM sqlfeed_tasks WHERE job = :j AND state <> 'done'"),
+                sa.text(
+                    "SELECT MIN(epoch) FROM sqlfeed_tasks WHERE job = :j "
+                    "AND state NOT IN ('done', 'dropped')"
+                ),
                 {"j": job},
             ).scalar()
             if epoch is None:
                 self._check_complete(c, spec)
                 return None
+            if spec.even_batches:
+                finished = (
+                    c.execute(
+                        sa.text("SELECT worker FROM sqlfeed_shares WHERE job = :j AND epoch = :e"),
+                        {"j": job, "e": epoch},
+                    )
+                    .scalars()
+                    .all()
+                )
+                if spec.replicas is not None and len(finished) >= spec.replicas:
+                    c.execute(
+                        sa.text(
+                            "UPDATE sqlfeed_tasks SET state = 'dropped', token = NULL "
+                            "WHERE job = :j AND epoch = :e AND state IN ('pending', 'leased')"
+                        ),
+                        {"j": job, "e": epoch},
+                    )
+                    return Wait(int(epoch), 0.0)  # the next epoch is open now: ask again
+                if worker in finished:
+                    return Wait(int(epoch), 0.05)
             row = c.execute(
                 sa.text(
                     "SELECT part, acked, attempts FROM sqlfeed_tasks "
@@ -646,7 +728,9 @@ class SQLQueue(LeaseQueue):
         import sqlalchemy as sa
 
         total = c.execute(
-            sa.text("SELECT COUNT(*) FROM sqlfeed_tasks WHERE job = :j AND state = 'done'"),
+            sa.text(
+                "SELECT COUNT(*) FROM sqlfeed_tasks WHERE job = :j AND state IN ('done', 'dropped')"
+            ),
             {"j": spec.name},
         ).scalar()
         if int(total) != spec.epochs * spec.plan.num_partitions:
@@ -702,6 +786,26 @@ class SQLQueue(LeaseQueue):
     def release(self, lease: Lease) -> None:
         self._update_held(lease, "state = 'pending', token = NULL, worker = NULL", {})
 
+    def finish_share(self, job: str, epoch: int, worker: str) -> None:
+        import sqlalchemy as sa
+
+        def record() -> None:
+            with self._tx() as c:
+                exists = c.execute(
+                    sa.text(
+                        "SELECT COUNT(*) FROM sqlfeed_shares WHERE job = :j AND epoch = :e "
+                        "AND worker = :w"
+                    ),
+                    {"j": job, "e": epoch, "w": worker},
+                ).scalar()
+                if not exists:
+                    c.execute(
+                        sa.text("INSERT INTO sqlfeed_shares VALUES (:j, :e, :w)"),
+                        {"j": job, "e": epoch, "w": worker},
+                    )
+
+        self._retrying(record)
+
     def status(self, job: str) -> JobStatus:
         import sqlalchemy as sa
 
@@ -756,12 +860,13 @@ class SQLQueue(LeaseQueue):
                 {"j": job},
             )
             c.execute(sa.text("DELETE FROM sqlfeed_workers WHERE job = :j"), {"j": job})
+            c.execute(sa.text("DELETE FROM sqlfeed_shares WHERE job = :j"), {"j": job})
 
     def delete(self, job: str) -> None:
         import sqlalchemy as sa
 
         with self._tx() as c:
-            for table in ("sqlfeed_tasks", "sqlfeed_workers"):
+            for table in ("sqlfeed_tasks", "sqlfeed_workers", "sqlfeed_shares"):
                 c.execute(sa.text(f"DELETE FROM {table} WHERE job = :j"), {"j": job})
             c.execute(sa.text("DELETE FROM sqlfeed_jobs WHERE name = :j"), {"j": job})
 

@@ -188,8 +188,8 @@ def test_status_counts_per_epoch_and_per_worker(queue: LeaseQueue, source: sqlfe
     status = queue.status(spec.name)
     assert rows == 2000
     assert status.per_epoch == [
-        {"epoch": 0, "pending": 0, "leased": 0, "done": 4},
-        {"epoch": 1, "pending": 0, "leased": 0, "done": 4},
+        {"epoch": 0, "pending": 0, "leased": 0, "done": 4, "dropped": 0},
+        {"epoch": 1, "pending": 0, "leased": 0, "done": 4, "dropped": 0},
     ]
     [worker] = status.workers
     assert (worker["worker"], worker["rows"]) == ("w1", 2000)
@@ -257,3 +257,35 @@ def test_workers_read_inside_the_jobs_snapshot_on_postgres() -> None:
 def test_snapshots_exist_on_postgres_only(source: sqlfeed.Source) -> None:
     with pytest.raises(sqlfeed.UnsupportedError, match="snapshot"):
         source.export_snapshot()
+
+
+def test_even_batches_give_every_replica_the_same_number_of_batches(
+    queue: LeaseQueue, source: sqlfeed.Source
+) -> None:
+    import threading
+
+    plan = sqlfeed.plan("SELECT id FROM t", source, partitions=7, strategy="ctid")
+    spec = JobSpec(f"even-{uuid.uuid4().hex[:6]}", plan, epochs=2, even_batches=True,
+                   replicas=3, batch_size=40, rows=1000)  # fmt: skip
+    queue.create_job(spec)
+    assert spec.share == 8  # 1000 // (3 x 40)
+    got: dict[str, list[tuple[int, list[int]]]] = {}
+
+    def replica(name: str) -> None:
+        worker = Worker(queue, spec.name, source, worker_id=name, poll=0.01)
+        got[name] = [(d.epoch, d.batch["id"].to_pylist()) for d in worker.deliveries()]
+
+    threads = [threading.Thread(target=replica, args=(f"r{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for name, deliveries in got.items():
+        for epoch in range(2):
+            assert sum(1 for e, _ in deliveries if e == epoch) == 8, name
+    for epoch in range(2):
+        ids = [i for d in got.values() for e, batch in d if e == epoch for i in batch]
+        assert len(ids) == len(set(ids)), "a row delivered twice in one epoch"
+    status = queue.status(spec.name)
+    assert status.complete
+    assert all(e["done"] + e["dropped"] == 7 for e in status.per_epoch)
