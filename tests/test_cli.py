@@ -90,7 +90,7 @@ def test_console_module_runs_as_a_process() -> None:
     assert done.stdout.count(";") == 2
 
 
-@pytest.mark.parametrize("command", ["plan", "count", "sample", "export", "demo"])
+@pytest.mark.parametrize("command", ["plan", "count", "sample", "export", "job", "worker", "demo"])
 def test_every_command_has_help(command: str) -> None:
     run = run_cli([command, "--help"])
     assert run.code == 0
@@ -224,3 +224,64 @@ def test_export_to_a_folder_writes_one_part_per_partition(duck_file: str, tmp_pa
     parts = sorted(out.glob("part-*.csv"))
     assert len(parts) == 5
     assert sum(len(p.read_text().splitlines()) - 1 for p in parts) == 1000
+
+
+@pytest.fixture
+def sqlite_data(tmp_path: Path) -> str:
+    import sqlite3
+
+    path = tmp_path / "data.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, g INTEGER)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, i % 5) for i in range(600)])
+    return f"sqlite:///{path}"
+
+
+def test_job_and_workers_from_the_command_line(sqlite_data: str, tmp_path: Path) -> None:
+    queue = f"sqlite:///{tmp_path / 'queue.db'}"
+    create = ["job", "create", "--queue", queue, "--job", "j", "--db", sqlite_data, "-m", "6",
+              "--epochs", "2", "--format", "json", "SELECT id, g FROM t"]  # fmt: skip
+    made = run_cli(create)
+    assert made.code == 0, made.err
+    assert json.loads(made.out)["partitions"] == 6
+    assert run_cli(create).code == 0  # idempotent
+    out = tmp_path / "batches"
+    ran = run_cli(["worker", "--queue", queue, "--job", "j", "--db", sqlite_data,
+                   "--out", str(out), "--batch-size", "50", "--format", "json"])  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert json.loads(ran.out)["rows"] == 1200
+    import pyarrow.parquet as pq
+
+    for epoch in (0, 1):
+        ids = [
+            i for f in (out / f"epoch={epoch}").glob("*.parquet")
+            for i in pq.read_table(f).column("id").to_pylist()
+        ]  # fmt: skip
+        assert sorted(ids) == list(range(600))
+    status = json.loads(
+        run_cli(["job", "status", "--queue", queue, "--job", "j", "--format", "json"]).out
+    )
+    assert status["complete"]
+    assert [e["done"] for e in status["per_epoch"]] == [6, 6]
+    table = run_cli(["job", "status", "--queue", queue, "--job", "j"]).out
+    assert "complete" in table
+    assert run_cli(["job", "reset", "--queue", queue, "--job", "j"]).code == 0
+    assert run_cli(["job", "delete", "--queue", queue, "--job", "j"]).code == 0
+
+
+def test_job_errors_are_one_line(sqlite_data: str, tmp_path: Path) -> None:
+    queue = f"sqlite:///{tmp_path / 'queue.db'}"
+    unknown = run_cli(["job", "status", "--queue", queue, "--job", "ghost"])
+    assert unknown.code == 2
+    assert "no job named 'ghost'" in unknown.err
+    base = ["job", "create", "--queue", queue, "--job", "j", "--db", sqlite_data, "-m", "4"]
+    assert run_cli([*base, "SELECT id FROM t"]).code == 0
+    conflict = run_cli([*base, "--epochs", "2", "SELECT id FROM t"])
+    assert conflict.code == 2
+    assert "another definition" in conflict.err
+    assert len(conflict.err.strip().splitlines()) == 1
+    nowhere = "postgresql+psycopg://postgres@127.0.0.1:9/x"
+    unreachable = run_cli(["job", "status", "--queue", nowhere, "--job", "j"])
+    assert unreachable.code == 1
+    assert "cannot open queue" in unreachable.err
+    assert len(unreachable.err.strip().splitlines()) == 1
