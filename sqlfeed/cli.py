@@ -11,9 +11,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from dialects import (
+    Dialect,
     EngineError,
     InvalidArgumentError,
     SqlfeedError,
@@ -21,6 +22,9 @@ from dialects import (
     dialect_names,
     get_dialect,
 )
+
+if TYPE_CHECKING:
+    from sqlfeed.rewrite import ParsedQuery
 
 EXIT_OK = 0
 EXIT_ENGINE = 1
@@ -60,60 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_target(plan, dialect=True)
-    size = plan.add_mutually_exclusive_group()
-    size.add_argument(
-        "--partitions",
-        "-m",
-        type=int,
-        metavar="M",
-        help="number of partitions (default: from --target-rows, else 16)",
-    )
-    size.add_argument(
-        "--target-rows",
-        type=int,
-        metavar="N",
-        help="rows per partition: M = ceil(COUNT / N), at least 4 x --workers (needs --db)",
-    )
-    plan.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        metavar="W",
-        help="expected number of workers: at least 4 x W partitions (default 1)",
-    )
-    plan.add_argument(
-        "--strategy",
-        choices=STRATEGIES,
-        default="auto",
-        help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
-        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; auto: the "
-        "cheapest that applies (all but hash need --db)",
-    )
-    plan.add_argument(
-        "--scratch",
-        metavar="SCHEMA",
-        help="a schema sqlfeed may create a table in, for the materialize strategy",
-    )
-    plan.add_argument(
-        "--key",
-        action="append",
-        type=_column_list,
-        metavar="COL",
-        help="output column to hash; repeat or separate with commas for several "
-        "(default: all output columns)",
-    )
-    plan.add_argument(
-        "--sample-rows",
-        type=int,
-        default=DEFAULT_SAMPLE_ROWS,
-        metavar="N",
-        help=f"rows in the sample query (default {DEFAULT_SAMPLE_ROWS})",
-    )
-    plan.add_argument(
-        "--allow-unstable",
-        action="store_true",
-        help="partition a query whose result may change between runs anyway",
-    )
+    _add_plan_options(plan, sample_rows=DEFAULT_SAMPLE_ROWS)
     plan.add_argument(
         "--format",
         choices=("json", "sql"),
@@ -176,16 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("parquet", "csv", "jsonl"),
         help="file format (default: from the file name, else parquet)",
     )
-    export_.add_argument("--partitions", "-m", type=int, metavar="M")
-    export_.add_argument("--target-rows", type=int, metavar="N", help="rows per partition")
-    export_.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
-    export_.add_argument("--sample-rows", type=int, default=0, help=argparse.SUPPRESS)
-    export_.add_argument("--strategy", choices=STRATEGIES, default="auto")
-    export_.add_argument("--key", action="append", type=_column_list, metavar="COL")
-    export_.add_argument("--scratch", metavar="SCHEMA", help="for --strategy materialize")
+    _add_plan_options(export_)
     export_.add_argument("--readers", type=int, default=2, help="partitions read at once")
     export_.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    export_.add_argument("--allow-unstable", action="store_true")
     export_.add_argument(
         "--format", choices=("text", "json"), default="text", help="how to print the summary"
     )
@@ -205,14 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_job_target(create)
     create.add_argument("--db", metavar="URL", required=True, help="where the query runs")
-    create.add_argument("--partitions", "-m", type=int, metavar="M")
-    create.add_argument("--target-rows", type=int, metavar="N")
-    create.add_argument("--workers", type=int, default=1, help="expected number of workers")
-    create.add_argument("--strategy", choices=STRATEGIES, default="auto")
-    create.add_argument("--key", action="append", type=_column_list, metavar="COL")
-    create.add_argument("--scratch", metavar="SCHEMA")
-    create.add_argument("--sample-rows", type=int, default=0, help=argparse.SUPPRESS)
-    create.add_argument("--allow-unstable", action="store_true")
+    _add_plan_options(create)
     create.add_argument("--epochs", type=int, default=1)
     create.add_argument("--seed", type=int, default=0)
     create.add_argument("--lease-ttl", type=float, default=60.0, metavar="SECONDS")
@@ -289,6 +226,67 @@ def _column_list(text: str) -> list[str]:
     return names
 
 
+def _add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = None) -> None:
+    """The planning options that plan, export and job create share."""
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--partitions",
+        "-m",
+        type=int,
+        metavar="M",
+        help="number of partitions (default: from --target-rows, else 16)",
+    )
+    size.add_argument(
+        "--target-rows",
+        type=int,
+        metavar="N",
+        help="rows per partition: M = ceil(COUNT / N), at least 4 x --workers (needs --db)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="W",
+        help="expected number of workers: at least 4 x W partitions (default 1)",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="auto",
+        help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
+        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; auto: the "
+        "cheapest that applies (all but hash need --db)",
+    )
+    parser.add_argument(
+        "--scratch",
+        metavar="SCHEMA",
+        help="a schema sqlfeed may create a table in, for --strategy materialize",
+    )
+    parser.add_argument(
+        "--key",
+        action="append",
+        type=_column_list,
+        metavar="COL",
+        help="output column to hash (or to range on); repeat or separate with "
+        "commas for several (default: all output columns)",
+    )
+    if sample_rows is None:
+        parser.set_defaults(sample_rows=0)
+    else:
+        parser.add_argument(
+            "--sample-rows",
+            type=int,
+            default=sample_rows,
+            metavar="N",
+            help=f"rows in the sample query (default {sample_rows})",
+        )
+    parser.add_argument(
+        "--allow-unstable",
+        action="store_true",
+        help="partition a query whose result may change between runs anyway",
+    )
+
+
 def _add_job_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue",
@@ -346,13 +344,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
     from sqlfeed import rewrite
 
     engine = dialect_for(args.db) if args.db else get_dialect(args.dialect or "duckdb")
-    sql = read_sql(args.sql)
-    args.key = _keys(args.key)
-    _check_plan_sizes(args)
-    # Validate everything that needs no database before connecting to one.
-    parsed = rewrite.parse(sql, engine)
-    if not args.allow_unstable:
-        rewrite.check_stable(parsed)
+    parsed = _validated_query(args, engine)
     if not args.db or parsed.output_width is not None:
         # Checks the key against the output columns the SQL text names.
         rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
@@ -406,6 +398,19 @@ def _db_plan(args: argparse.Namespace, parsed: Any) -> Any:
     )
 
 
+def _validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
+    """The command's SQL, parsed and checked, and its plan options checked: before any I/O."""
+    from sqlfeed import rewrite
+
+    sql = read_sql(args.sql)
+    args.key = _keys(args.key)
+    _check_plan_sizes(args)
+    parsed = rewrite.parse(sql, engine)
+    if not args.allow_unstable:
+        rewrite.check_stable(parsed)
+    return parsed
+
+
 def _check_plan_sizes(args: argparse.Namespace) -> None:
     _positive(args.workers, "--workers")
     _positive(args.sample_rows, "--sample-rows", zero=True)
@@ -453,18 +458,12 @@ def _print_table(table: Any, fmt: str, out: TextIO) -> None:
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
     from sqlfeed.export import export
     from sqlfeed.progress import ProgressBar
     from sqlfeed.sources import connect
 
-    sql = read_sql(args.sql)
-    args.key = _keys(args.key)
-    _check_plan_sizes(args)
     _positive(args.readers, "--readers")
-    parsed = rewrite.parse(sql, dialect_for(args.db))
-    if not args.allow_unstable:
-        rewrite.check_stable(parsed)
+    parsed = _validated_query(args, dialect_for(args.db))
     target = Path(args.out)
     if target.exists() and not args.overwrite:
         raise InvalidArgumentError(f"{target} exists; pass --overwrite to replace it")
@@ -495,16 +494,10 @@ def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
     from sqlfeed.leases import JobSpec, open_queue
 
-    sql = read_sql(args.sql)
-    args.key = _keys(args.key)
-    _check_plan_sizes(args)
     _positive(args.epochs, "--epochs")
-    parsed = rewrite.parse(sql, dialect_for(args.db))
-    if not args.allow_unstable:
-        rewrite.check_stable(parsed)
+    parsed = _validated_query(args, dialect_for(args.db))
     queue = open_queue(args.queue)
     plan = _db_plan(args, parsed)
     rows = None
