@@ -31,12 +31,16 @@ from sqlfeed.rewrite import (
     unstable_reasons,
 )
 from sqlfeed.sources import Source, connect
+from sqlfeed.statistics import compute_stats
+from stats.model import ColumnStats, FeatureStats, StatsSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ColumnStats",
     "Dialect",
     "EngineError",
+    "FeatureStats",
     "Feeder",
     "InvalidArgumentError",
     "MissingDependencyError",
@@ -49,11 +53,13 @@ __all__ = [
     "QueryError",
     "Source",
     "SqlfeedError",
+    "StatsSpec",
     "UnknownDialectError",
     "UnsafeQueryError",
     "UnstableQueryError",
     "UnsupportedError",
     "__version__",
+    "compute_stats",
     "connect",
     "count_sql",
     "dialect_for",

@@ -136,6 +136,46 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sql(export_)
     export_.set_defaults(run=_cmd_export)
 
+    stats_ = commands.add_parser(
+        "stats",
+        help="feature statistics of a SELECT's columns, as JSON (and an HTML report)",
+        description=(
+            "Per column: row and NULL counts, distinct count, min, max, mean, variance and "
+            "quantile boundaries (numeric), top-k vocabulary with counts (categorical). "
+            "Computed by the engine (pushdown), over a sample (--sample / --fraction), or "
+            "by mergeable accumulators over the streamed rows (--accumulate)."
+        ),
+    )
+    _add_target(stats_, dialect=False)
+    stats_.add_argument("--out", required=True, metavar="PATH", help="the statistics JSON")
+    stats_.add_argument("--html", metavar="PATH", help="also write an HTML report here")
+    stats_.add_argument("--sample", type=int, metavar="N", help="compute over N sampled rows")
+    stats_.add_argument(
+        "--method",
+        choices=("limit", "bernoulli", "hash"),
+        default="limit",
+        help="how to sample (with --sample or --fraction)",
+    )
+    stats_.add_argument("--fraction", type=float, help="share of rows to sample, in (0, 1]")
+    stats_.add_argument(
+        "--accumulate",
+        action="store_true",
+        help="stream the rows and accumulate (mergeable, partition by partition)",
+    )
+    stats_.add_argument("--label", metavar="COL", help="the label column")
+    stats_.add_argument("--buckets", type=int, default=10, help="quantile buckets (default 10)")
+    stats_.add_argument("--top-k", type=int, default=20, help="vocabulary size (default 20)")
+    stats_.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        metavar="COL=KIND",
+        help="numeric, categorical or skip for a column (repeatable)",
+    )
+    stats_.add_argument("--format", choices=("text", "json"), default="text")
+    _add_sql(stats_)
+    stats_.set_defaults(run=_cmd_stats)
+
     job = commands.add_parser(
         "job",
         help="create, inspect or reset a job: a plan handed out to elastic workers",
@@ -626,6 +666,52 @@ def pa_table(batch: Any) -> Any:
     import pyarrow as pa
 
     return pa.Table.from_batches([batch])
+
+
+def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed import rewrite
+    from sqlfeed.progress import ProgressBar
+    from sqlfeed.statistics import compute_stats
+    from stats.model import StatsSpec
+
+    sql = read_sql(args.sql)
+    kinds = {}
+    for item in args.kind:
+        name, sep, kind = item.partition("=")
+        if not sep:
+            raise InvalidArgumentError(f"--kind takes COL=KIND, not {item!r}")
+        kinds[name] = kind
+    spec = StatsSpec(kinds=kinds, label=args.label, buckets=args.buckets, top_k=args.top_k)
+    parsed = rewrite.parse(sql, dialect_for(args.db))
+    sampling = args.sample is not None or args.fraction is not None
+    if args.accumulate and sampling:
+        raise InvalidArgumentError("--accumulate reads every row; drop --sample/--fraction")
+    method = "accumulate" if args.accumulate else "sample" if sampling else "pushdown"
+    steps = ProgressBar(0, what="steps")
+    done = [0]
+
+    def progress(step: str) -> None:
+        done[0] += 1
+        steps.update(done[0], 0)
+
+    try:
+        result = compute_stats(parsed, args.db, spec=spec, method=method, sample_rows=args.sample,
+                               sample_method=args.method, fraction=args.fraction,
+                               progress=progress)  # fmt: skip
+    finally:
+        steps.close()
+    result.save(args.out)
+    if args.html:
+        from stats.report import html_report
+
+        Path(args.html).write_text(html_report(result), encoding="utf-8")
+    if args.format == "json":
+        json.dump({"out": args.out, "html": args.html, "rows": result.rows,
+                   "method": result.method, "columns": list(result.columns)}, out)  # fmt: skip
+        out.write("\n")
+    else:
+        out.write(f"statistics of {len(result.columns)} columns over {result.rows} rows "
+                  f"({result.method}) written to {args.out}\n")  # fmt: skip
 
 
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:

@@ -147,6 +147,17 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def rows_table(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> pa.Table:
+    """A table of DB-API rows, its types inferred from the values (NULL-only: null type).
+
+    Column names may repeat (aggregate queries), so the table is built by position.
+    """
+    schema = infer_schema(names, rows)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+    arrays = [to_arrow_array(list(v), f.type) for v, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, names=list(names))
+
+
 def infer_schema(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> pa.Schema:
     """A schema from the values of a sample of rows (NULL-only columns become ``null``)."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]

@@ -55,6 +55,7 @@ __all__ = [
     "partitions_for",
     "physical_partition_sqls",
     "range_partition_sqls",
+    "relation_sql",
     "sample_sql",
     "schema_sql",
     "single_table",
@@ -671,6 +672,21 @@ def numbered_sql(
     select = frame.select
     select.set("expressions", [numbered, *outputs])
     return select
+
+
+def relation_sql(
+    query: str | ParsedQuery,
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> str:
+    """The query as a SELECT whose output names are exactly ``columns`` (or as written).
+
+    For code that wraps the query again and refers to its columns by name (statistics):
+    unnamed columns are renamed by position and given their engine names back.
+    """
+    parsed = parse(query, dialect)
+    return parsed.dialect.sql(_Frame.build(parsed, columns, pushdown=False).select)
 
 
 def single_table(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> exp.Table | None:

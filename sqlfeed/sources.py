@@ -151,6 +151,18 @@ class Source:
             if not yielded:
                 yield readers.empty_batch(schema)
 
+    def arrow(self, sql: str, *, what: str = "query") -> pa.Table:
+        """A small result (aggregates, catalog look-ups) as a table, types from its values."""
+        with self._errors(what):
+            return self._arrow(sql)
+
+    def _arrow(self, sql: str) -> pa.Table:
+        names, rows = self._rows_with_names(sql)
+        return readers.rows_table(names, rows)
+
+    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        raise NotImplementedError
+
     def read_table(self, sql: str, *, schema: pa.Schema | None = None) -> pa.Table:
         """All rows of ``sql`` as one table (for small results)."""
         batches = list(self.read(sql, schema=schema))
@@ -225,6 +237,13 @@ class DuckDBSource(Source):
         with self._cursor() as cursor:
             cursor.execute(sql)
 
+    def _arrow(self, sql: str) -> pa.Table:
+        with self._cursor() as cursor:
+            relation = cursor.sql(sql)
+            to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
+            table: pa.Table = to_table()
+        return table
+
     def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
         with self._cursor() as cursor:
             relation = cursor.sql(sql)
@@ -290,6 +309,17 @@ class SQLAlchemySource(Source):
             try:
                 cursor.execute(sql)
                 return [tuple(row) for row in cursor.fetchall()]
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                names = [d[0] for d in cursor.description]
+                return names, [tuple(row) for row in cursor.fetchall()]
             finally:
                 cursor.close()
                 connection.commit()

@@ -1,0 +1,125 @@
+"""Feature statistics of a query: the bridge from sources and plans to the ``stats`` package.
+
+>>> import sqlfeed
+>>> stats = sqlfeed.compute_stats("SELECT range AS x FROM range(10)")
+>>> stats["x"].mean, stats["x"].boundaries[:3]
+(4.5, [0, 1, 2])
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dialects import InvalidArgumentError
+from sqlfeed import rewrite
+from sqlfeed.sources import Source, connect
+from stats.accumulate import StatsAccumulator
+from stats.model import FeatureStats, StatsSpec
+from stats.pushdown import compute_pushdown
+
+__all__ = ["STATS_METHODS", "compute_stats"]
+
+STATS_METHODS = ("pushdown", "sample", "accumulate")
+
+
+def compute_stats(
+    query: str | rewrite.ParsedQuery,
+    source: Any = None,
+    *,
+    spec: StatsSpec | None = None,
+    method: str = "pushdown",
+    sample_rows: int | None = None,
+    sample_method: str = "limit",
+    fraction: float | None = None,
+    seed: int = 0,
+    readers: int = 2,
+    progress: Callable[[str], None] | None = None,
+    **plan_options: Any,
+) -> FeatureStats:
+    """Statistics of the query's columns.
+
+    Methods:
+        ``pushdown``: aggregate SQL run by the engine over all rows (a few scans).
+        ``sample``: the same over the query's sample (``sample_rows`` and ``sample_method``
+            ``limit`` / ``bernoulli`` / ``hash`` with ``fraction``), for large tables.
+        ``accumulate``: the rows streamed partition by partition (plan options apply),
+            one mergeable accumulator per reader thread, merged at the end; exact while
+            the data fits the sketches (see ``stats.accumulate``).
+    """
+    if method not in STATS_METHODS:
+        raise InvalidArgumentError(
+            f"unknown statistics method {method!r}; use one of {', '.join(STATS_METHODS)}"
+        )
+    src: Source = connect(source)
+    parsed = src.parse(query)
+    columns = src.output_columns(parsed)
+    folded = [c.casefold() for c in columns]
+    if len(set(folded)) != len(folded):
+        raise InvalidArgumentError(
+            "statistics are per column name, and the query's output names repeat: alias them apart"
+        )
+    spec = spec or StatsSpec()
+    spec.check_columns(columns)  # before any scan
+    schema = src.schema(parsed)
+    if method == "accumulate":
+        return _accumulate(parsed, src, schema, spec, readers, progress, plan_options)
+    relation = rewrite.relation_sql(parsed, columns=columns)
+    sampled = None
+    if method == "sample":
+        if sample_rows is None and fraction is None:
+            raise InvalidArgumentError("method='sample' needs sample_rows and/or fraction")
+        relation = rewrite.sample_sql(
+            parsed, sample_rows, method=sample_method, fraction=fraction, seed=seed,
+            columns=columns,
+        )  # fmt: skip
+        sampled = sample_rows
+    result = compute_pushdown(
+        relation,
+        schema,
+        lambda sql: src.arrow(sql, what="statistics query"),
+        spec,
+        dialect=src.dialect,
+        method=method,
+        progress=progress,
+    )
+    result.sql = parsed.sql
+    result.sample_rows = sampled
+    return result
+
+
+def _accumulate(
+    parsed: rewrite.ParsedQuery,
+    src: Source,
+    schema: Any,
+    spec: StatsSpec,
+    readers: int,
+    progress: Callable[[str], None] | None,
+    plan_options: dict[str, Any],
+) -> FeatureStats:
+    from sqlfeed.planner import plan as make_plan
+
+    plan = make_plan(parsed, src, **plan_options)
+    schema = plan.arrow_schema() or schema
+    partitions = list(plan.partitions)
+    lock = threading.Lock()
+    done = [0]
+
+    def one(index: int) -> StatsAccumulator:
+        accumulator = StatsAccumulator(schema, spec)
+        for batch in src.read(partitions[index].sql, schema=schema):
+            accumulator.update(batch)
+        with lock:
+            done[0] += 1
+            if progress is not None:
+                progress(f"partition {done[0]}/{len(partitions)}")
+        return accumulator
+
+    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="sqlfeed-stats") as pool:
+        parts = list(pool.map(one, range(len(partitions))))
+    merged = StatsAccumulator(schema, spec)
+    for part in parts:  # the partitions' statistics merge into the query's
+        merged.merge(part)
+    return merged.result("accumulate", dialect=src.dialect.name, sql=parsed.sql)

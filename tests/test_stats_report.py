@@ -1,0 +1,226 @@
+"""The HTML report of feature statistics: one self-contained, escaped, well-formed document."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from dialects import MissingDependencyError
+from stats.model import ColumnStats, FeatureStats
+from stats.report import html_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+EVIL = '<script>alert("x")</script> & co'
+
+
+class Collector(HTMLParser):
+    """Start tags with their attributes, and nesting errors of the non-void elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def named(self, tag: str) -> list[dict[str, str | None]]:
+        return [attrs for name, attrs in self.tags if name == tag]
+
+
+def feature_stats() -> FeatureStats:
+    columns = [
+        ColumnStats(
+            "age", "numeric", "int64", count=1000, nulls=10, distinct=80, min=18, max=90,
+            mean=41.5, variance=144.0, boundaries=[25, 33, 41, 50, 62],
+            histogram=[160, 170, 165, 165, 170, 160],
+        ),
+        ColumnStats("empty", "numeric", "double", count=1000, nulls=1000, distinct=0),
+        ColumnStats(
+            "city", "categorical", "string", count=1000, nulls=100, distinct=250,
+            distinct_exact=False, min="Aachen", max="Zwickau",
+            vocabulary=["Berlin", EVIL, "$x$ Köln"], vocabulary_counts=[400, 200, 100],
+            other_count=200,
+        ),
+        ColumnStats(
+            "flag", "categorical", "bool", count=1000, distinct=2,
+            vocabulary=[True, False], vocabulary_counts=[600, 400],
+        ),
+        ColumnStats(
+            "target", "categorical", "int64", count=1000, distinct=2, min=0, max=1,
+            vocabulary=[0, 1], vocabulary_counts=[700, 300], label=True,
+        ),
+        ColumnStats("id", "skip", "int64", count=1000, distinct=1000),
+    ]  # fmt: skip
+    return FeatureStats(
+        columns={c.name: c for c in columns},
+        rows=1000,
+        method="sample",
+        dialect="postgres",
+        sql=f"SELECT * FROM t WHERE note = '{EVIL}'",
+        sample_rows=500,
+        label="target",
+    )
+
+
+@pytest.fixture(scope="module")
+def stats() -> FeatureStats:
+    return feature_stats()
+
+
+@pytest.fixture(scope="module")
+def page(stats: FeatureStats) -> str:
+    return html_report(stats)
+
+
+@pytest.fixture(scope="module")
+def parsed(page: str) -> Collector:
+    collector = Collector()
+    collector.feed(page)
+    collector.close()
+    return collector
+
+
+def png_of(src: str | None) -> bytes:
+    assert src is not None
+    assert src.startswith("data:image/png;base64,")
+    return base64.b64decode(src.removeprefix("data:image/png;base64,"), validate=True)
+
+
+def test_is_one_well_formed_html5_document(page: str, parsed: Collector) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    for tag in ("html", "head", "body", "title", "style", "table", "thead", "tbody"):
+        assert len(parsed.named(tag)) == 1, tag
+    assert parsed.errors == []
+    assert parsed.stack == []
+    assert parsed.named("meta")[0].get("charset") == "utf-8"
+    assert "Feature statistics" in "".join(parsed.text)
+
+
+def test_one_png_image_per_charted_column(stats: FeatureStats, parsed: Collector) -> None:
+    numeric = [c for c in stats.columns.values() if c.kind == "numeric" and sum(c.histogram)]
+    categorical = [c for c in stats.columns.values() if c.kind == "categorical"]
+    images = parsed.named("img")
+    assert len(images) == len(numeric) + len(categorical) == 4
+    alts = [img["alt"] for img in images]
+    assert alts == ["Histogram of age", *(f"Top values of {c.name}" for c in categorical)]
+    for img in images:
+        assert img["width"] == "640"
+        png = png_of(img["src"])
+        assert png.startswith(PNG_SIGNATURE)
+        assert len(png) > 2048
+
+
+def test_all_null_numeric_column_has_a_note_instead(page: str) -> None:
+    assert "No histogram: the column has no non-NULL values." in page
+    assert 'alt="Histogram of empty"' not in page
+
+
+def test_self_contained(page: str, parsed: Collector) -> None:
+    assert not re.search(r"https?://", page)
+    assert parsed.named("script") == []
+    assert parsed.named("link") == []
+    for tag in ("img", "source", "iframe"):
+        for attrs in parsed.named(tag):
+            assert (attrs.get("src") or "").startswith("data:")
+
+
+def test_values_are_escaped(page: str, parsed: Collector) -> None:
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in page
+    assert EVIL in "".join(parsed.text)  # the SQL, shown as text
+    assert parsed.named("pre")[0]["class"] == "sql"
+
+
+def test_header_and_summary(page: str, parsed: Collector) -> None:
+    text = " ".join(parsed.text)
+    assert "sample (500 sample rows)" in text
+    assert "postgres" in text
+    assert "1,000" in text
+    assert "≈250" in text  # approximate distinct
+    assert "12" in text  # stddev of variance 144
+    custom = html_report(feature_stats(), title="Mine & <yours>")
+    assert "<title>Mine &amp; &lt;yours&gt;</title>" in custom
+
+
+def test_null_rates_are_highlighted(page: str) -> None:
+    rows = {
+        m.group(2): m.group(1) or ""
+        for m in re.finditer(r'<tr(?: class="([^"]*)")?><td>(?:<a [^>]*>)?([^<]+)', page)
+    }
+    assert "null-high" in rows["empty"].split()  # 100% NULL
+    assert "null-warn" in rows["city"].split()  # 10% NULL
+    assert rows["age"] == ""  # 1% NULL
+    assert "label" in rows["target"].split()
+    assert page.count('<span class="badge">label</span>') == 2  # table and section
+
+
+def test_chart_is_not_blank(parsed: Collector) -> None:
+    from matplotlib.image import imread
+
+    pixels = imread(io.BytesIO(png_of(parsed.named("img")[0]["src"])), format="png")
+    assert pixels.ndim == 3
+    assert pixels.shape[1] == 640
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 1
+    not_white = np.any(pixels[..., :3] < 0.9, axis=-1).mean()
+    assert not_white > 0.02
+
+
+def test_unusual_numeric_edges_still_chart() -> None:
+    """Dates (also as ISO text, as after a JSON round trip) and repeated boundaries."""
+    days = [dt.date(2024, 1, d) for d in (1, 8, 15, 22, 31)]
+    columns = [
+        ColumnStats("day", "numeric", "date32", count=9, min=days[0], max=days[-1],
+                    boundaries=days[1:-1], histogram=[2, 3, 2, 2]),
+        ColumnStats("iso", "numeric", "date32", count=9, min=days[0].isoformat(),
+                    max=days[-1].isoformat(), boundaries=[d.isoformat() for d in days[1:-1]],
+                    histogram=[2, 3, 2, 2]),
+        ColumnStats("skewed", "numeric", "int64", count=9, min=0, max=9, boundaries=[0, 0, 1],
+                    histogram=[0, 5, 2, 2], boundaries_exact=False),
+    ]  # fmt: skip
+    stats = FeatureStats({c.name: c for c in columns}, rows=9, method="accumulate")
+    collector = Collector()
+    collector.feed(html_report(stats))
+    images = collector.named("img")
+    assert len(images) == 3
+    assert all(png_of(img["src"]).startswith(PNG_SIGNATURE) for img in images)
+    assert "drawn with equal width (approximate quantiles)" in "".join(collector.text)
+
+
+def test_missing_matplotlib_is_a_missing_dependency(
+    stats: FeatureStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(MissingDependencyError, match=r"sqlfeed\[all\]"):
+        html_report(stats)
+
+
+def test_report_does_not_import_sqlfeed() -> None:
+    code = "import sys, stats.report; assert 'sqlfeed' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
