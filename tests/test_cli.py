@@ -90,7 +90,9 @@ def test_console_module_runs_as_a_process() -> None:
     assert done.stdout.count(";") == 2
 
 
-@pytest.mark.parametrize("command", ["plan", "count", "sample", "export", "job", "worker", "demo"])
+@pytest.mark.parametrize(
+    "command", ["plan", "count", "sample", "export", "stats", "job", "worker", "demo"]
+)
 def test_every_command_has_help(command: str) -> None:
     run = run_cli([command, "--help"])
     assert run.code == 0
@@ -285,3 +287,39 @@ def test_job_errors_are_one_line(sqlite_data: str, tmp_path: Path) -> None:
     assert unreachable.code == 1
     assert "cannot open queue" in unreachable.err
     assert len(unreachable.err.strip().splitlines()) == 1
+
+
+def test_stats_writes_json_and_an_html_report(duck_file: str, tmp_path: Path) -> None:
+    out, html = tmp_path / "stats.json", tmp_path / "report.html"
+    options = ["--label", "g", "--kind", "g=categorical"]
+    run = run_cli(["stats", "--db", duck_file, "--out", str(out), "--html", str(html), *options,
+                   "SELECT id, g, s FROM t"])  # fmt: skip
+    assert run.code == 0, run.err
+    stats = json.loads(out.read_text())
+    assert stats["rows"] == 1000
+    assert stats["columns"]["g"]["kind"] == "categorical"
+    assert stats["columns"]["s"]["nulls"] == 200
+    assert html.read_text().count("<img") == 3  # id's histogram, g's and s's bar charts
+    sampled = run_cli(["stats", "--db", duck_file, "--out", str(out), "--sample", "100",
+                       "--format", "json", "SELECT id FROM t"])  # fmt: skip
+    assert json.loads(sampled.out)["method"] == "sample"
+    assert json.loads(out.read_text())["rows"] == 100
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--label", "nope"], "label column 'nope'"),
+        (["--kind", "id=ordinal"], "kind must be"),
+        (["--kind", "id"], "COL=KIND"),
+        (["--buckets", "1"], "buckets"),
+        (["--accumulate", "--sample", "5"], "--accumulate"),
+    ],
+)
+def test_stats_bad_input(duck_file: str, tmp_path: Path, extra: list[str], message: str) -> None:
+    out = tmp_path / "stats.json"
+    run = run_cli(["stats", "--db", duck_file, "--out", str(out), *extra, "SELECT id, g FROM t"])
+    assert run.code == 2
+    assert message in run.err
+    assert len(run.err.strip().splitlines()) == 1
+    assert not out.exists()
