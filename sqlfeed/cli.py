@@ -746,6 +746,9 @@ def _positive(value: int, flag: str, zero: bool = False) -> None:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit code."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
     parser = build_parser()
     args = parser.parse_args(argv)
     stream = out or sys.stdout

@@ -1,9 +1,10 @@
 """The end-to-end demo on the embedded DuckDB (``make demo``, ``sqlfeed demo``).
 
 It creates a tabular training set (customers and orders, with NULLs and skew), plans a
-training SELECT over it, streams it through the Feeder with two readers and a shuffle
-buffer, and checks that every row arrives exactly once per epoch. Later issues extend it
-with statistics, the elastic dispatcher and Keras training.
+training SELECT over it, computes its feature statistics in the engine and turns them
+into Keras preprocessing layers, streams it through the Feeder with two readers and a
+shuffle buffer, preprocesses the first batch, and checks that every row arrives exactly
+once per epoch. Later issues extend it with the elastic dispatcher and Keras training.
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TextIO
 
+from dialects import MissingDependencyError
 from sqlfeed.feeder import Feeder
 from sqlfeed.planner import plan
 from sqlfeed.sources import DuckDBSource, connect
+from sqlfeed.statistics import compute_stats
+from stats.keras import to_keras
+from stats.model import FeatureStats, StatsSpec
 
 TRAINING_QUERY = """
 SELECT o.order_id, c.segment, c.age, o.amount, o.channel,
@@ -67,6 +73,19 @@ def run_demo(rows: int = 200_000, partitions: int = 16, out: TextIO | None = Non
         say(f"   columns: {', '.join(training.columns)}")
         say(f"   partition 0: {training.partitions[0].sql}")
 
+        started = time.perf_counter()
+        spec = StatsSpec(label="label", buckets=8, top_k=10)
+        stats = compute_stats(TRAINING_QUERY, source, spec=spec)
+        say(f"3. feature statistics in the engine ({time.perf_counter() - started:.2f}s):")
+        for column in stats.columns.values():
+            if column.kind == "numeric":
+                head = column.boundaries[:3]
+                say(f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
+                    f"{column.null_rate:.1%} NULL, boundaries {head}...")  # fmt: skip
+            else:
+                say(f"   {column.name}: {column.distinct} values, top {column.vocabulary[:3]}")
+        preprocess = _keras_layers(stats)
+
         expected = Counter(source.rows(TRAINING_QUERY))
         feeder = Feeder(
             training, source, batch_size=1024, shuffle_buffer=8192, readers=2, epochs=2, seed=7
@@ -76,6 +95,8 @@ def run_demo(rows: int = 200_000, partitions: int = 16, out: TextIO | None = Non
             seen: Counter[tuple[Any, ...]] = Counter()
             batches = 0
             for batch in feeder.epoch(epoch):
+                if batches == 0 and epoch == 0 and preprocess is not None:
+                    _show_preprocessing(batch, preprocess, say)
                 batches += 1
                 seen.update(zip(*(c.to_pylist() for c in batch.columns), strict=True))
             elapsed = time.perf_counter() - started
@@ -83,10 +104,31 @@ def run_demo(rows: int = 200_000, partitions: int = 16, out: TextIO | None = Non
                 raise AssertionError(f"epoch {epoch}: the feed does not match the query")
             total = sum(seen.values())
             say(
-                f"3. epoch {epoch}: {total} rows in {batches} shuffled batches of 1024, every "
+                f"5. epoch {epoch}: {total} rows in {batches} shuffled batches of 1024, every "
                 f"row exactly once ({total / elapsed:,.0f} rows/s incl. the check)"
             )
         from sqlfeed.planner import drop_scratch
 
         drop_scratch(training, source)
     say("done: the partitions add up to exactly the training query's result")
+
+
+def _keras_layers(stats: FeatureStats) -> dict[str, Any] | None:
+    """Normalization and lookup layers from the statistics (None without TensorFlow)."""
+    try:
+        return to_keras(stats)
+    except MissingDependencyError:
+        return None
+
+
+def _show_preprocessing(batch: Any, layers: dict[str, Any], say: Callable[[str], None]) -> None:
+    import numpy as np
+
+    amount = batch.column("amount").to_numpy(zero_copy_only=False)
+    amount = np.nan_to_num(amount.astype("float64"), nan=0.0).reshape(-1, 1)
+    normalized = np.asarray(layers["amount"](amount))
+    channel = np.asarray(layers["channel"](np.array(batch.column("channel").to_pylist())))
+    say(
+        f"4. Keras preprocessing of the first batch: amount normalized to mean "
+        f"{normalized.mean():+.2f}, std {normalized.std():.2f}; channel ids {channel[:6].tolist()}"
+    )

@@ -166,6 +166,7 @@ def test_demo_runs_end_to_end() -> None:
     run = run_cli(["demo", "--rows", "20000", "-m", "4"])
     assert run.code == 0, run.err
     assert "add up to exactly" in run.out
+    assert "Keras preprocessing of the first batch" in run.out
 
 
 def test_plan_with_db_uses_the_planner_strategies(duck_file: str) -> None:
