@@ -475,6 +475,7 @@ class SQLQueue(LeaseQueue):
         if self.backend == "sqlite":
             _sqlite_locking(self.engine)
         self._now = _NOW[self.backend]
+        self._specs: dict[str, JobSpec] = {}
         self._lock_clause = "" if self.backend == "sqlite" else " FOR UPDATE SKIP LOCKED"
         self._tables()
 
@@ -513,6 +514,7 @@ class SQLQueue(LeaseQueue):
 
     def _tables(self) -> None:
         import sqlalchemy as sa
+        from sqlalchemy.dialects.mysql import LONGTEXT
 
         metadata = sa.MetaData()
         name = sa.String(200)
@@ -520,7 +522,9 @@ class SQLQueue(LeaseQueue):
             "sqlfeed_jobs", metadata,
             sa.Column("name", name, primary_key=True),
             sa.Column("fingerprint", sa.String(64), nullable=False),
-            sa.Column("spec", sa.Text, nullable=False),
+            # LONGTEXT on MySQL: TEXT stops at 64 KiB, a plan of ~300 partitions.
+            sa.Column("spec", sa.Text().with_variant(LONGTEXT(), "mysql", "mariadb"),
+                      nullable=False),
             sa.Column("created", sa.Double, nullable=False),
         )  # fmt: skip
         tasks = sa.Table(
@@ -594,34 +598,50 @@ class SQLQueue(LeaseQueue):
                     rows,
                 )
             return spec
-        except EngineError:
-            existing = self.job(spec.name)  # lost the race, or it existed: must be the same
+        except EngineError as failure:
+            try:  # the job existed (or another worker won the race): it must be the same job
+                existing = self.job(spec.name, cached=False)
+            except UnknownJobError:
+                raise failure from None  # not a duplicate: the real error
             if existing.definition() != spec.definition():
                 raise _conflict(spec.name, existing, spec) from None
             return existing
 
-    def job(self, name: str) -> JobSpec:
+    def job(self, name: str, *, cached: bool = True) -> JobSpec:
+        """The job ``name``. A job's definition never changes once created, so it is read
+        (and its plan decoded) once per queue object; ``cached=False`` reads it again."""
         import sqlalchemy as sa
 
+        if cached and name in self._specs:
+            return self._specs[name]
         with self._tx() as c:
             text = c.execute(
                 sa.text("SELECT spec FROM sqlfeed_jobs WHERE name = :n"), {"n": name}
             ).scalar()
         if text is None:
+            self._specs.pop(name, None)
             raise UnknownJobError(f"no job named {name!r} in queue {self._label()}")
         try:
-            return JobSpec.from_json(text)
+            spec = JobSpec.from_json(text)
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptStateError(
                 f"job {name!r}: its stored definition is unreadable ({err}); delete the job"
             ) from None
+        self._specs[name] = spec
+        return spec
 
     def acquire(self, job: str, worker: str) -> Lease | Wait | None:
         spec = self.job(job)
-        result: Lease | Wait | None = self._retrying(self._acquire, spec, worker)
+        result = self._retrying(self._acquire, spec, worker)
+        if result is _ALL_DONE:
+            self.job(job, cached=False)  # deleted meanwhile? then say so
+            with self._tx() as c:
+                self._check_complete(c, spec)
+            return None
+        assert result is None or isinstance(result, Lease | Wait)
         return result
 
-    def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | None:
+    def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | object:
         import sqlalchemy as sa
 
         job = spec.name
@@ -636,8 +656,7 @@ class SQLQueue(LeaseQueue):
                 {"j": job},
             ).scalar()
             if epoch is None:
-                self._check_complete(c, spec)
-                return None
+                return _ALL_DONE
             if spec.even_batches:
                 finished = (
                     c.execute(
@@ -658,15 +677,22 @@ class SQLQueue(LeaseQueue):
                     return Wait(int(epoch), 0.0)  # the next epoch is open now: ask again
                 if worker in finished:
                     return Wait(int(epoch), 0.05)
-            row = c.execute(
-                sa.text(
-                    "SELECT part, acked, attempts FROM sqlfeed_tasks "
-                    "WHERE job = :j AND epoch = :e AND (state = 'pending' OR "
-                    "(state = 'leased' AND expires < :now)) ORDER BY position LIMIT 1"
-                    + self._lock_clause
-                ),
-                {"j": job, "e": epoch, "now": now},
-            ).first()
+            # Pending tasks first, then expired leases: one predicate each, so the claim uses
+            # the (job, epoch, state, position) index. With "pending OR expired", MariaDB
+            # sorts the whole epoch, and SKIP LOCKED then returns no row at all whenever
+            # another session holds the first candidate.
+            row = None
+            for condition in ("state = 'pending'", "state = 'leased' AND expires < :now"):
+                row = c.execute(
+                    sa.text(
+                        "SELECT part, acked, attempts FROM sqlfeed_tasks "
+                        f"WHERE job = :j AND epoch = :e AND {condition} "
+                        "ORDER BY position LIMIT 1" + self._lock_clause
+                    ),
+                    {"j": job, "e": epoch, "now": now},
+                ).first()
+                if row is not None:
+                    break
             if row is None:
                 self._check_states(c, spec, epoch)
                 soonest = c.execute(
@@ -774,7 +800,9 @@ class SQLQueue(LeaseQueue):
         ttl = self.job(lease.job).lease_ttl
         return self._update_held(
             lease,
-            "acked = :o, rows_acked = rows_acked + :rows, expires = :now + :ttl",
+            # never backwards (a late, repeated ack)
+            "acked = CASE WHEN acked < :o THEN :o ELSE acked END, "
+            "rows_acked = rows_acked + :rows, expires = :now + :ttl",
             {"o": offset, "rows": rows, "batches": 1, "ttl": ttl},
         )
 
@@ -865,6 +893,7 @@ class SQLQueue(LeaseQueue):
     def delete(self, job: str) -> None:
         import sqlalchemy as sa
 
+        self._specs.pop(job, None)
         with self._tx() as c:
             for table in ("sqlfeed_tasks", "sqlfeed_workers", "sqlfeed_shares"):
                 c.execute(sa.text(f"DELETE FROM {table} WHERE job = :j"), {"j": job})
@@ -908,6 +937,9 @@ def _sqlite_locking(engine: Any) -> None:
     def _begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
+
+_ALL_DONE = object()
+"""Every epoch of the job is finished (checked outside the claim's transaction)."""
 
 _MEMORY: dict[str, MemoryQueue] = {}
 

@@ -43,6 +43,9 @@ SCRATCH_TTL_SECONDS = 24 * 3600
 
 _ROW_NUMBER = "_sqlfeed_rn"
 
+DUCKDB_ROW_GROUP = 122_880
+"""Rows in a DuckDB row group: rowid partitions are cut at multiples of it."""
+
 
 def plan(
     query: str | rewrite.ParsedQuery,
@@ -413,6 +416,10 @@ def _build_ctid(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Parti
     extent, estimated = info
     parts = max(1, min(m, extent))
     cuts = [extent * i // parts for i in range(1, parts)]
+    if ctx.engine.name == "duckdb" and extent >= parts * DUCKDB_ROW_GROUP:
+        # Cut at row-group edges: a range across a row group decompresses all of it twice.
+        aligned = {round(c / DUCKDB_ROW_GROUP) * DUCKDB_ROW_GROUP for c in cuts}
+        cuts = sorted(c for c in aligned if 0 < c < extent)
     alias = ctx.table.alias_or_name
     if ctx.engine.name == "postgres":
         address = exp.column("ctid", table=alias)
@@ -468,6 +475,8 @@ def _build_materialize(ctx: _Context, m: int, allow_unstable: bool) -> tuple[lis
     table = exp.table_(name, db=ctx.scratch)
     numbered = rewrite.numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns)
     create = exp.Create(kind="TABLE", this=table, expression=numbered)
+    if engine.name == "postgres":  # a scratch copy needs no write-ahead log: about 2x faster
+        create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
     ctx.source.execute(engine.sql(create), what="materialize statement")
     rows = 0
     try:

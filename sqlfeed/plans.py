@@ -53,7 +53,7 @@ class Plan:
     schema: bytes | None = field(default=None, repr=False)
     """The Arrow schema every partition yields, serialized (IPC); see ``arrow_schema()``."""
     scratch_table: str | None = None
-    """The table a ``materialize`` plan wrote, dropped by ``Source.drop_scratch``."""
+    """The table a ``materialize`` plan wrote, dropped by ``sqlfeed.planner.drop_scratch``."""
 
     @property
     def fingerprint(self) -> str:

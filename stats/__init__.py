@@ -1,10 +1,22 @@
-"""Feature statistics for sqlfeed (see design.md section 7).
+"""Feature statistics: specs, aggregate SQL per dialect, mergeable accumulators over Arrow,
+versioned JSON, Keras preprocessing layers and an HTML report.
 
 Layering: ``stats`` imports ``dialects`` and never ``sqlfeed``; it receives a callable that
-runs a query and returns Arrow. The statistics themselves arrive with issue #5; until then
-this package holds nothing, and nothing in sqlfeed pretends to compute statistics.
+runs a query and returns Arrow (see :func:`stats.pushdown.compute_pushdown`). Users call
+:func:`sqlfeed.compute_stats`, which brings the two together.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from stats.accumulate import StatsAccumulator, accumulate
+from stats.model import ColumnStats, FeatureStats, StatsSpec
+from stats.pushdown import compute_pushdown
+
+__all__ = [
+    "ColumnStats",
+    "FeatureStats",
+    "StatsAccumulator",
+    "StatsSpec",
+    "accumulate",
+    "compute_pushdown",
+]

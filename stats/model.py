@@ -113,7 +113,7 @@ class FeatureStats:
     columns: dict[str, ColumnStats]
     rows: int
     method: str
-    """``pushdown``, ``sample`` or ``accumulate`` (see :func:`stats.compute`)."""
+    """``pushdown``, ``sample`` or ``accumulate`` (see :func:`sqlfeed.compute_stats`)."""
     dialect: str = ""
     sql: str = ""
     sample_rows: int | None = None

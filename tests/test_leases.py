@@ -289,3 +289,42 @@ def test_even_batches_give_every_replica_the_same_number_of_batches(
     status = queue.status(spec.name)
     assert status.complete
     assert all(e["done"] + e["dropped"] == 7 for e in status.per_epoch)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_a_job_of_many_partitions_fits_the_queue(backend: str, tmp_path: Path) -> None:
+    """A plan's JSON grows with its partitions: 3000 of them is ~0.5 MB (MySQL TEXT: 64 KiB)."""
+    queue = SQLQueue(queue_url(backend, tmp_path))
+    plan = sqlfeed.plan("SELECT range AS id FROM range(10)", sqlfeed.connect("duckdb://"),
+                        partitions=3000, strategy="hash")  # fmt: skip
+    spec = queue.create_job(JobSpec(f"big-{uuid.uuid4().hex[:6]}", plan))
+    assert queue.job(spec.name, cached=False).plan.num_partitions == 3000
+    queue.delete(spec.name)
+
+
+def test_a_failing_create_reports_the_real_error(source: sqlfeed.Source, tmp_path: Path) -> None:
+    queue = SQLQueue(queue_url("sqlite", tmp_path))
+    with queue.engine.begin() as c:
+        c.exec_driver_sql("DROP TABLE sqlfeed_tasks")
+    with pytest.raises(sqlfeed.EngineError, match="sqlfeed_tasks"):
+        queue.create_job(make_spec(source))
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mysql"])
+def test_concurrent_claims_skip_locked_rows_instead_of_waiting(
+    backend: str, source: sqlfeed.Source, tmp_path: Path
+) -> None:
+    """A claim while another session holds the first pending task gets the next one."""
+    queue = SQLQueue(queue_url(backend, tmp_path))
+    spec = queue.create_job(make_spec(source, partitions=4, order="index"))
+    other = SQLQueue(queue_url(backend, tmp_path))
+    with queue.engine.connect() as holder:
+        transaction = holder.begin()
+        holder.exec_driver_sql(
+            f"SELECT part FROM sqlfeed_tasks WHERE job = '{spec.name}' AND epoch = 0 AND part = 0 "
+            "FOR UPDATE"
+        )
+        got = other.acquire(spec.name, "w")
+        transaction.rollback()
+    assert isinstance(got, Lease)
+    assert got.partition == 1
