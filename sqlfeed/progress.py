@@ -23,9 +23,13 @@ class ProgressBar:
         self.done, self.rows = done, rows
         if not self.enabled:
             return
-        width = 30
-        filled = width * done // max(self.total, 1)
         elapsed = max(time.perf_counter() - self.started, 1e-9)
+        if not self.total:  # the number of steps is not known in advance
+            self.stream.write(f"\r{done} {self.what} done ({elapsed:.1f}s)")
+            self.stream.flush()
+            return
+        width = 30
+        filled = width * done // self.total
         self.stream.write(
             f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.what}  "
             f"{_human(rows)} rows  {_human(rows / elapsed)} rows/s"
