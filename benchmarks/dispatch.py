@@ -52,7 +52,6 @@ import queue as queue_module
 import shutil
 import sqlite3
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -66,6 +65,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import sqlfeed
+from benchmarks.common import progress as _progress
 from dialects import EngineError
 from sqlfeed.leases import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
 from sqlfeed.plans import Plan
@@ -88,11 +88,6 @@ SYNTHETIC_SQL = "SELECT range AS id FROM range(100000)"
 LEASE_TTL = 30.0
 WAIT_SLEEP = 0.005
 """Seconds a benchmark worker sleeps on a :class:`Wait` (the Worker's ``poll`` is 0.5)."""
-
-
-def _progress(message: str) -> None:
-    """Print a progress line to stderr."""
-    print(message, file=sys.stderr, flush=True)
 
 
 def _error_text(err: BaseException) -> str:

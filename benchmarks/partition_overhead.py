@@ -59,6 +59,7 @@ import duckdb
 import psycopg
 from psycopg import sql as pgsql
 
+from benchmarks.common import progress as _progress
 from benchmarks.tpch import (
     DEFAULT_CACHE_DIR,
     DEFAULT_PG_URL,
@@ -160,11 +161,6 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release the connection."""
         ...
-
-
-def _progress(message: str) -> None:
-    """Print a progress line to stderr."""
-    print(message, file=sys.stderr, flush=True)
 
 
 class DuckDBRunner:

@@ -83,6 +83,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import progress as _progress
+from benchmarks.common import status_bytes as _status_bytes
+
 __all__ = ["CONTENDERS", "Config", "Contender", "PlanCell", "main", "measure_plans"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -101,23 +104,6 @@ GOAL_VS_CONNECTORX = 0.9
 GOAL_VS_PANDAS = 5.0
 GOAL_MEMORY_VS_PANDAS = 0.5
 GOAL_VS_DUCKDB = 0.8
-
-
-def _progress(message: str) -> None:
-    """Print a progress line to stderr."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def _status_bytes(key: str) -> int:
-    """Return a ``kB`` field of ``/proc/self/status`` (e.g. ``VmHWM``) in bytes, or -1."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return -1
 
 
 # -- A: contenders, each run in a child process -------------------------------------------

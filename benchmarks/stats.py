@@ -59,6 +59,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import progress as _progress
+from benchmarks.common import status_bytes as _status_bytes
+
 __all__ = ["COLUMNS", "CONTENDERS", "ENGINES", "Job", "Measurement", "main", "measure"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,23 +83,6 @@ FRACTIONS = [i / BUCKETS for i in range(1, BUCKETS)]
 MEAN_COLUMN = "l_extendedprice"
 VOCABULARY_COLUMN = "l_shipmode"
 MEAN_TOLERANCE = 1e-9
-
-
-def _progress(message: str) -> None:
-    """Print a progress line to stderr."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def _status_bytes(key: str) -> int:
-    """Return a ``kB`` field of ``/proc/self/status`` (e.g. ``VmHWM``) in bytes, or -1."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return -1
 
 
 # -- the contenders, each run in a child process ------------------------------------------

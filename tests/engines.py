@@ -127,8 +127,10 @@ class Engine:
     def close(self) -> None:
         """Drop the schema and close the connection."""
 
+    conn: Any
+
     def _cursor(self) -> Any:
-        raise NotImplementedError
+        return self.conn.cursor()
 
 
 class DuckDBEngine(Engine):
@@ -139,9 +141,6 @@ class DuckDBEngine(Engine):
 
         super().__init__()
         self.conn = duckdb.connect()
-
-    def _cursor(self) -> Any:
-        return self.conn.cursor()
 
     def source(self) -> Any:
         from sqlfeed import connect
@@ -166,9 +165,6 @@ class SQLiteEngine(Engine):
 
         return connect(f"sqlite:///{self.path}")
 
-    def _cursor(self) -> Any:
-        return self.conn.cursor()
-
     def _adapt(self, value: Any) -> Any:
         if isinstance(value, dt.datetime):
             return value.isoformat(sep=" ")
@@ -186,7 +182,18 @@ class SQLiteEngine(Engine):
         shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
-class PostgresEngine(Engine):
+class ServerEngine(Engine):
+    """An engine on a server: the run's tables live in a schema (or database) of its own."""
+
+    @property
+    def scratch(self) -> str:  # type: ignore[override]
+        return self.schema
+
+    def qualify(self, table: str) -> str:
+        return f"{self.schema}.{table}"
+
+
+class PostgresEngine(ServerEngine):
     name = "postgres"
     placeholder = "%s"
 
@@ -201,16 +208,6 @@ class PostgresEngine(Engine):
         self.execute(f"CREATE SCHEMA {self.schema}")
         self.execute(f"SET search_path TO {self.schema}")
 
-    def _cursor(self) -> Any:
-        return self.conn.cursor()
-
-    @property
-    def scratch(self) -> str:  # type: ignore[override]
-        return self.schema
-
-    def qualify(self, table: str) -> str:
-        return f"{self.schema}.{table}"
-
     def source(self) -> Any:
         from sqlfeed import connect
 
@@ -221,7 +218,7 @@ class PostgresEngine(Engine):
         self.conn.close()
 
 
-class MySQLEngine(Engine):
+class MySQLEngine(ServerEngine):
     name = "mysql"
     placeholder = "%s"
 
@@ -244,16 +241,6 @@ class MySQLEngine(Engine):
             raise EngineUnavailable(f"MySQL/MariaDB at {MYSQL_URL}: {err}") from None
         self.execute(f"CREATE DATABASE {self.schema} CHARACTER SET utf8mb4")
         self.execute(f"USE {self.schema}")
-
-    def _cursor(self) -> Any:
-        return self.conn.cursor()
-
-    @property
-    def scratch(self) -> str:  # type: ignore[override]
-        return self.schema
-
-    def qualify(self, table: str) -> str:
-        return f"{self.schema}.{table}"
 
     def source(self) -> Any:
         from sqlfeed import connect
