@@ -61,3 +61,7 @@ class EngineError(SqlfeedError, RuntimeError):
 
 class MissingDependencyError(SqlfeedError, ImportError):
     """An optional package is needed; the message names the extra to install."""
+
+
+class ShardsetError(SqlfeedError, ValueError):
+    """A dataset, shardset or shard file breaks a shardset rule or cannot be read."""
