@@ -11,6 +11,7 @@ class DuckDB(Dialect):
     """DuckDB: ``hash(...)`` is variadic, NULL-safe and returns UBIGINT."""
 
     name = "duckdb"
+    aliases = ("dataset",)  # dataset:///folder: a shardset dataset queried in DuckDB
     sqlglot_dialect = "duckdb"
     HASH_FUNCTION = "hash"
     HASH_IS_UNSIGNED = True

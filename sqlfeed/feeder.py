@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.plans import Partition, Plan
+from sqlfeed.plans import Partition, Plan, fragment_order
 from sqlfeed.readers import DEFAULT_BATCH_ROWS
 from sqlfeed.sources import Source, connect
 
@@ -63,6 +63,10 @@ class Feeder:
             The partition order is shuffled too whenever this is > 0 or ``shuffle``.
         shuffle: visit the partitions in a seeded random order (default: when
             shuffle_buffer > 0).
+        shuffle_window: the partition order of a ``fragments`` plan instead: 0 storage
+            order, -1 a seeded shuffle of all fragments, k > 0 files shuffled and then
+            fragments shuffled within windows of k (see
+            :func:`sqlfeed.plans.fragment_order`); seeded, different every epoch.
         seed: makes the partition order and the shuffle repeatable; each epoch differs.
         readers: partitions read ahead at once, each by its own thread and connection.
         rank, world_size: this worker's static share of the partitions.
@@ -112,6 +116,7 @@ class Feeder:
         order: str = "shuffle",
         even_batches: bool = False,
         replicas: int | None = None,
+        shuffle_window: int | None = None,
         **plan_options: Any,
     ) -> None:
         if format not in FORMATS:
@@ -149,6 +154,9 @@ class Feeder:
         self.batch_size = batch_size
         self.shuffle_buffer = shuffle_buffer
         self.shuffle = shuffle_buffer > 0 if shuffle is None else shuffle
+        self.shuffle_window = shuffle_window
+        if shuffle_window is not None:
+            fragment_order(self.share, shuffle_window, seed, 0)  # validates the window
         self.seed = seed
         self.readers = readers
         self.epochs = epochs
@@ -212,9 +220,7 @@ class Feeder:
     def epoch(self, epoch: int = 0) -> Iterator[Any]:
         """The batches of one epoch (its partition order and shuffle depend on the seed)."""
         rng = np.random.default_rng([self.seed, epoch])
-        order: Sequence[Partition] = self.share
-        if self.shuffle:
-            order = [self.share[i] for i in rng.permutation(len(self.share))]
+        order: Sequence[Partition] = [self.share[i] for i in self._positions(epoch)]
         batches = self._read(order, epoch)
         if self.shuffle_buffer:
             batches = _shuffled(batches, self.shuffle_buffer, rng)
@@ -225,10 +231,15 @@ class Feeder:
 
     def partition_order(self, epoch: int = 0) -> list[int]:
         """The partition indices of ``epoch`` in the order this feeder reads them."""
-        rng = np.random.default_rng([self.seed, epoch])
+        return [self.share[i].index for i in self._positions(epoch)]
+
+    def _positions(self, epoch: int) -> list[int]:
+        if self.shuffle_window is not None:
+            return fragment_order(self.share, self.shuffle_window, self.seed, epoch)
         if not self.shuffle:
-            return [p.index for p in self.share]
-        return [self.share[i].index for i in rng.permutation(len(self.share))]
+            return list(range(len(self.share)))
+        rng = np.random.default_rng([self.seed, epoch])
+        return [int(i) for i in rng.permutation(len(self.share))]
 
     def _convert(self, batch: pa.RecordBatch) -> Any:
         if self.format == "pandas":

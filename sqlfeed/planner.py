@@ -68,7 +68,8 @@ def plan(
         partitions: the number of partitions M; by default ceil(COUNT / target_rows), at
             least 4 x workers.
         target_rows: rows per partition when M is not given.
-        strategy: one of ``auto``, ``hash``, ``range``, ``ctid``, ``materialize``.
+        strategy: one of ``auto``, ``hash``, ``range``, ``ctid``, ``materialize``,
+            ``fragments`` (a shardset dataset's files, row groups, stripes, byte ranges).
         key: the column(s) to hash, or the one column to range-partition on.
         workers: the expected number of workers.
         scratch: a schema sqlfeed may create tables in (``materialize``).
@@ -98,8 +99,13 @@ def plan(
     context = _Context(src, parsed, columns, schema, text_columns, keys, scratch)
 
     chosen, reason = _choose(context, strategy)
-    rows = None if partitions is not None else src.count(parsed, columns=columns)
-    m = partitions or rewrite.partitions_for(rows or 0, target_rows, workers or 1)
+    if chosen == "fragments":  # sized by the files' own row counts: no COUNT(*) scan
+        rows = None
+        stored = context.source.dataset.main.rows  # type: ignore[attr-defined]
+        m = partitions or rewrite.partitions_for(stored, target_rows, workers or 1)
+    else:
+        rows = None if partitions is not None else src.count(parsed, columns=columns)
+        m = partitions or rewrite.partitions_for(rows or 0, target_rows, workers or 1)
     built, scratch_table = _BUILDERS[chosen](context, m, allow_unstable)
     if not built:
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
@@ -145,6 +151,16 @@ class _Context:
 
 
 def _choose(ctx: _Context, strategy: str) -> tuple[str, str]:
+    fragments = _fragments_problem(ctx)
+    if strategy == "fragments":
+        if fragments:
+            raise InvalidArgumentError(f"strategy fragments: {fragments}")
+        return "fragments", "asked for: the dataset's shard files, row groups and stripes"
+    if strategy == "auto" and fragments is None:
+        return "fragments", (
+            "auto: a row-by-row query over a shardset dataset, so each partition reads its "
+            "own shard files (or row groups / stripes / byte ranges of one)"
+        )
     if strategy == "hash":
         return "hash", "asked for: " + _hash_what(ctx)
     if strategy == "ctid":
@@ -187,6 +203,29 @@ def _choose(ctx: _Context, strategy: str) -> tuple[str, str]:
         )
     why = f" ({expensive}: pass scratch=SCHEMA to run it only once)" if expensive else ""
     return "hash", "auto: " + _hash_what(ctx) + why
+
+
+def _fragments_problem(ctx: _Context) -> str | None:
+    from sqlfeed.shardsql import DatasetSource, fragment_problem
+
+    if not isinstance(ctx.source, DatasetSource):
+        return "the source is not a shardset dataset (open one with sqlfeed.shardsets)"
+    if ctx.keys:
+        return "a key was given"
+    return fragment_problem(ctx.parsed, ctx.source.view)
+
+
+def _build_fragments(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Partition], None]:
+    from sqlfeed.shardsql import DatasetSource
+
+    assert isinstance(ctx.source, DatasetSource)
+    stored = max(ctx.source.dataset.main.rows, 1)
+    target = max(1, -(-stored // m))
+    built = ctx.source.fragment_partitions(ctx.parsed, target)
+    return [
+        Partition(index, sql, fragment.rows, fragment.label, file=fragment.file)
+        for index, (sql, fragment) in enumerate(built)
+    ], None
 
 
 def _hash_what(ctx: _Context) -> str:
@@ -521,6 +560,7 @@ def _build_materialize(ctx: _Context, m: int, allow_unstable: bool) -> tuple[lis
 
 
 _BUILDERS: dict[str, Callable[[_Context, int, bool], tuple[list[Partition], str | None]]] = {
+    "fragments": _build_fragments,
     "hash": _build_hash,
     "range": _build_range,
     "ctid": _build_ctid,

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-STRATEGIES = ("auto", "hash", "range", "ctid", "materialize")
+STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
 """Partitioning strategies: ``auto`` picks one of the others (see the planner)."""
 
 PLAN_FORMAT_VERSION = 1
@@ -26,6 +26,9 @@ class Partition:
     """The planner's estimate (exact for range and materialize plans), None if unknown."""
     description: str = ""
     """What the partition covers, for people: ``hash bucket 3 of 16``, ``id in [10, 20)``."""
+
+    file: str | None = None
+    """The file a ``fragments`` partition reads (its main shardset's shard file)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class Plan:
                     "sql": p.sql,
                     "estimated_rows": p.estimated_rows,
                     "description": p.description,
+                    **({"file": p.file} if p.file is not None else {}),
                 }
                 for p in self.partitions
             ],
@@ -149,7 +153,13 @@ class Plan:
             scratch_table=data.get("scratch_table"),
             schema=base64.b64decode(data["schema"]) if data.get("schema") else None,
             partitions=tuple(
-                Partition(p["index"], p["sql"], p.get("estimated_rows"), p.get("description", ""))
+                Partition(
+                    p["index"],
+                    p["sql"],
+                    p.get("estimated_rows"),
+                    p.get("description", ""),
+                    p.get("file"),
+                )
                 for p in data["partitions"]
             ),
         )
@@ -160,3 +170,49 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> Plan:
         return cls.from_dict(json.loads(text))
+
+
+def fragment_order(
+    partitions: tuple[Partition, ...] | list[Partition], window: int, seed: int, epoch: int
+) -> list[int]:
+    """Positions of ``partitions`` in the order a ``shuffle_window`` reads them.
+
+    * ``0``: storage order (as planned);
+    * ``-1``: a seeded shuffle of all partitions;
+    * ``k > 0``: the files are shuffled, then the partitions (row groups, stripes, byte
+      ranges) in each run of ``k`` consecutive ones of that file order are shuffled, so
+      reading starts with whole files and never jumps more than ``k`` places.
+
+    Deterministic for ``(seed, epoch)``; every epoch has its own order.
+
+    >>> parts = [Partition(i, "", file=f"f{i // 2}") for i in range(6)]
+    >>> fragment_order(parts, 0, seed=1, epoch=0)
+    [0, 1, 2, 3, 4, 5]
+    >>> sorted(fragment_order(parts, 2, seed=1, epoch=0))
+    [0, 1, 2, 3, 4, 5]
+    """
+    import numpy as np
+
+    if not isinstance(window, int) or window < -1:
+        from dialects import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"shuffle_window must be 0 (storage order), -1 (global shuffle) or a window "
+            f"size > 0, got {window!r}"
+        )
+    positions = list(range(len(partitions)))
+    rng = np.random.default_rng([seed, epoch, 7])
+    if window == 0:
+        return positions
+    if window == -1:
+        return [positions[i] for i in rng.permutation(len(positions))]
+    files: dict[str, list[int]] = {}
+    for position, partition in enumerate(partitions):
+        files.setdefault(partition.file or f"#{position}", []).append(position)
+    groups = list(files.values())
+    flat = [p for g in (groups[i] for i in rng.permutation(len(groups))) for p in g]
+    out: list[int] = []
+    for start in range(0, len(flat), window):
+        chunk = flat[start : start + window]
+        out.extend(chunk[i] for i in rng.permutation(len(chunk)))
+    return out

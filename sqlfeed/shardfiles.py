@@ -46,7 +46,9 @@ __all__ = [
     "Manifest",
     "ShardEntry",
     "ShardWriter",
+    "lines_are_rows",
     "read_shard",
+    "read_text_range",
     "remove_path",
     "replace_path",
     "shard_file_name",
@@ -296,7 +298,7 @@ def _read_orc(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
     return orc.ORCFile(file).read(columns=schema.names if schema is not None else None)
 
 
-def _read_csv(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
+def _read_csv(file: Path | io.BytesIO, schema: pa.Schema | None, key: str) -> pa.Table:
     import pyarrow.csv as pacsv
 
     convert = pacsv.ConvertOptions(
@@ -306,20 +308,20 @@ def _read_csv(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
     return pacsv.read_csv(file, convert_options=convert)
 
 
-def _read_jsonl(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
+def _read_jsonl(file: Path | io.BytesIO, schema: pa.Schema | None, key: str) -> pa.Table:
     import pyarrow.json as pajson
 
-    text_schema = None
-    if schema is not None:
-        text_schema = pa.schema([(f.name, _text_type(f.type)) for f in schema])
-    parse = pajson.ParseOptions(
-        explicit_schema=text_schema,
-        newlines_in_values=False,
+    empty = (
+        file.getbuffer().nbytes == 0 if isinstance(file, io.BytesIO) else file.stat().st_size == 0
     )
-    if file.stat().st_size == 0:
+    if empty:
         if schema is None:
             raise ShardsetError(f"shard {file} is empty and there is no manifest to type it")
         return schema.empty_table()
+    text_schema = None
+    if schema is not None:
+        text_schema = pa.schema([(f.name, _text_type(f.type)) for f in schema])
+    parse = pajson.ParseOptions(explicit_schema=text_schema, newlines_in_values=False)
     table = pajson.read_json(file, parse_options=parse)
     if schema is not None:  # binary values are written as base64 text
         for position, target in enumerate(schema):
@@ -330,6 +332,61 @@ def _read_jsonl(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
                 ]
                 table = table.set_column(position, target.name, pa.array(values, target.type))
     return table
+
+
+def read_text_range(
+    path: str | os.PathLike[str], fmt: str, start: int, end: int, schema: pa.Schema
+) -> pa.Table:
+    """The rows of a CSV or JSONL shard whose line starts in bytes ``[start, end)``.
+
+    Ranges that tile a file give every row exactly once (a line belongs to the range
+    holding its first byte). CSV ranges must not cut quoted newlines: check with
+    :func:`lines_are_rows` first.
+    """
+    if fmt not in ("csv", "jsonl"):
+        raise InvalidArgumentError(f"byte ranges apply to csv and jsonl shards, not {fmt}")
+    file = Path(path)
+    try:
+        with open(file, "rb") as handle:
+            header = handle.readline() if fmt == "csv" else b""
+            first = _line_start(handle, max(start, len(header)))
+            last = _line_start(handle, end)
+            handle.seek(first)
+            chunk = handle.read(max(last - first, 0))
+        table = (_read_csv if fmt == "csv" else _read_jsonl)(io.BytesIO(header + chunk), schema, "")
+    except (OSError, ValueError, pa.ArrowException) as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ShardsetError(
+            f"cannot read {fmt} shard {file} bytes [{start}, {end}): {message}"
+        ) from None
+    return _conform(table, schema, file)
+
+
+def _line_start(handle: Any, position: int) -> int:
+    """The offset of the first line starting at or after ``position``."""
+    if position <= 0:
+        return 0
+    handle.seek(position - 1)
+    while True:
+        block = handle.read(1 << 16)
+        if not block:
+            return int(handle.tell())
+        newline = block.find(b"\n")
+        if newline >= 0:
+            offset: int = handle.tell() - len(block) + newline + 1
+            return offset
+
+
+def lines_are_rows(path: str | os.PathLike[str], fmt: str, rows: int) -> bool:
+    """True when every row of a CSV/JSONL shard is one line (no quoted newlines)."""
+    newlines = 0
+    last = b""
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            newlines += block.count(b"\n")
+            last = block[-1:]
+    lines = newlines + (1 if last not in (b"", b"\n") else 0)
+    return lines == rows + (1 if fmt == "csv" else 0)
 
 
 def _text_type(arrow_type: pa.DataType) -> pa.DataType:

@@ -226,26 +226,27 @@ class DuckDBSource(Source):
         if self._owned:
             self.connection.close()
 
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
+    def _cursor(self, sql: str = "") -> duckdb.DuckDBPyConnection:
+        """A cursor (its own DuckDB connection) to run ``sql`` on."""
         return self.connection.cursor()
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
-        with self._cursor() as cursor:
+        with self._cursor(sql) as cursor:
             return cursor.execute(sql).fetchall()
 
     def _execute(self, sql: str) -> None:
-        with self._cursor() as cursor:
+        with self._cursor(sql) as cursor:
             cursor.execute(sql)
 
     def _arrow(self, sql: str) -> pa.Table:
-        with self._cursor() as cursor:
+        with self._cursor(sql) as cursor:
             relation = cursor.sql(sql)
             to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
             table: pa.Table = to_table()
         return table
 
     def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
-        with self._cursor() as cursor:
+        with self._cursor(sql) as cursor:
             relation = cursor.sql(sql)
             # DuckDB 2 renamed arrow() / fetch_record_batch() to to_arrow_table/_reader().
             to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
@@ -262,7 +263,7 @@ class DuckDBSource(Source):
         snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         # DuckDB preserves insertion order by default: reads are ordered already.
-        with self._cursor() as cursor:
+        with self._cursor(sql) as cursor:
             relation = cursor.sql(sql)
             to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
             reader = to_reader(batch_rows)
@@ -508,9 +509,10 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
 
     Args:
         target: ``None`` or ``"duckdb://"`` (an in-memory DuckDB, the embedded default),
-            ``"duckdb:///path.duckdb"``, any SQLAlchemy URL (``postgresql+psycopg://...``,
-            ``mysql+pymysql://...``, ``sqlite:///file.db``), a DuckDB connection, or a
-            SQLAlchemy engine.
+            ``"duckdb:///path.duckdb"``, ``"dataset:///path/to/dataset"`` (a shardset
+            dataset as the view ``dataset``), a :class:`~sqlfeed.shardsets.Dataset`, any
+            SQLAlchemy URL (``postgresql+psycopg://...``, ``mysql+pymysql://...``,
+            ``sqlite:///file.db``), a DuckDB connection, or a SQLAlchemy engine.
         dialect: force the dialect (for URLs whose backend name is not a dialect name).
 
     Raises:
@@ -521,8 +523,12 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
         return target
     if target is None:
         target = "duckdb://"
+    if type(target).__name__ == "Dataset" and hasattr(target, "shardsets"):
+        return target.source()  # type: ignore[no-any-return]
     if isinstance(target, str):
         url = target.strip()
+        if url.lower().startswith("dataset:"):
+            return _dataset_source(url)
         engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)
         if engine_dialect.name == "duckdb":
             return _duckdb_source(url)
@@ -553,6 +559,28 @@ def _duckdb_source(url: str) -> Source:
     except duckdb.Error as err:
         raise EngineError(f"cannot open DuckDB database {path!r}: {_driver_message(err)}") from None
     return DuckDBSource(conn, owned=True, label=f"duckdb:{path}")
+
+
+def _dataset_source(url: str) -> Source:
+    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
+    from urllib.parse import parse_qs
+
+    from sqlfeed.shardsets import open_dataset
+
+    rest = url.split(":", 1)[1]
+    rest = rest[2:] if rest.startswith("//") else rest
+    path, _, query = rest.partition("?")
+    options = {key: values[-1] for key, values in parse_qs(query).items()}
+    unknown = sorted(set(options) - {"view", "trace", "validate"})
+    if unknown or not path:
+        raise InvalidArgumentError(
+            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
+        )
+    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
+             (("trace", "false"), ("validate", "true"))}  # fmt: skip
+    dataset = open_dataset(path, validate=flags["validate"])
+    source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
+    return source
 
 
 def _sqlalchemy_source(url: str, engine_dialect: Dialect) -> Source:

@@ -1,0 +1,549 @@
+"""SQL over a dataset of shardsets, in DuckDB, and its physical (``fragments``) partitions.
+
+:class:`DatasetSource` is a DuckDB :class:`~sqlfeed.sources.Source` in which the dataset
+is a view (``dataset`` by default) of the joined rows, so plans, stats, the Feeder, the
+dispatcher and the tf adapter work on it unchanged.
+
+Two ways of reading, chosen per dataset:
+
+* all shardsets in Parquet: plain DuckDB SQL over ``read_parquet`` (projection and
+  filters reach the files). A fragment reads one shard index (or a range of row groups
+  of the main shardset's file) and joins the other shardsets' shard of the same index,
+  ordered by the main file's row number so that a fragment's rows always come in the
+  same order.
+* anything else (ORC, read through pyarrow: DuckDB has no ORC reader; CSV; JSONL; tar):
+  Arrow streams registered on the DuckDB connection that runs each query. They read
+  one shard per shardset at a time and join in Arrow, keeping the main shardset's order.
+
+Fragment queries name everything they read (file paths, or stream names that encode the
+shard and the row group / stripe / byte range), so a plan made in one process runs in
+any other process that opened the same dataset.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dialects import InvalidArgumentError, ShardsetError, get_dialect
+from sqlfeed.shardfiles import lines_are_rows, read_shard, read_text_range
+from sqlfeed.sources import DuckDBSource
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from sqlfeed.rewrite import ParsedQuery
+    from sqlfeed.shardsets import Dataset, Shardset
+
+__all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment", "fragment_problem"]
+
+TRACE_COLUMNS = ("sqlfeed_file", "sqlfeed_row_group", "sqlfeed_row")
+"""Provenance columns added with ``trace=True``: the main shardset's shard file, its
+Parquet row group / ORC stripe (0 for CSV, JSONL and tar), and the row's index in the file."""
+
+_STREAM = re.compile(r"\bsqlfeed_frag_(\d+)_(all|[rsb]\d+_\d+)\b")
+_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A piece of the dataset that one partition reads: one shard, or part of its file."""
+
+    shard: int
+    kind: str
+    """``shard`` (the whole shard), ``rows`` (Parquet row range), ``stripes`` (ORC stripe
+    range) or ``bytes`` (CSV/JSONL byte range)."""
+    start: int
+    end: int
+    rows: int
+    """Rows of the main shardset in the fragment (estimated for stripes and byte ranges)."""
+    file: str
+    """The main shardset's shard file."""
+
+    @property
+    def label(self) -> str:
+        where = {
+            "shard": "",
+            "rows": f" rows [{self.start}, {self.end})",
+            "stripes": f" stripes [{self.start}, {self.end})",
+            "bytes": f" bytes [{self.start}, {self.end})",
+        }[self.kind]
+        return f"shard {self.shard}{where}"
+
+    @property
+    def stream_name(self) -> str:
+        if self.kind == "shard":
+            return f"sqlfeed_frag_{self.shard}_all"
+        return f"sqlfeed_frag_{self.shard}_{self.kind[0]}{self.start}_{self.end}"
+
+
+class DatasetSource(DuckDBSource):
+    """DuckDB with a dataset as a view; see the module docstring."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        name: str = "dataset",
+        trace: bool = False,
+        connection: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
+        import duckdb
+
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise InvalidArgumentError(f"the view name {name!r} must be a plain identifier")
+        if not dataset.shardsets:
+            raise ShardsetError(f"dataset {dataset.path} has no shardsets to query")
+        owned = connection is None
+        super().__init__(
+            connection or duckdb.connect(), owned=owned, label=f"dataset:{dataset.path}"
+        )
+        self.dataset = dataset
+        self.view = name
+        self.trace = trace
+        self.native = all(s.format == "parquet" for s in dataset.shardsets)
+        self._main = dataset.main
+        self._others = dataset.others
+        self._rowgroup_table = f"sqlfeed_row_groups_{uuid.uuid4().hex[:8]}"
+        if self.native:
+            self._create_views()
+
+    def close(self) -> None:
+        if not self._owned and self.native:
+            with self.connection.cursor() as cursor:
+                cursor.execute(f'DROP VIEW IF EXISTS "{self.view}"')
+                cursor.execute(f'DROP TABLE IF EXISTS "{self._rowgroup_table}"')
+        super().close()
+
+    @property
+    def schema_of_rows(self) -> pa.Schema:
+        """The Arrow schema of the view's rows (with the trace columns when tracing)."""
+        schema = self.dataset.schema
+        if self.trace:
+            for column, arrow_type in zip(
+                TRACE_COLUMNS, (pa.string(), pa.int64(), pa.int64()), strict=True
+            ):
+                schema = schema.append(pa.field(column, arrow_type))
+        return schema
+
+    # -- cursors: streams are registered on the connection that runs each query ----------
+
+    def _cursor(self, sql: str = "") -> duckdb.DuckDBPyConnection:
+        cursor = self.connection.cursor()
+        if self.native:
+            return cursor
+        if re.search(rf'\b{re.escape(self.view)}\b|"{re.escape(self.view)}"', sql) or not sql:
+            cursor.register(self.view, self._reader(None))
+        for match in _STREAM.finditer(sql):
+            fragment = self._decode(match)
+            cursor.register(fragment.stream_name, self._reader(fragment))
+        return cursor
+
+    def _decode(self, match: re.Match[str]) -> Fragment:
+        shard, spec = int(match.group(1)), match.group(2)
+        file = str(self._main.shard_path(shard))
+        if spec == "all":
+            return Fragment(shard, "shard", 0, 0, 0, file)
+        kind = {"r": "rows", "s": "stripes", "b": "bytes"}[spec[0]]
+        start, end = (int(part) for part in spec[1:].split("_"))
+        return Fragment(shard, kind, start, end, 0, file)
+
+    def _reader(self, fragment: Fragment | None) -> pa.RecordBatchReader:
+        """A fresh Arrow stream of the joined rows of one fragment (None: all of them)."""
+        schema = self.schema_of_rows
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            pieces = (
+                [fragment]
+                if fragment is not None
+                else [
+                    Fragment(index, "shard", 0, 0, 0, str(self._main.shard_path(index)))
+                    for index in self._main.shard_indices
+                ]
+            )
+            for piece in pieces:
+                for table in self._joined(piece):
+                    yield from table.select(schema.names).cast(schema).to_batches(_BATCH_ROWS)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    def _joined(self, fragment: Fragment) -> Iterator[pa.Table]:
+        """The fragment's main rows joined with the other shardsets' shard (Arrow)."""
+        from sqlfeed.shardsets import _join
+
+        others = [
+            other.read_shard(fragment.shard) if other.shard(fragment.shard) else None
+            for other in self._others
+        ]
+        for table in _main_pieces(self._main, fragment, self.trace):
+            for other in others:
+                if other is None:
+                    table = table.slice(0, 0)
+                    continue
+                table = _join(table, other, self.dataset.uid)
+            yield table
+
+    # -- the native (all Parquet) view ------------------------------------------------------
+
+    def _create_views(self) -> None:
+        relations = {
+            s.name: _parquet_list([str(s.path / e.file) for e in s.manifest.shards])
+            for s in self.dataset.shardsets
+        }
+        sql = self._native_select(relations, ordered=False)
+        with self.connection.cursor() as cursor:
+            if self.trace:
+                cursor.register("sqlfeed_rg_arrow", self._row_group_table())
+                cursor.execute(
+                    f'CREATE OR REPLACE TABLE "{self._rowgroup_table}" AS '
+                    "SELECT * FROM sqlfeed_rg_arrow"
+                )
+                cursor.unregister("sqlfeed_rg_arrow")
+            cursor.execute(f'CREATE OR REPLACE VIEW "{self.view}" AS {sql}')
+
+    def _row_group_table(self) -> pa.Table:
+        files, groups, firsts = [], [], []
+        for entry in self._main.manifest.shards:
+            path = str(self._main.path / entry.file)
+            for group, (first, _rows) in enumerate(_parquet_row_groups(Path(path))):
+                files.append(path)
+                groups.append(group)
+                firsts.append(first)
+        return pa.table(
+            {
+                "file": pa.array(files, pa.string()),
+                "row_group": pa.array(groups, pa.int64()),
+                "first_row": pa.array(firsts, pa.int64()),
+            }
+        )
+
+    def _native_select(
+        self,
+        relations: dict[str, str],
+        *,
+        ordered: bool,
+        fragment: Fragment | None = None,
+    ) -> str:
+        uid = _q(self.dataset.uid)
+        aliases = {s.name: f"s{number}" for number, s in enumerate(self.dataset.shardsets)}
+        main = aliases[self._main.name]
+        items = [f"{main}.{uid}"]
+        for shardset in self.dataset.shardsets:
+            items.extend(f"{aliases[shardset.name]}.{_q(c)}" for c in shardset.manifest.features)
+        if self.trace:
+            if (fragment is not None and fragment.kind == "rows") or fragment is not None:
+                group = _row_group_case(Path(fragment.file), f"{main}.file_row_number")
+            else:
+                group = "g.row_group"
+            items += [
+                f"{main}.filename AS sqlfeed_file",
+                f"CAST({group} AS BIGINT) AS sqlfeed_row_group",
+                f"{main}.file_row_number AS sqlfeed_row",
+            ]
+        sql = f"SELECT {', '.join(items)} FROM {relations[self._main.name]} AS {main}"
+        for other in self._others:
+            alias = aliases[other.name]
+            sql += f" JOIN {relations[other.name]} AS {alias} ON {main}.{uid} = {alias}.{uid}"
+        if self.trace and fragment is None:
+            sql += (
+                f' ASOF LEFT JOIN "{self._rowgroup_table}" AS g ON g.file = {main}.filename '
+                f"AND {main}.file_row_number >= g.first_row"
+            )
+        if ordered and self._others:
+            sql += f" ORDER BY {main}.file_row_number"
+        return sql
+
+    def _native_fragment(self, fragment: Fragment) -> str:
+        main_file = str(self._main.shard_path(fragment.shard))
+        scan = f"read_parquet({_lit(main_file)}, filename = true, file_row_number = true)"
+        if fragment.kind == "rows":
+            scan = (
+                f"(SELECT * FROM {scan} WHERE file_row_number >= {fragment.start} "
+                f"AND file_row_number < {fragment.end})"
+            )
+        relations = {self._main.name: scan}
+        for other in self._others:
+            if other.shard(fragment.shard) is None:
+                any_file = str(other.path / other.manifest.shards[0].file)
+                relations[other.name] = f"(SELECT * FROM read_parquet({_lit(any_file)}) LIMIT 0)"
+            else:
+                relations[other.name] = (
+                    f"read_parquet({_lit(str(other.shard_path(fragment.shard)))})"
+                )
+        return self._native_select(relations, ordered=True, fragment=fragment)
+
+    # -- fragments ---------------------------------------------------------------------------
+
+    def fragments(self, target_rows: int) -> list[Fragment]:
+        """The dataset's fragments in storage order: shard by shard, a main shard file of
+        more than ``target_rows`` rows cut at row groups, stripes or line starts."""
+        out: list[Fragment] = []
+        for entry in self._main.manifest.shards:
+            file = self._main.path / entry.file
+            out.extend(_split(self._main, entry.index, file, entry.rows, target_rows))
+        return out
+
+    def fragment_sql(self, fragment: Fragment) -> str:
+        """A SELECT of the dataset's columns over one fragment (what replaces the view)."""
+        if self.native:
+            return self._native_fragment(fragment)
+        return f"SELECT * FROM {fragment.stream_name}"
+
+    def fragment_partitions(
+        self, parsed: ParsedQuery, target_rows: int
+    ) -> list[tuple[str, Fragment]]:
+        """``(partition SQL, fragment)`` for every fragment: the query with the view
+        replaced by the fragment."""
+        problem = fragment_problem(parsed, self.view)
+        if problem:
+            raise InvalidArgumentError(f"strategy fragments: {problem}")
+        dialect = get_dialect("duckdb").sqlglot_dialect
+        out = []
+        for fragment in self.fragments(target_rows):
+            tree = parsed.tree.copy()
+            table = _view_reference(tree, self.view)
+            assert table is not None  # fragment_problem checked it
+            alias = table.alias or self.view
+            inner: exp.Expr = exp.maybe_parse(self.fragment_sql(fragment), dialect=dialect)
+            table.replace(
+                exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            )
+            out.append((tree.sql(dialect=dialect), fragment))
+        return out
+
+
+def fragment_problem(parsed: ParsedQuery, view: str) -> str | None:
+    """Why the query's result is not the union of the query over fragments (None: it is).
+
+    It is when the query reads the view once, in the top-level FROM or an inner join,
+    and computes each output row from one row of it: no aggregates, DISTINCT, window
+    functions, GROUP BY, LIMIT, set operations or outer joins that keep unmatched rows of
+    another table.
+    """
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select):
+        return "the query is not a plain SELECT (set operations mix fragments)"
+    references = [t for t in tree.find_all(exp.Table) if _is_view(t, view)]
+    if len(references) != 1:
+        times = len(references)
+        return f"the query must read the view {view!r} exactly once (it reads it {times} times)"
+    for arg in ("group", "having", "qualify", "distinct", "limit", "offset", "fetch", "windows"):
+        if tree.args.get(arg):
+            return f"the query has {arg.upper()}, which needs rows from several fragments"
+    with_ = tree.args.get("with_")
+    for cte in with_.expressions if with_ is not None else []:
+        if cte.alias_or_name == view:
+            return f"a CTE is named {view!r} too"
+    for item in tree.expressions:
+        for node in item.walk():
+            if isinstance(node, exp.AggFunc | exp.Window) and node.parent_select is tree:
+                return "the query computes aggregates or window functions across rows"
+    table = references[0]
+    parent = table.parent
+    joins = tree.args.get("joins") or []
+    if isinstance(parent, exp.From) and parent.parent is tree:
+        for join in joins:
+            if join.side in ("RIGHT", "FULL"):
+                return f"a {join.side} JOIN keeps rows of another table in every fragment"
+        return None
+    if isinstance(parent, exp.Join) and parent.parent is tree:
+        if parent.side or any(j.side for j in joins):
+            return "the view is on the outer side of an outer join"
+        return None
+    return "the view is read inside a subquery or CTE"
+
+
+def _is_view(table: exp.Table, view: str) -> bool:
+    return table.name == view and not table.db and isinstance(table.this, exp.Identifier)
+
+
+def _view_reference(tree: exp.Expr, view: str) -> exp.Table | None:
+    for table in tree.find_all(exp.Table):
+        if _is_view(table, view):
+            return table
+    return None
+
+
+# -- reading pieces of the main shardset -------------------------------------------------------
+
+
+def _main_pieces(shardset: Shardset, fragment: Fragment, trace: bool) -> Iterator[pa.Table]:
+    """The main shardset's rows of a fragment, with provenance columns when tracing."""
+    path = Path(fragment.file)
+    fmt = shardset.format
+    schema = shardset.manifest.schema
+    if shardset.shard(fragment.shard) is None:
+        return
+    if fmt == "orc":
+        orc_file = _orc_open(path)
+        first, last = (
+            (fragment.start, fragment.end) if fragment.kind == "stripes" else (0, orc_file.nstripes)
+        )
+        row = sum(_stripe_rows(orc_file, s) for s in range(first)) if first else 0
+        for stripe in range(first, last):
+            table = pa.Table.from_batches([orc_file.read_stripe(stripe)]).cast(schema)
+            yield _traced(table, path, stripe, row, trace)
+            row += table.num_rows
+        return
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        groups = _parquet_row_groups(path)
+        wanted = [
+            g
+            for g, (first, rows) in enumerate(groups)
+            if fragment.kind != "rows" or fragment.start <= first < fragment.end
+        ]
+        parquet = pq.ParquetFile(path)
+        for group in wanted:
+            table = parquet.read_row_group(group).cast(schema)
+            yield _traced(table, path, group, groups[group][0], trace)
+        return
+    if fragment.kind == "bytes":
+        table = read_text_range(path, fmt, fragment.start, fragment.end, schema)
+        yield _traced(
+            table, path, 0, _rows_before(path, fmt, fragment.start) if trace else 0, trace
+        )
+        return
+    table = read_shard(path, fmt, schema=schema, key=shardset.manifest.uid)
+    yield _traced(table, path, 0, 0, trace)
+
+
+def _rows_before(path: Path, fmt: str, start: int) -> int:
+    """The index of the first row whose line starts at or after byte ``start``."""
+    if start <= 0:
+        return 0
+    newlines = 0
+    with open(path, "rb") as handle:
+        remaining = start - 1
+        while remaining > 0 and (block := handle.read(min(remaining, 1 << 20))):
+            newlines += block.count(b"\n")
+            remaining -= len(block)
+    return 1 + newlines - (1 if fmt == "csv" else 0)
+
+
+def _traced(table: pa.Table, path: Path, group: int, first_row: int, trace: bool) -> pa.Table:
+    if not trace:
+        return table
+    n = table.num_rows
+    rows = np.arange(first_row, first_row + n, dtype=np.int64)
+    return (
+        table.append_column(TRACE_COLUMNS[0], pa.array([str(path)] * n, pa.string()))
+        .append_column(TRACE_COLUMNS[1], pa.array(np.full(n, group, dtype=np.int64)))
+        .append_column(TRACE_COLUMNS[2], pa.array(rows))
+    )
+
+
+def _split(
+    shardset: Shardset, index: int, file: Path, rows: int, target_rows: int
+) -> list[Fragment]:
+    fmt = shardset.format
+    whole = [Fragment(index, "shard", 0, 0, rows, str(file))]
+    if rows <= target_rows:
+        return whole
+    if fmt == "parquet":
+        return _grouped(index, file, "rows", _parquet_row_groups(file), target_rows, by_rows=True)
+    if fmt == "orc":
+        orc_file = _orc_open(file)
+        sizes = [(s, _stripe_rows(orc_file, s)) for s in range(orc_file.nstripes)]
+        return _grouped(index, file, "stripes", sizes, target_rows, by_rows=False)
+    if fmt in ("csv", "jsonl"):
+        if not lines_are_rows(file, fmt, rows):
+            return whole  # quoted newlines: a byte range could cut a row in two
+        size = file.stat().st_size
+        pieces = -(-rows // target_rows)
+        bounds = [size * k // pieces for k in range(pieces + 1)]
+        return [
+            Fragment(index, "bytes", bounds[k], bounds[k + 1], rows // pieces, str(file))
+            for k in range(pieces)
+        ]
+    return whole  # tar: a record's members must stay together; one fragment per file
+
+
+def _grouped(
+    index: int,
+    file: Path,
+    kind: str,
+    units: Sequence[tuple[int, int]],
+    target_rows: int,
+    *,
+    by_rows: bool,
+) -> list[Fragment]:
+    """Consecutive row groups / stripes gathered into fragments of about ``target_rows``."""
+    out: list[Fragment] = []
+    start_unit, start_row, rows_in, row = 0, 0, 0, 0
+    for number, (_first, rows) in enumerate(units):
+        if rows_in and rows_in + rows > target_rows:
+            start, end = (start_row, row) if by_rows else (start_unit, number)
+            out.append(Fragment(index, kind, start, end, rows_in, str(file)))
+            start_unit, start_row, rows_in = number, row, 0
+        rows_in += rows
+        row += rows
+    start, end = (start_row, row) if by_rows else (start_unit, len(units))
+    out.append(Fragment(index, kind, start, end, rows_in, str(file)))
+    if len(out) == 1:  # one row group / stripe: the whole shard
+        return [Fragment(index, "shard", 0, 0, rows_in, str(file))]
+    return out
+
+
+def _parquet_row_groups(path: Path) -> list[tuple[int, int]]:
+    """(first row, rows) of every row group of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    out, first = [], 0
+    for group in range(meta.num_row_groups):
+        rows = meta.row_group(group).num_rows
+        out.append((first, rows))
+        first += rows
+    return out
+
+
+def _orc_open(path: Path) -> Any:
+    import pyarrow.orc as orc
+
+    try:
+        return orc.ORCFile(path)
+    except (OSError, pa.ArrowException) as err:
+        raise ShardsetError(f"cannot read orc shard {path}: {str(err).splitlines()[0]}") from None
+
+
+def _stripe_rows(orc_file: Any, stripe: int) -> int:
+    """Rows in one ORC stripe (pyarrow exposes no per-stripe count without reading it)."""
+    return int(orc_file.read_stripe(stripe, columns=[]).num_rows)
+
+
+def _row_group_case(path: Path, row: str) -> str:
+    groups = _parquet_row_groups(path)
+    if len(groups) <= 1:
+        return "0"
+    whens = " ".join(
+        f"WHEN {row} < {first + rows} THEN {g}" for g, (first, rows) in enumerate(groups)
+    )
+    return f"CASE {whens} END"
+
+
+def _parquet_list(files: Sequence[str]) -> str:
+    listed = ", ".join(_lit(f) for f in files)
+    return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def stream_names(sql: str) -> list[str]:
+    """The fragment stream names a query reads (for diagnostics)."""
+    return [m.group(0) for m in _STREAM.finditer(sql)]
