@@ -13,8 +13,9 @@ written last and atomically, so a folder with a manifest is complete.
 ``tar`` shards follow the WebDataset layout: the members of one record share a basename
 (``0001.jpg``, ``0001.json``) and sit next to each other. Read as Arrow, a tar shard is
 one row per record: the key (the shared basename, a string) plus one ``binary`` column
-per extension, NULL where a record has no member of that extension. Written from Arrow,
-the uid column becomes the key and every other column a member ``<key>.<column>``:
+per extension, NULL where a record has no member of that extension (with a manifest, the
+key is cast back to the uid column's type). Written from Arrow, the uid column becomes
+the key and every other column a member ``<key>.<column>``:
 binary values as they are, strings as UTF-8, anything else as JSON text; NULLs are left
 out. Members carry no time stamps or owners, so the same rows give byte-identical files.
 """
@@ -458,7 +459,8 @@ _READERS: dict[str, Callable[[Path, pa.Schema | None, str], pa.Table]] = {
 
 
 def tar_schema(schema: pa.Schema, uid: str) -> pa.Schema:
-    """The schema of a tar shardset written from ``schema``: string key, binary members."""
+    """The schema of a tar shardset written from ``schema``: the uid (written as the key
+    text, cast back on reading), then one binary column per member."""
     if uid not in schema.names:
         raise InvalidArgumentError(f"the uid column {uid!r} is not in the columns")
     for name in schema.names:
@@ -467,8 +469,7 @@ def tar_schema(schema: pa.Schema, uid: str) -> pa.Schema:
                 f"column {name!r} cannot be a tar member extension; rename it in the SELECT"
             )
     return pa.schema(
-        [pa.field(uid, pa.string())]
-        + [pa.field(f.name, pa.binary()) for f in schema if f.name != uid]
+        [schema.field(uid)] + [pa.field(f.name, pa.binary()) for f in schema if f.name != uid]
     )
 
 
@@ -493,6 +494,8 @@ class ShardWriter:
         uid: str | None = None,
         row_group_rows: int | None = None,
     ) -> None:
+        """Open ``path`` for writing; ``row_group_rows`` sets Parquet row groups and ORC
+        stripes (default: the writer's own sizes); ``uid`` is a tar shard's key column."""
         _check_format(fmt)
         self.path, self.format, self.schema = Path(path), fmt, schema
         self.rows = 0
@@ -510,7 +513,9 @@ class ShardWriter:
         elif fmt == "orc":
             import pyarrow.orc as orc
 
-            self._orc = orc.ORCWriter(str(self.path))
+            # A tiny stripe size makes every write its own stripe: row_group_rows apply.
+            stripe = {"stripe_size": 1024} if row_group_rows else {}
+            self._orc = orc.ORCWriter(str(self.path), **stripe)
         elif fmt == "jsonl":
             self._text = open(self.path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
         else:
@@ -536,7 +541,11 @@ class ShardWriter:
         elif self.format == "csv":
             self._csv.write_table(table)
         elif self.format == "orc":
-            self._orc.write(table)
+            if self._row_group_rows:
+                for chunk in table.to_batches(max_chunksize=self._row_group_rows):
+                    self._orc.write(pa.Table.from_batches([chunk]))
+            else:
+                self._orc.write(table)
         elif self.format == "jsonl":
             for row in table.to_pylist():
                 self._text.write(json.dumps(row, default=_json_default, ensure_ascii=False))

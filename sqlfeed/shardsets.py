@@ -318,6 +318,7 @@ class Dataset:
         *,
         format: str = "parquet",
         shard_rows: int | None = None,
+        row_group_rows: int | None = None,
         overwrite: bool = False,
     ) -> Shardset:
         """Add a shardset of new feature columns, leaving the others untouched.
@@ -331,6 +332,8 @@ class Dataset:
                 the layout explicitly (it is validated like any other).
             format: parquet, orc, csv, jsonl or tar.
             shard_rows: rows per shard for samples that are new to the dataset.
+            row_group_rows: rows per Parquet row group / ORC stripe (the unit a big shard
+                is cut into by ``fragments`` plans); default: the writer's.
             overwrite: replace an existing shardset of that name.
 
         Returns:
@@ -374,7 +377,13 @@ class Dataset:
             for index in sorted(shards):
                 table = shards[index]
                 file = shard_file_name(index, format)
-                with ShardWriter(temporary / file, format, written_schema, uid=self.uid) as writer:
+                with ShardWriter(
+                    temporary / file,
+                    format,
+                    written_schema,
+                    uid=self.uid,
+                    row_group_rows=row_group_rows,
+                ) as writer:
                     writer.write(table.select(schema.names))
                 entries.append(ShardEntry(index, file, table.num_rows, writer.close()))
             manifest = Manifest(name, self.uid, format, written_schema, tuple(entries))
@@ -654,25 +663,26 @@ def _shard_files(folder: Path) -> Iterator[tuple[int, str, Path]]:
 def _shard_shape(path: Path, manifest: Manifest, deep: bool) -> tuple[int | None, list[str]]:
     """(rows, column names) of a shard file; rows None when not known without reading it."""
     fmt = manifest.format
+    rows: int | None = None
+    names = manifest.columns
     try:
-        if fmt == "parquet" and not deep:
+        if fmt == "parquet":
             import pyarrow.parquet as pq
 
             meta = pq.ParquetFile(path).metadata
-            return meta.num_rows, list(meta.schema.to_arrow_schema().names)
-        if fmt == "orc" and not deep:
+            rows, names = meta.num_rows, list(meta.schema.to_arrow_schema().names)
+        elif fmt == "orc":
             import pyarrow.orc as orc
 
             orc_file = orc.ORCFile(path)
-            return orc_file.nrows, list(orc_file.schema.names)
+            rows, names = orc_file.nrows, list(orc_file.schema.names)
     except (OSError, ValueError, pa.ArrowException) as err:
-        raise ShardsetError(
-            f"cannot read {path.name}: {str(err).splitlines()[0]} (truncated or corrupt)"
-        ) from None
-    if not deep:
-        return None, manifest.columns
-    table = read_shard(path, fmt, schema=manifest.schema, key=manifest.uid)
-    return table.num_rows, table.column_names
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ShardsetError(f"cannot read {path.name}: {first} (truncated or corrupt)") from None
+    if deep and all(c in names for c in manifest.columns):
+        table = read_shard(path, fmt, schema=manifest.schema, key=manifest.uid)
+        return table.num_rows, table.column_names
+    return rows, names
 
 
 def _placements(uid: str, shardsets: Sequence[Shardset]) -> pa.Table:

@@ -518,7 +518,7 @@ def _orc_open(path: Path) -> Any:
 
 def _stripe_rows(orc_file: Any, stripe: int) -> int:
     """Rows in one ORC stripe (pyarrow exposes no per-stripe count without reading it)."""
-    return int(orc_file.read_stripe(stripe, columns=[]).num_rows)
+    return int(orc_file.read_stripe(stripe, columns=[0]).num_rows)
 
 
 def _row_group_case(path: Path, row: str) -> str:
