@@ -67,6 +67,8 @@ class Fragment:
     """Rows of the main shardset in the fragment (estimated for stripes and byte ranges)."""
     file: str
     """The main shardset's shard file."""
+    note: str = ""
+    """Why a big file stayed one fragment, when it did."""
 
     @property
     def label(self) -> str:
@@ -76,7 +78,7 @@ class Fragment:
             "stripes": f" stripes [{self.start}, {self.end})",
             "bytes": f" bytes [{self.start}, {self.end})",
         }[self.kind]
-        return f"shard {self.shard}{where}"
+        return f"shard {self.shard}{where}" + (f" ({self.note})" if self.note else "")
 
     @property
     def stream_name(self) -> str:
@@ -456,8 +458,9 @@ def _split(
         sizes = [(s, _stripe_rows(orc_file, s)) for s in range(orc_file.nstripes)]
         return _grouped(index, file, "stripes", sizes, target_rows, by_rows=False)
     if fmt in ("csv", "jsonl"):
-        if not lines_are_rows(file, fmt, rows):
-            return whole  # quoted newlines: a byte range could cut a row in two
+        if not lines_are_rows(file, fmt, rows):  # a byte range could cut a row in two
+            note = "one partition: the CSV has quoted newlines, so it cannot be cut at lines"
+            return [Fragment(index, "shard", 0, 0, rows, str(file), note)]
         size = file.stat().st_size
         pieces = -(-rows // target_rows)
         bounds = [size * k // pieces for k in range(pieces + 1)]
@@ -465,7 +468,8 @@ def _split(
             Fragment(index, "bytes", bounds[k], bounds[k + 1], rows // pieces, str(file))
             for k in range(pieces)
         ]
-    return whole  # tar: a record's members must stay together; one fragment per file
+    note = "one partition: a tar shard is read whole, records are never split"
+    return [Fragment(index, "shard", 0, 0, rows, str(file), note)]
 
 
 def _grouped(
