@@ -63,6 +63,10 @@ MANIFEST_VERSION = 1
 TAR_KEY = "__key__"
 """The key column of a tar shard read without a manifest (WebDataset's name)."""
 
+ROW_GROUP_ROWS = 122_880
+"""Default rows per Parquet row group (DuckDB's own row group size): big shards can then
+be cut into several ``fragments`` partitions."""
+
 _SHARD_NAME = re.compile(r"^shard\.(\d{5,})\.([a-z]+)$")
 
 
@@ -537,7 +541,7 @@ class ShardWriter:
             return
         self.rows += table.num_rows
         if self.format == "parquet":
-            self._parquet.write_table(table, row_group_size=self._row_group_rows)
+            self._parquet.write_table(table, row_group_size=self._row_group_rows or ROW_GROUP_ROWS)
         elif self.format == "csv":
             self._csv.write_table(table)
         elif self.format == "orc":

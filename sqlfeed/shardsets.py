@@ -276,7 +276,8 @@ class Dataset:
                 right = other.read_shard(index, [self.uid, *needed])
                 uids.append(right.column(self.uid))
                 table = _join(table, right, self.uid)
-            samples = pc.count_distinct(pa.chunked_array(uids, type=uids[0].type)).as_py()
+            chunks = [chunk for column in uids for chunk in column.chunks]
+            samples = pc.count_distinct(pa.chunked_array(chunks, type=uids[0].type)).as_py()
             skipped = samples - table.num_rows
             self.skipped += skipped
             if on_shard is not None:
@@ -453,6 +454,11 @@ class Dataset:
 
 def _join(left: pa.Table, right: pa.Table, uid: str) -> pa.Table:
     """Inner join on ``uid`` keeping ``left``'s row order."""
+    if left.column(uid).equals(right.column(uid)):  # aligned shards: no join needed
+        for name in right.column_names:
+            if name != uid:
+                left = left.append_column(right.schema.field(name), right.column(name))
+        return left
     order = "_sqlfeed_pos"
     numbered = left.append_column(order, pa.array(range(left.num_rows), pa.int64()))
     joined = numbered.join(right, uid, join_type="inner", use_threads=False)

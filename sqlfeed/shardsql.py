@@ -197,7 +197,10 @@ class DatasetSource(DuckDBSource):
 
     def _create_views(self) -> None:
         relations = {
-            s.name: _parquet_list([str(s.path / e.file) for e in s.manifest.shards])
+            s.name: _parquet_list(
+                [str(s.path / e.file) for e in s.manifest.shards],
+                trace=self.trace and s is self._main,
+            )
             for s in self.dataset.shardsets
         }
         sql = self._native_select(relations, ordered=False)
@@ -265,7 +268,8 @@ class DatasetSource(DuckDBSource):
 
     def _native_fragment(self, fragment: Fragment) -> str:
         main_file = str(self._main.shard_path(fragment.shard))
-        scan = f"read_parquet({_lit(main_file)}, filename = true, file_row_number = true)"
+        virtual = ", filename = true" if self.trace else ""
+        scan = f"read_parquet({_lit(main_file)}{virtual}, file_row_number = true)"
         if fragment.kind == "rows":
             scan = (
                 f"(SELECT * FROM {scan} WHERE file_row_number >= {fragment.start} "
@@ -535,9 +539,10 @@ def _row_group_case(path: Path, row: str) -> str:
     return f"CASE {whens} END"
 
 
-def _parquet_list(files: Sequence[str]) -> str:
+def _parquet_list(files: Sequence[str], *, trace: bool) -> str:
     listed = ", ".join(_lit(f) for f in files)
-    return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+    virtual = ", filename = true, file_row_number = true" if trace else ""
+    return f"read_parquet([{listed}]{virtual})"
 
 
 def _lit(text: str) -> str:
