@@ -22,6 +22,7 @@ from dialects import (
 from sqlfeed.feeder import Feeder, Progress
 from sqlfeed.planner import plan
 from sqlfeed.plans import Partition, Plan
+from sqlfeed.reshard import ReshardMetrics, reshard
 from sqlfeed.rewrite import (
     ParsedQuery,
     count_sql,
@@ -31,6 +32,7 @@ from sqlfeed.rewrite import (
     sample_sql,
     unstable_reasons,
 )
+from sqlfeed.shardsets import Dataset, create_dataset, open_dataset
 from sqlfeed.sources import Source, connect
 from sqlfeed.statistics import compute_stats
 from stats.model import ColumnStats, FeatureStats, StatsSpec
@@ -39,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ColumnStats",
+    "Dataset",
     "Dialect",
     "EngineError",
     "FeatureStats",
@@ -52,6 +55,7 @@ __all__ = [
     "Plan",
     "Progress",
     "QueryError",
+    "ReshardMetrics",
     "ShardsetError",
     "Source",
     "SqlfeedError",
@@ -64,12 +68,15 @@ __all__ = [
     "compute_stats",
     "connect",
     "count_sql",
+    "create_dataset",
     "dialect_for",
     "get_dialect",
+    "open_dataset",
     "parse",
     "partition_sql",
     "partition_sqls",
     "plan",
+    "reshard",
     "sample_sql",
     "unstable_reasons",
 ]

@@ -31,7 +31,8 @@ EXIT_ENGINE = 1
 EXIT_BAD_INPUT = 2
 
 DEFAULT_SAMPLE_ROWS = 10_000
-STRATEGIES = ("auto", "hash", "range", "ctid", "materialize")
+STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
+RESHARD_SHARD_FORMATS = ("parquet", "csv", "jsonl", "tar")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -245,6 +246,150 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--format", choices=("text", "json"), default="text")
     worker.set_defaults(run=_cmd_worker)
 
+    reshard_ = commands.add_parser(
+        "reshard",
+        help="shuffle or sort a query's rows into a new shardset of a target shard size",
+        description=(
+            "Run the query once (DuckDB by default: it may read files, e.g. "
+            "read_parquet('in/*.parquet'), or tar shards registered with --tar), shuffle "
+            "(seeded, global) or sort its rows in DuckDB, out of core (spilling to disk "
+            "beyond --memory-limit), and cut them into shards of --shard-rows rows or "
+            "about --shard-size bytes (within 10%; the last may be smaller). The output is "
+            "a shardset (shard files and manifest.json) that appears atomically."
+        ),
+    )
+    reshard_.add_argument(
+        "--db",
+        metavar="URL",
+        help="where the query runs (default: an in-memory DuckDB); rows from other "
+        "engines are streamed into DuckDB for the shuffle or sort",
+    )
+    reshard_.add_argument("--out", required=True, metavar="DIR", help="the shardset to create")
+    order = reshard_.add_mutually_exclusive_group()
+    order.add_argument("--shuffle", type=int, metavar="SEED", help="global seeded shuffle")
+    order.add_argument(
+        "--sort",
+        nargs="+",
+        action="extend",
+        metavar="KEY",
+        help="sort by these columns ('col' or 'col desc'; several, or comma-separated); "
+        "ties keep the query's order",
+    )
+    size = reshard_.add_mutually_exclusive_group()
+    size.add_argument("--shard-rows", type=int, metavar="N", help="rows per shard")
+    size.add_argument(
+        "--shard-size",
+        metavar="SIZE",
+        help="bytes per shard: 256MB, 1GB (powers of 1000) or 512MiB (powers of 1024)",
+    )
+    reshard_.add_argument(
+        "--group-by",
+        nargs="+",
+        action="extend",
+        metavar="KEY",
+        help="rows with equal values of these columns are never split across shards",
+    )
+    reshard_.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="DuckDB's memory limit (2GB, or 60%% of the RAM); beyond it DuckDB spills to disk",
+    )
+    reshard_.add_argument("--threads", type=int, metavar="N", help="DuckDB's threads")
+    reshard_.add_argument(
+        "--temp-dir",
+        metavar="PATH",
+        help="where DuckDB spills and the extracted rows go (default: beside --out)",
+    )
+    reshard_.add_argument(
+        "--format",
+        action="append",
+        choices=(*RESHARD_SHARD_FORMATS, "text", "json"),
+        default=[],
+        help="the shard format (parquet, default; csv, jsonl, or tar: WebDataset-style "
+        "records) and/or how to print the metrics (text, default; json); give it twice for "
+        "both, e.g. --format tar --format json",
+    )
+    reshard_.add_argument(
+        "--as",
+        dest="shard_format",
+        choices=RESHARD_SHARD_FORMATS,
+        help="the shard format (the same as --format parquet|csv|jsonl|tar)",
+    )
+    reshard_.add_argument(
+        "--uid",
+        metavar="COL",
+        help="the uid column (unique, not NULL); default: uid, else __key__, else a new "
+        "BIGINT column uid numbering the output rows 0..n-1",
+    )
+    reshard_.add_argument(
+        "--tar",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB",
+        help="register view NAME over tar shards (one row per record: __key__ plus a binary "
+        "column per member extension), e.g. --tar images='raw/*.tar' (repeatable)",
+    )
+    reshard_.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    reshard_.add_argument(
+        "--allow-unstable",
+        action="store_true",
+        help="reshard a query whose result may change between runs anyway",
+    )
+    reshard_.add_argument(
+        "sql",
+        nargs="?",
+        metavar="SQL",
+        help="the SELECT; '-' reads it from stdin, '@file.sql' from a file (it may also "
+        "directly follow --sort or --group-by keys)",
+    )
+    reshard_.set_defaults(run=_cmd_reshard)
+
+    shardset = commands.add_parser(
+        "shardset",
+        help="validate or describe a dataset of shardsets",
+        description=(
+            "A dataset is a folder of shardsets (feature columns in shard.NNNNN.<format> "
+            "files plus a UID column, with a manifest.json); query it with "
+            "--db dataset:///DIR."
+        ),
+    )
+    shardset_commands = shardset.add_subparsers(
+        dest="shardset_command", metavar="ACTION", parser_class=_Parser
+    )
+    shardset_commands.required = True
+    check = shardset_commands.add_parser(
+        "validate",
+        help="check every shardset rule; exit 2 and list the problems if one is broken",
+        description=(
+            "Check a dataset: the UID column is in every shardset, UIDs are unique within "
+            "a shardset, a sample present in several shardsets is in the same shard index "
+            "in each, shard files are readable and match the manifest, and a feature lives "
+            "in one shardset. Prints every problem (shardset, shard, a few UIDs and the "
+            "count); exits 2 when there is one."
+        ),
+    )
+    check.add_argument("dir", metavar="DIR", help="the dataset (or one shardset) folder")
+    check.add_argument(
+        "--shallow",
+        action="store_true",
+        help="check manifests, file presence and Parquet/ORC footers only (do not read "
+        "every file: no UID checks)",
+    )
+    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.set_defaults(run=_cmd_shardset_validate)
+    info = shardset_commands.add_parser(
+        "info",
+        help="show shardsets, columns, shard and row counts, and which is main and why",
+        description=(
+            "Describe a dataset from its manifests: each shardset's format, shards, rows, "
+            "bytes, creation time and columns; the main shardset (fewest samples, ties to "
+            "the oldest) and why; the joined columns."
+        ),
+    )
+    info.add_argument("dir", metavar="DIR", help="the dataset (or one shardset) folder")
+    info.add_argument("--format", choices=("text", "json"), default="text")
+    info.set_defaults(run=_cmd_shardset_info)
+
     demo = commands.add_parser(
         "demo",
         help="run the main job end to end on an embedded DuckDB",
@@ -294,7 +439,8 @@ def _add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None =
         choices=STRATEGIES,
         default="auto",
         help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
-        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; auto: the "
+        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; fragments: "
+        "the shard files, row groups and stripes of --db dataset:///DIR; auto: the "
         "cheapest that applies (all but hash need --db)",
     )
     parser.add_argument(
@@ -729,6 +875,181 @@ def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
         out.write("\n")
     else:
         out.write(f"{rows}\n")
+
+
+def _reshard_sql(args: argparse.Namespace) -> None:
+    """Take the SQL back from ``--sort a b SQL`` or ``--group-by k SQL`` (nargs='+')."""
+    import re
+
+    looks_like_sql = re.compile(r"^\s*(select|with|values|from|table|\()\b", re.IGNORECASE)
+    for name in ("group_by", "sort"):
+        keys = getattr(args, name)
+        if args.sql is None and keys:
+            last = keys[-1]
+            if last == "-" or last.startswith("@") or looks_like_sql.match(last):
+                args.sql = keys.pop()
+    if args.sql is None:
+        raise InvalidArgumentError("give the SELECT to reshard (or '-' for stdin, '@file.sql')")
+    for name, flag in (("sort", "--sort"), ("group_by", "--group-by")):
+        if getattr(args, name) == []:
+            raise InvalidArgumentError(f"{flag} needs at least one column")
+
+
+def _cmd_reshard(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed.progress import ProgressBar
+    from sqlfeed.reshard import reshard
+
+    _reshard_sql(args)
+    shard_formats = [f for f in args.format if f in RESHARD_SHARD_FORMATS]
+    shown = [f for f in args.format if f not in RESHARD_SHARD_FORMATS]
+    if args.shard_format:
+        shard_formats.append(args.shard_format)
+    if len(set(shard_formats)) > 1 or len(set(shown)) > 1:
+        raise InvalidArgumentError(
+            "--format takes one shard format (parquet, csv, jsonl, tar) and one output "
+            f"format (text, json), got {', '.join(args.format + shard_formats[len(args.format) :])}"
+        )
+    tar = {}
+    for item in args.tar:
+        name, sep, pattern = item.partition("=")
+        if not sep or not name or not pattern:
+            raise InvalidArgumentError(
+                f"--tar takes NAME=GLOB, like images='raw/*.tar', not {item!r}"
+            )
+        if name in tar:
+            raise InvalidArgumentError(f"--tar {name} is given twice")
+        tar[name] = pattern
+
+    class PercentBar(ProgressBar):
+        """``[#####.....] 45% sort``: a phase only DuckDB's estimate measures."""
+
+        def update(self, done: int, rows: int) -> None:
+            if self.enabled:
+                filled = 30 * min(done, 100) // 100
+                self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done:3d}% {self.what}")
+                self.stream.flush()
+
+    bars: dict[str, ProgressBar] = {}
+    words = {"extract": "extracted", "sort": "sorted", "write": "written"}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        bar = bars.get(phase)
+        if bar is None:  # a new phase: one bar each
+            for other in bars.values():
+                other.close()
+            bars.clear()
+            if total == 100 and phase != "write":
+                bar = PercentBar(100, what=phase)
+            else:
+                bar = ProgressBar(total, what=f"rows {words.get(phase, phase)}")
+            bars[phase] = bar
+        if isinstance(bar, PercentBar):
+            bar.update(100 * done // total if total else 0, 0)
+        else:
+            bar.total = total
+            bar.update(done, done)
+
+    try:
+        metrics = reshard(
+            read_sql(args.sql),
+            args.db,
+            out=args.out,
+            shuffle=args.shuffle,
+            sort=_keys([_column_list(key) for key in args.sort or []]),
+            shard_rows=args.shard_rows,
+            shard_size=args.shard_size,
+            group_by=_keys([_column_list(key) for key in args.group_by or []]),
+            memory_limit=args.memory_limit,
+            threads=args.threads,
+            temp_dir=args.temp_dir,
+            format=shard_formats[0] if shard_formats else "parquet",
+            uid=args.uid,
+            tar=tar or None,
+            overwrite=args.overwrite,
+            allow_unstable=args.allow_unstable,
+            progress=progress,
+        )
+    finally:
+        for bar in bars.values():
+            bar.close()
+    if shown and shown[0] == "json":
+        json.dump(metrics.to_dict(), out)
+        out.write("\n")
+    else:
+        out.write(metrics.summary() + "\n")
+
+
+def _cmd_shardset_validate(args: argparse.Namespace, out: TextIO) -> None:
+    from dialects import ShardsetError
+    from sqlfeed.shardsets import validate
+
+    report = validate(args.dir, deep=not args.shallow)
+    if args.format == "json":
+        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    elif report.ok:
+        out.write(
+            f"{args.dir}: valid ({report.shardsets} shardsets, {report.shards} shards, "
+            f"{report.rows} rows{', shallow check' if args.shallow else ''})\n"
+        )
+    else:
+        for problem in report.problems:
+            out.write(f"{problem}\n")
+    if not report.ok:
+        count = len(report.problems)
+        raise ShardsetError(f"{args.dir}: {count} problem{'s' * (count > 1)} found")
+
+
+def _cmd_shardset_info(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed.shardsets import open_dataset
+
+    dataset = open_dataset(args.dir, validate=False)
+    main = dataset.main
+    shardsets = [
+        {
+            "name": s.name,
+            "format": s.format,
+            "shards": len(s.manifest.shards),
+            "rows": s.rows,
+            "bytes": s.manifest.bytes,
+            "created": s.manifest.created,
+            "columns": s.manifest.features,
+            "main": s is main,
+        }
+        for s in dataset.shardsets
+    ]
+    if args.format == "json":
+        info = {
+            "path": str(dataset.path),
+            "uid": dataset.uid,
+            "main": main.name,
+            "main_reason": dataset.main_reason,
+            "columns": dataset.columns,
+            "shardsets": shardsets,
+        }
+        out.write(json.dumps(info, indent=2) + "\n")
+        return
+    out.write(f"dataset {dataset.path} (uid column: {dataset.uid})\n")
+    out.write(f"main shardset: {main.name} ({dataset.main_reason})\n\n")
+    header = ("shardset", "format", "shards", "rows", "bytes", "created", "columns")
+    rows = [
+        (
+            ("* " if s["main"] else "  ") + str(s["name"]),
+            str(s["format"]),
+            str(s["shards"]),
+            str(s["rows"]),
+            str(s["bytes"]),
+            str(s["created"])[:19],
+            ", ".join(s["columns"]),  # type: ignore[arg-type]
+        )
+        for s in shardsets
+    ]
+    widths = [max(len(r[i]) for r in [("  " + header[0], *header[1:]), *rows]) for i in range(7)]
+    for row in [("  " + header[0], *header[1:]), *rows]:
+        out.write(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            + "\n"
+        )
+    out.write(f"\njoined columns: {', '.join(dataset.columns)}\n")
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:

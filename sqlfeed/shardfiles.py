@@ -567,12 +567,18 @@ class ShardWriter:
                     f"row {self.rows - table.num_rows + position} has a NULL {self._uid!r}: "
                     "a tar record needs a key"
                 )
+            text = str(key)
+            if not text or "." in text.rpartition("/")[2] or text.endswith("/"):
+                raise InvalidArgumentError(
+                    f"tar record key {text!r} cannot be a member basename: it must be non-empty "
+                    "and have no '.' (members are named <key>.<column>)"
+                )
             for name in names:
                 value = columns[name][position]
                 if value is None:
                     continue
                 data = _member_bytes(value)
-                info = tarfile.TarInfo(f"{key}.{name}")
+                info = tarfile.TarInfo(f"{text}.{name}")
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 self._tar.addfile(info, io.BytesIO(data))
 

@@ -480,3 +480,11 @@ def test_projection_and_filters_reach_the_parquet_files(tmp_path: Path) -> None:
     assert "Filters: x > 10" in explained  # pushed into the features file scan
     assert " k," not in explained
     assert "note" not in explained
+
+
+def test_a_tar_key_with_a_dot_is_refused_not_silently_split(tmp_path: Path) -> None:
+    ds = create_dataset(tmp_path / "ds", uid="key")
+    table = pa.table({"key": ["a", "1.5"], "txt": ["x", "y"]})
+    with pytest.raises(InvalidArgumentError, match=r"tar record key '1\.5'"):
+        ds.add_shardset("media", table, format="tar")
+    assert not any(p.name.startswith(".media") for p in (tmp_path / "ds").iterdir())
