@@ -19,6 +19,7 @@ from dialects import (
     dialect_for,
     get_dialect,
 )
+from sqlfeed import tf as tf  # sqlfeed.tf.dataset(...); TensorFlow is imported when used
 from sqlfeed.feeder import Feeder, Progress
 from sqlfeed.planner import plan
 from sqlfeed.plans import Partition, Plan

@@ -394,8 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the main job end to end on an embedded DuckDB",
         description=(
-            "Create a demo table in an in-memory DuckDB, plan a training SELECT over it, count "
-            "it, run every partition and check that they add up to exactly the query's result."
+            "Create demo tables in an in-memory DuckDB, compute feature statistics and Keras "
+            "preprocessing layers, plan the training SELECT, start a job with two elastic "
+            "workers and train a Keras model from it (two synchronous replicas), then print "
+            "the validation metric and the feed throughput."
         ),
     )
     demo.add_argument("--rows", type=int, default=200_000, help="rows in the demo table")

@@ -2,34 +2,57 @@
 
 It creates a tabular training set (customers and orders, with NULLs and skew), plans a
 training SELECT over it, computes its feature statistics in the engine and turns them
-into Keras preprocessing layers, streams it through the Feeder with two readers and a
-shuffle buffer, preprocesses the first batch, and checks that every row arrives exactly
-once per epoch. Later issues extend it with the elastic dispatcher and Keras training.
+into Keras preprocessing layers, creates a job in a lease queue (a SQLite file), and
+trains a small Keras model with two synchronous replicas (``MirroredStrategy`` over two
+logical CPUs), each fed by its own elastic worker pulling partitions from the job with
+even batches. It prints the training progress, how the job's partitions were shared, the
+validation metrics, the training and feed throughput, and checks that the feed delivers
+every row of the query exactly once.
+
+When TensorFlow was initialised before the demo could split the CPU (the demo run inside
+a process that used TensorFlow already), the two workers' batches alternate into one
+model instead of two replicas; everything else is the same.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from dialects import MissingDependencyError
-from sqlfeed.feeder import Feeder
-from sqlfeed.planner import plan
+from sqlfeed.leases import open_queue
+from sqlfeed.planner import drop_scratch, plan
 from sqlfeed.sources import DuckDBSource, connect
 from sqlfeed.statistics import compute_stats
 from stats.keras import to_keras
-from stats.model import FeatureStats, StatsSpec
+from stats.model import StatsSpec
 
-TRAINING_QUERY = """
+_QUERY = """
 SELECT o.order_id, c.segment, c.age, o.amount, o.channel,
-       o.amount > 100 AND c.segment <> 'basic' AS label
+       CAST((COALESCE(o.amount, 0) > 100 AND c.segment <> 'basic')
+            OR (COALESCE(c.age, 0) > 70 AND o.channel = 'phone') AS INTEGER) AS label
 FROM orders AS o
 JOIN customers AS c ON c.customer_id = o.customer_id
-WHERE o.amount IS NOT NULL OR c.age > 60
+WHERE (o.amount IS NOT NULL OR c.age > 60) AND o.order_id % 10 {split} 0
 """
+TRAINING_QUERY = _QUERY.format(split="<>")
+"""The training SELECT: 90 % of the orders (``order_id % 10 <> 0``)."""
+VALIDATION_QUERY = _QUERY.format(split="=")
+"""The held-out 10 %."""
+
+NUMERIC = ("age", "amount")
+CATEGORICAL = ("segment", "channel")
+FEATURES = NUMERIC + CATEGORICAL
+JOB = "demo"
 
 
 def create_demo_tables(connection: Any, rows: int) -> None:
@@ -53,82 +76,298 @@ def create_demo_tables(connection: Any, rows: int) -> None:
     )
 
 
-def run_demo(rows: int = 200_000, partitions: int = 16, out: TextIO | None = None) -> None:
-    """Run the demo and print what it does; raises if any row is lost or repeated."""
+def run_demo(
+    rows: int = 200_000,
+    partitions: int = 16,
+    out: TextIO | None = None,
+    *,
+    epochs: int = 2,
+    batch_size: int = 1024,
+) -> dict[str, float]:
+    """Run the demo and print what it does.
+
+    Args:
+        rows: orders in the demo table.
+        partitions: partitions of the training query.
+        out: where to print (default: stdout).
+        epochs: training epochs (each one epoch of the job).
+        batch_size: the global batch size (split between the two replicas).
+
+    Returns:
+        The final metrics: ``accuracy`` and ``auc`` on the validation query, the rows per
+        second fed to training (``train_rows_per_second``) and read by the feed alone
+        (``feed_rows_per_second``).
+
+    Raises:
+        MissingDependencyError: TensorFlow is not installed.
+        AssertionError: the feed lost or repeated a row, or the job did not complete.
+    """
     stream = out or sys.stdout
 
     def say(text: str) -> None:
         stream.write(text + "\n")
         stream.flush()
 
-    with connect("duckdb://") as source:
+    started = time.perf_counter()
+    tf, devices = _tensorflow_with_two_cpus()
+    import keras
+
+    import sqlfeed.tf as sqlfeed_tf
+
+    with connect("duckdb://") as source, tempfile.TemporaryDirectory(prefix="sqlfeed-demo-") as tmp:
         assert isinstance(source, DuckDBSource)
-        started = time.perf_counter()
+        step = time.perf_counter()
         create_demo_tables(source.connection, rows)
-        say(f"1. created demo tables: {rows} orders ({time.perf_counter() - started:.2f}s)")
+        say(f"1. created demo tables: {rows} orders ({time.perf_counter() - step:.2f}s)")
 
         training = plan(TRAINING_QUERY, source, partitions=partitions, scratch="main")
         say(f"2. planned {training.num_partitions} partitions: {training.strategy}")
         say(f"   why: {training.reason}")
         say(f"   columns: {', '.join(training.columns)}")
-        say(f"   partition 0: {training.partitions[0].sql}")
 
-        started = time.perf_counter()
-        spec = StatsSpec(label="label", buckets=8, top_k=10)
+        step = time.perf_counter()
+        spec = StatsSpec(label="label", buckets=8, top_k=10, kinds={"order_id": "skip"})
         stats = compute_stats(TRAINING_QUERY, source, spec=spec)
-        say(f"3. feature statistics in the engine ({time.perf_counter() - started:.2f}s):")
+        say(f"3. feature statistics in the engine ({time.perf_counter() - step:.2f}s):")
         for column in stats.columns.values():
             if column.kind == "numeric":
                 head = column.boundaries[:3]
                 say(f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
                     f"{column.null_rate:.1%} NULL, boundaries {head}...")  # fmt: skip
-            else:
+            elif column.kind == "categorical":
                 say(f"   {column.name}: {column.distinct} values, top {column.vocabulary[:3]}")
-        preprocess = _keras_layers(stats)
+        layers = to_keras(stats, list(FEATURES))
+        options: dict[str, Any] = {
+            "label": "label", "features": list(FEATURES), "masks": list(NUMERIC),
+        }  # fmt: skip
+        _show_preprocessing(sqlfeed_tf, training, source, layers, options, say)
 
-        expected = Counter(source.rows(TRAINING_QUERY))
-        feeder = Feeder(
-            training, source, batch_size=1024, shuffle_buffer=8192, readers=2, epochs=2, seed=7
-        )
-        for epoch in range(feeder.epochs):
-            started = time.perf_counter()
-            seen: Counter[tuple[Any, ...]] = Counter()
-            batches = 0
-            for batch in feeder.epoch(epoch):
-                if batches == 0 and epoch == 0 and preprocess is not None:
-                    _show_preprocessing(batch, preprocess, say)
-                batches += 1
-                seen.update(zip(*(c.to_pylist() for c in batch.columns), strict=True))
-            elapsed = time.perf_counter() - started
-            if seen != expected:
-                raise AssertionError(f"epoch {epoch}: the feed does not match the query")
-            total = sum(seen.values())
-            say(
-                f"5. epoch {epoch}: {total} rows in {batches} shuffled batches of 1024, every "
-                f"row exactly once ({total / elapsed:,.0f} rows/s incl. the check)"
+        def prepare(features: Any, label: Any) -> Any:
+            """Vocabulary lookups in the input pipeline; masks as floats."""
+            ready = {name: features[name] for name in NUMERIC}
+            for name in NUMERIC:
+                mask = name + sqlfeed_tf.MASK_SUFFIX
+                ready[mask] = tf.cast(features[mask], tf.float32)
+            for name in CATEGORICAL:
+                ready[name] = layers[name](features[name])
+            return ready, label
+
+        queue_url = f"sqlite:///{Path(tmp) / 'queue.db'}"
+        job_options = {
+            **options, "job": JOB, "queue": queue_url, "epochs": epochs,
+            "even_batches": True, "seed": 7, "worker_id": "worker",
+        }  # fmt: skip
+        if not devices:
+            # One thread takes from both workers in turn, so each prefetches in a thread of
+            # its own: a worker's epoch ends only once the other one has its share too.
+            job_options["prefetch"] = 2
+        make = sqlfeed_tf.input_fn(training, source, batch_size=batch_size, **job_options)
+        if devices:
+            strategy = tf.distribute.MirroredStrategy(devices)
+            train = strategy.distribute_datasets_from_function(
+                lambda context: make(context).map(prepare),
+                options=tf.distribute.InputOptions(
+                    experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+                    experimental_fetch_to_device=False,
+                ),
             )
-        from sqlfeed.planner import drop_scratch
+            how = f"MirroredStrategy over {len(devices)} logical CPUs, one worker per replica"
+        else:
+            strategy = tf.distribute.get_strategy()
+            pipelines = [make(tf.distribute.InputContext(2, i, 2)).map(prepare) for i in range(2)]
+            train = tf.data.Dataset.choose_from_datasets(
+                pipelines, tf.data.Dataset.range(2).repeat(), stop_on_empty_dataset=False
+            )
+            how = (
+                "TensorFlow was initialised before the CPU could be split: the two workers' "
+                "batches alternate into one model"
+            )
+        queue = open_queue(queue_url)
+        job = queue.job(JOB)
+        share = job.share or 0
+        say(
+            f"5. job {JOB!r} in {queue_url}: {epochs} epochs x {training.num_partitions} "
+            f"partitions, {job.rows} rows, 2 elastic workers with even batches of "
+            f"{job.batch_size} rows: {share} batches per worker per epoch"
+        )
+        say(f"6. training a Keras model ({how}):")
+        with strategy.scope():
+            model = _model(keras, layers)
+        steps = share if devices else 2 * share
+        progress = _progress_printer(keras, say, steps, epochs)
+        step = time.perf_counter()
+        with warnings.catch_warnings():  # Keras on a dataset of unknown length
+            warnings.filterwarnings("ignore", message=".*ran out of data.*")
+            model.fit(train, epochs=epochs, verbose=0, callbacks=[progress], shuffle=False)
+        trained = time.perf_counter() - step
+        status = queue.status(JOB)
+        if not status.complete:
+            raise AssertionError(f"the job is not complete after training: {status.per_epoch}")
+        fed = sum(int(worker["rows"]) for worker in status.workers)
+        say("7. the job: " + "; ".join(
+            f"epoch {e['epoch'] + 1}: {e['done']} partitions done, {e['dropped']} cut short"
+            for e in status.per_epoch) + " (once both workers had their share)")  # fmt: skip
+        for worker in sorted(status.workers, key=lambda w: str(w["worker"])):
+            say(f"   {worker['worker']}: {worker['batches']} batches, {worker['rows']:,} rows")
+        say(
+            f"   {fed:,} of {epochs} x {job.rows:,} rows fed: even batches leave "
+            f"{1 - fed / (epochs * (job.rows or 1)):.1%} over"
+        )
 
+        validation = sqlfeed_tf.dataset(
+            VALIDATION_QUERY, source, batch_size=batch_size, partitions=4, **options
+        ).map(prepare)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*ran out of data.*")
+            metrics = model.evaluate(validation, verbose=0, return_dict=True)
+        say(
+            f"8. validation on the held-out orders (order_id % 10 = 0): accuracy "
+            f"{metrics['accuracy']:.3f}, AUC {metrics['auc']:.3f}"
+        )
+        train_rate = fed / trained
+        say(
+            f"   training consumed {fed:,} rows in {trained:.1f}s "
+            f"({train_rate:,.0f} rows/s with the model's work)"
+        )
+
+        feed_rate = _check_feed(sqlfeed_tf, training, source, batch_size, say)
         drop_scratch(training, source)
-    say("done: the partitions add up to exactly the training query's result")
+        queue.close()
+    say(
+        f"done in {time.perf_counter() - started:.0f}s: the partitions add up to exactly the "
+        "training query's result"
+    )
+    return {
+        "accuracy": float(metrics["accuracy"]),
+        "auc": float(metrics["auc"]),
+        "train_rows_per_second": train_rate,
+        "feed_rows_per_second": feed_rate,
+    }
 
 
-def _keras_layers(stats: FeatureStats) -> dict[str, Any] | None:
-    """Normalization and lookup layers from the statistics (None without TensorFlow)."""
+def _tensorflow_with_two_cpus() -> tuple[Any, list[str]]:
+    """TensorFlow, with the CPU split into two logical devices if it is not running yet."""
     try:
-        return to_keras(stats)
-    except MissingDependencyError:
-        return None
+        if "tensorflow" in sys.modules:
+            import tensorflow as tf
+        else:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+            with _quiet_stderr():  # TensorFlow's C++ start-up lines ignore the log level
+                import tensorflow as tf
+    except ImportError:
+        raise MissingDependencyError(
+            "the demo trains a Keras model: pip install 'sqlfeed[tf]'"
+        ) from None
+    cpus = tf.config.list_physical_devices("CPU")
+    with contextlib.suppress(RuntimeError):  # initialised already: its devices are fixed
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+        )
+    logical = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf, logical[:2] if len(logical) >= 2 else []
 
 
-def _show_preprocessing(batch: Any, layers: dict[str, Any], say: Callable[[str], None]) -> None:
-    import numpy as np
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the duration (C++ writes there directly)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
-    amount = batch.column("amount").to_numpy(zero_copy_only=False)
-    amount = np.nan_to_num(amount.astype("float64"), nan=0.0).reshape(-1, 1)
-    normalized = np.asarray(layers["amount"](amount))
-    channel = np.asarray(layers["channel"](np.array(batch.column("channel").to_pylist())))
+
+def _model(keras: Any, layers: dict[str, Any]) -> Any:
+    """Normalization and one-hot inputs from the statistics, then a small MLP."""
+    inputs = {}
+    parts = []
+    for name in NUMERIC:
+        inputs[name] = keras.Input(shape=(1,), name=name, dtype="float32")
+        mask = name + "_is_null"
+        inputs[mask] = keras.Input(shape=(1,), name=mask, dtype="float32")
+        parts += [layers[name](inputs[name]), inputs[mask]]
+    for name in CATEGORICAL:
+        inputs[name] = keras.Input(shape=(1,), name=name, dtype="int64")
+        encode = keras.layers.CategoryEncoding(layers[name].vocabulary_size(), "one_hot")
+        parts.append(encode(inputs[name]))
+    hidden = keras.layers.Concatenate()(parts)
+    hidden = keras.layers.Dense(32, activation="relu")(hidden)
+    hidden = keras.layers.Dense(16, activation="relu")(hidden)
+    output = keras.layers.Dense(1, activation="sigmoid")(hidden)
+    model = keras.Model(inputs, output)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss="binary_crossentropy",
+        metrics=["accuracy", keras.metrics.AUC(name="auc")],
+    )
+    return model
+
+
+def _progress_printer(keras: Any, say: Callable[[str], None], steps: int, epochs: int) -> Any:
+    """A Keras callback printing a few lines per epoch of ``steps`` steps."""
+
+    class Printer(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch, self.started = epoch, time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            done = batch + 1
+            if steps >= 8 and done % max(steps // 4, 1) == 0 and done < steps:
+                say(f"   epoch {self.epoch + 1}/{epochs}  step {done:>4}/{steps}  {_metrics(logs)}")
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            seconds = time.perf_counter() - self.started
+            say(f"   epoch {epoch + 1}/{epochs} done in {seconds:.1f}s  {_metrics(logs)}")
+
+    return Printer()
+
+
+def _metrics(logs: Any) -> str:
+    logs = logs or {}
+    return "  ".join(f"{k} {float(logs[k]):.4f}" for k in ("loss", "accuracy", "auc") if k in logs)
+
+
+def _show_preprocessing(
+    sqlfeed_tf: Any,
+    training: Any,
+    source: Any,
+    layers: dict[str, Any],
+    options: dict[str, Any],
+    say: Callable[[str], None],
+) -> None:
+    """Run the first batch of a plain tf.data feed through the Keras layers."""
+    features, _label = next(iter(sqlfeed_tf.dataset(training, source, batch_size=1024, **options)))
+    normalized = np.asarray(layers["amount"](features["amount"][:, None]))
+    channel = np.asarray(layers["channel"](features["channel"]))
     say(
         f"4. Keras preprocessing of the first batch: amount normalized to mean "
-        f"{normalized.mean():+.2f}, std {normalized.std():.2f}; channel ids {channel[:6].tolist()}"
+        f"{normalized.mean():+.2f}, std {normalized.std():.2f} "
+        f"({int(features['amount_is_null'].numpy().sum())} NULLs filled with 0 and masked); "
+        f"channel ids {channel[:6].tolist()}"
     )
+
+
+def _check_feed(
+    sqlfeed_tf: Any, training: Any, source: Any, batch_size: int, say: Callable[[str], None]
+) -> float:
+    """Read the whole training query through a tf.data feed; every row exactly once."""
+    started = time.perf_counter()
+    ids = []
+    rows = 0
+    for features in sqlfeed_tf.dataset(training, source, batch_size=batch_size):
+        ids.append(features["order_id"].numpy())
+        rows += len(ids[-1])
+    rate = rows / (time.perf_counter() - started)
+    fed = np.sort(np.concatenate(ids))
+    expected = np.array([r[0] for r in source.rows(f"SELECT order_id FROM ({TRAINING_QUERY}) q")])
+    if not np.array_equal(fed, np.sort(expected)):
+        raise AssertionError("the tf.data feed does not match the training query")
+    say(
+        f"9. feed alone: {rows:,} rows through tf.data in batches of {batch_size} at "
+        f"{rate:,.0f} rows/s, every row of the query exactly once"
+    )
+    return rate

@@ -49,7 +49,8 @@ def test_info_shows_shardsets_and_the_main_one(dataset: Path) -> None:
     assert run.code == 0, run.err
     main_rows = len(expected_rows())
     assert f"main shardset: labels (fewest samples ({main_rows}))" in run.out
-    assert "* labels" in run.out and "  features  parquet  4" in run.out
+    assert "* labels" in run.out
+    assert "  features  parquet  4" in run.out
     assert "joined columns: uid, x, k, label, note" in run.out
     info = json.loads(run_cli(["shardset", "info", "--format", "json", str(dataset)]).out)
     assert info["main"] == "labels"
@@ -66,4 +67,5 @@ def test_plan_and_export_over_a_dataset_url(dataset: Path, tmp_path: Path) -> No
     out = tmp_path / "out.parquet"
     run = run_cli(["export", "--db", url, "SELECT uid, label FROM dataset", "--out", str(out)])
     assert run.code == 0, run.err
-    assert sorted(pq.read_table(out).column("uid").to_pylist()) == sorted(r[0] for r in expected_rows())
+    exported = sorted(pq.read_table(out).column("uid").to_pylist())
+    assert exported == sorted(r[0] for r in expected_rows())
