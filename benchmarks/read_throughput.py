@@ -73,7 +73,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress as _progress
+from benchmarks.common import run_child
 from benchmarks.common import status_bytes as _status_bytes
 
 __all__ = ["CONTENDERS", "Config", "Contender", "PlanCell", "main", "measure_plans"]
@@ -400,17 +400,7 @@ def _run_child(contender: Contender, cfg: Config, timeout: float) -> dict[str, A
         sys.executable, "-m", "benchmarks.read_throughput",
         "--child", contender.id, "--child-config", json.dumps(asdict(cfg)),
     ]  # fmt: skip
-    try:
-        proc = subprocess.run(
-            command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return result
-    return {"error": f"child exited with status {proc.returncode} and no result"}
+    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
 
 
 def measure_throughput(

@@ -54,7 +54,6 @@ import platform
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -65,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress as _progress
+from benchmarks.common import run_child
 from benchmarks.common import status_bytes as _status_bytes
 
 __all__ = ["MODES", "PAIRS", "Config", "Mode", "Result", "main", "prepare_dataset"]
@@ -433,17 +433,7 @@ def _run_child(mode: Mode, cfg: Config, timeout: float) -> dict[str, Any]:
         sys.executable, "-m", "benchmarks.shardsets",
         "--child", mode.id, "--child-config", json.dumps(asdict(cfg)),
     ]  # fmt: skip
-    try:
-        proc = subprocess.run(
-            command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return result
-    return {"error": f"child exited with status {proc.returncode} and no result"}
+    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
 
 
 def measure(modes: Iterable[Mode], cfg: Config, repeat: int, timeout: float) -> list[Result]:

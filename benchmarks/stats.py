@@ -50,7 +50,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -60,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress as _progress
+from benchmarks.common import run_child
 from benchmarks.common import status_bytes as _status_bytes
 
 __all__ = ["COLUMNS", "CONTENDERS", "ENGINES", "Job", "Measurement", "main", "measure"]
@@ -262,17 +262,7 @@ def _child_main(job_json: str) -> int:
 def _run_child(job: Job, timeout: float) -> dict[str, Any]:
     """Run ``job`` in a fresh interpreter; return its result dict."""
     command = [sys.executable, "-m", "benchmarks.stats", "--child", json.dumps(asdict(job))]
-    try:
-        proc = subprocess.run(
-            command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return result
-    return {"error": f"child exited with status {proc.returncode} and no result"}
+    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
 
 
 # -- the parent: runs, table, checks -------------------------------------------------------
