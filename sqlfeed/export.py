@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import pyarrow as pa
 
 from dialects import InvalidArgumentError
 from sqlfeed.plans import Plan
+from sqlfeed.shardfiles import remove_path, replace_path
 from sqlfeed.sources import Source
 
 __all__ = ["EXPORT_FORMATS", "export"]
@@ -77,9 +77,9 @@ def export(
             temporary.mkdir()
             rows = _write_folder(plan, source, temporary, fmt, schema, readers, on_partition)
             files = plan.num_partitions
-        _replace(temporary, target)
+        replace_path(temporary, target)
     except BaseException:
-        _remove(temporary)
+        remove_path(temporary)
         raise
     return {"path": str(target), "format": fmt, "rows": rows, "files": files}
 
@@ -181,20 +181,3 @@ class _writer:
 
     def __exit__(self, *exc: object) -> None:
         self._close()
-
-
-def _replace(temporary: Path, target: Path) -> None:
-    if target.exists():
-        aside = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(target, aside)
-        os.replace(temporary, target)
-        _remove(aside)
-    else:
-        os.replace(temporary, target)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists():
-        path.unlink()
