@@ -492,8 +492,12 @@ def _batch_rows(table: pa.Table | pa.RecordBatch) -> int:
     """Rows per batch so that one batch holds about 16 MB."""
     if table.num_rows == 0:
         return _MAX_BATCH_ROWS
-    per_row = max(1.0, table.nbytes / table.num_rows)
-    return max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / per_row)))
+    return _rows_for(table.nbytes / table.num_rows)
+
+
+def _rows_for(bytes_per_row: float) -> int:
+    """Rows per batch of about 16 MB at ``bytes_per_row``."""
+    return max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / max(1.0, bytes_per_row))))
 
 
 def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
@@ -1361,8 +1365,7 @@ class _Run:
         # 2. sort: DuckDB orders everything before it hands out the first batch
         self._phase("sort")
         monitor.percent_phase = "sort"
-        per_row = self._arrow_bytes_per_row(engine)
-        batch_rows = max(1, min(_MAX_BATCH_ROWS, int(_BATCH_BYTES / per_row)))
+        batch_rows = _rows_for(self._arrow_bytes_per_row(engine))
         with _engine_errors("sorting"):
             reader = engine.sql(self._order_sql()).to_arrow_reader(batch_rows)
         prefetch = _Prefetch(reader, engine)

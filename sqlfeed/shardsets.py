@@ -52,6 +52,7 @@ from sqlfeed.shardfiles import (
     Manifest,
     ShardEntry,
     ShardWriter,
+    iter_shard_files,
     read_shard,
     remove_path,
     shard_file_name,
@@ -608,7 +609,7 @@ def _check_files(shardset: Shardset, deep: bool) -> list[Problem]:
     indices = [shard.index for shard in manifest.shards]
     if len(set(indices)) != len(indices):
         problems.append(Problem(shardset.name, "the manifest lists a shard index twice"))
-    for index, fmt, file in _shard_files(shardset.path):
+    for index, fmt, file in iter_shard_files(shardset.path):
         if file.name not in listed:
             problems.append(
                 Problem(shardset.name, f"{file.name} is not in the manifest (a stray file)", index)
@@ -657,13 +658,6 @@ def _check_files(shardset: Shardset, deep: bool) -> list[Problem]:
                 )
             )
     return problems
-
-
-def _shard_files(folder: Path) -> Iterator[tuple[int, str, Path]]:
-    for entry in sorted(folder.iterdir()):
-        parsed = shard_index_of(entry.name)
-        if parsed is not None:
-            yield parsed[0], parsed[1], entry
 
 
 def _shard_shape(path: Path, manifest: Manifest, deep: bool) -> tuple[int | None, list[str]]:

@@ -34,6 +34,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError, get_dialect
+from sqlfeed.readers import DEFAULT_BATCH_ROWS
 from sqlfeed.shardfiles import lines_are_rows, read_shard, read_text_range
 from sqlfeed.sources import DuckDBSource
 
@@ -50,7 +51,6 @@ TRACE_COLUMNS = ("sqlfeed_file", "sqlfeed_row_group", "sqlfeed_row")
 Parquet row group / ORC stripe (0 for CSV, JSONL and tar), and the row's index in the file."""
 
 _STREAM = re.compile(r"\bsqlfeed_frag_(\d+)_(all|[rsb]\d+_\d+)\b")
-_BATCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,8 @@ class DatasetSource(DuckDBSource):
             )
             for piece in pieces:
                 for table in self._joined(piece):
-                    yield from table.select(schema.names).cast(schema).to_batches(_BATCH_ROWS)
+                    conformed = table.select(schema.names).cast(schema)
+                    yield from conformed.to_batches(DEFAULT_BATCH_ROWS)
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
@@ -551,8 +552,3 @@ def _lit(text: str) -> str:
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def stream_names(sql: str) -> list[str]:
-    """The fragment stream names a query reads (for diagnostics)."""
-    return [m.group(0) for m in _STREAM.finditer(sql)]
