@@ -1,7 +1,7 @@
 """Measure the elastic dispatcher's lease queue: throughput, and its cost per partition.
 
 Two measurements, side by side in one run, on each queue backend (``memory``: a
-:class:`~sqlfeed.leases.MemoryQueue` shared by threads; ``sqlite``: a SQLite file;
+:class:`~sqlfeed.dispatch.queue.MemoryQueue` shared by threads; ``sqlite``: a SQLite file;
 ``postgres``; ``mariadb``):
 
 1. **Lease throughput.** A job of M tasks (``--partitions``, default 2000 and 300; a cheap
@@ -21,7 +21,7 @@ Two measurements, side by side in one run, on each queue backend (``memory``: a
    ``acquire + heartbeat + ack x A + complete`` cycle (median of ``--cycles``) against
    the time to read one typical partition: TPC-H ``lineitem`` SF1 in PostgreSQL planned
    with ``strategy="ctid"`` into ``--read-partitions`` partitions, read through sqlfeed's
-   PostgreSQL source as a :class:`~sqlfeed.dispatch.Worker` reads them (ordered, in
+   PostgreSQL source as a :class:`~sqlfeed.dispatch.worker.Worker` reads them (ordered, in
    ``--batch-rows`` batches; ``A`` = batches per partition, one ack each). The cycle is
    timed for a job of that lineitem plan and for a job of the large synthetic plan, since
    the SQL queue reads and decodes the job's stored spec on every call.
@@ -67,8 +67,8 @@ import sqlalchemy as sa
 import sqlfeed
 from benchmarks.common import progress as _progress
 from dialects import EngineError
-from sqlfeed.leases import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
-from sqlfeed.plans import Plan
+from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
+from sqlfeed.plans.model import Plan
 
 __all__ = [
     "BACKENDS",

@@ -90,7 +90,7 @@ Outcome = dict[str, Any]
 
 
 def _sqlfeed(job: Job) -> Outcome:
-    from sqlfeed.reshard import reshard
+    from sqlfeed.shards.reshard import reshard
 
     path = job.parquet.replace("'", "''")
     start = time.perf_counter()
@@ -168,7 +168,7 @@ def _child_main(job_json: str) -> int:
     else:
         import duckdb
 
-        import sqlfeed.reshard  # noqa: F401
+        import sqlfeed.shards.reshard  # noqa: F401
 
         duckdb.connect().close()
     before = _status_bytes("VmRSS")
@@ -259,7 +259,7 @@ def measure(jobs: Sequence[Job], repeat: int, timeout: float, keep: bool) -> lis
 
 
 def _valid(folder: str) -> bool:
-    from sqlfeed.shardsets import validate
+    from sqlfeed.shards.datasets import validate
 
     report = validate(folder, deep=False)
     if not report.ok:
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
     from benchmarks.tpch import DEFAULT_CACHE_DIR, lineitem_parquet, scale_tag
-    from sqlfeed.reshard import parse_size
+    from sqlfeed.shards.reshard import parse_size
 
     started = time.perf_counter()
     load_before = os.getloadavg()

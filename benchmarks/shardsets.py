@@ -2,7 +2,7 @@
 
 TPC-H ``lineitem`` at one scale factor, given a ``uid`` column (its row number in the
 generated Parquet file, 0..n-1) and split into two column groups, is written with
-:mod:`sqlfeed.shardsets` as a dataset of two Parquet shardsets of ``--shards`` shards each
+:mod:`sqlfeed.shards.datasets` as a dataset of two Parquet shardsets of ``--shards`` shards each
 (shard ``i`` holds the same uids in both)::
 
     a: uid, l_orderkey, l_partkey, l_suppkey, l_linenumber,
@@ -128,7 +128,7 @@ class _ShardTables(Mapping[int, Any]):
 
 def _reusable(path: Path, rows: int, shards: int) -> str | None:
     """Why the cached dataset at ``path`` cannot be re-used (None: it can)."""
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     if not path.exists():
         return "not there"
@@ -159,7 +159,7 @@ def prepare_dataset(parquet: Path, target: Path, shards: int) -> Path:
     import duckdb
     import pyarrow.parquet as pq
 
-    from sqlfeed.shardsets import create_dataset, open_dataset
+    from sqlfeed.shards.datasets import create_dataset, open_dataset
 
     rows = int(pq.ParquetFile(parquet).metadata.num_rows)
     why = _reusable(target, rows, shards)
@@ -272,7 +272,7 @@ def _start() -> float:
 def _feed(cfg: Config, strategy: str, **options: Any) -> Outcome:
     """Open the dataset, plan ``VIEW_SQL`` with ``strategy`` and drain a Feeder."""
     import sqlfeed
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -324,7 +324,7 @@ def _duckdb(cfg: Config) -> Outcome:
 
 
 def _view(cfg: Config) -> Outcome:
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -338,7 +338,7 @@ def _view(cfg: Config) -> Outcome:
 
 
 def _iter_shards(cfg: Config) -> Outcome:
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -628,7 +628,7 @@ def _warm_caches(dataset: Path) -> None:
 def _fragments_m(dataset: Path) -> tuple[int, str]:
     """The fragments plan's partition count (what ``hash`` uses) and the first partition."""
     import sqlfeed
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     source = open_dataset(dataset).source()
     try:

@@ -20,11 +20,14 @@ from dialects import (
     get_dialect,
 )
 from sqlfeed import tf as tf  # sqlfeed.tf.dataset(...); TensorFlow is imported when used
-from sqlfeed.feeder import Feeder, Progress
-from sqlfeed.planner import plan
-from sqlfeed.plans import Partition, Plan
-from sqlfeed.reshard import ReshardMetrics, reshard
-from sqlfeed.rewrite import (
+from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.feed.statistics import compute_stats
+from sqlfeed.io.sources import Source, connect
+from sqlfeed.plans.model import Partition, Plan
+from sqlfeed.plans.planner import plan
+from sqlfeed.shards.datasets import Dataset, create_dataset, open_dataset
+from sqlfeed.shards.reshard import ReshardMetrics, reshard
+from sqlfeed.sql.rewrite import (
     ParsedQuery,
     count_sql,
     parse,
@@ -33,9 +36,6 @@ from sqlfeed.rewrite import (
     sample_sql,
     unstable_reasons,
 )
-from sqlfeed.shardsets import Dataset, create_dataset, open_dataset
-from sqlfeed.sources import Source, connect
-from sqlfeed.statistics import compute_stats
 from stats.model import ColumnStats, FeatureStats, StatsSpec
 
 __version__ = "0.1.0"

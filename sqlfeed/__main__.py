@@ -1,5 +1,5 @@
 """``python -m sqlfeed``: the same as the ``sqlfeed`` console script."""
 
-from sqlfeed.cli import entry_point
+from sqlfeed.cli.main import entry_point
 
 entry_point()

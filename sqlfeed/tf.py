@@ -52,7 +52,7 @@ Three ways to split the work:
   ``input_context=`` (``tf.distribute.InputContext``: pipeline ``i`` of ``n`` reads the
   partitions ``i, i + n, ...``) or ``rank=``/``world_size=``;
 * a dynamic share: ``job=`` pulls partitions from a lease queue (see
-  :mod:`sqlfeed.dispatch`), so elastic workers share the plan; each iteration of the
+  :mod:`sqlfeed.dispatch.worker`), so elastic workers share the plan; each iteration of the
   dataset (a Keras epoch) is the job's next epoch, and ``even_batches=True`` makes every
   one of ``replicas`` workers deliver the same number of batches per epoch, so
   synchronous replicas stay in lockstep;
@@ -81,10 +81,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dialects import InvalidArgumentError, MissingDependencyError, QueryError
-from sqlfeed.feeder import Feeder
-from sqlfeed.plans import Plan
-from sqlfeed.readers import DEFAULT_BATCH_ROWS
-from sqlfeed.sources import Source, connect
+from sqlfeed.feed.feeder import Feeder
+from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
+from sqlfeed.io.sources import Source, connect
+from sqlfeed.plans.model import Plan
 
 __all__ = [
     "AUTOTUNE",
@@ -687,7 +687,7 @@ class Feed:
             if job is None:
                 rank, world_size = pipeline, pipelines
             else:
-                from sqlfeed.dispatch import default_worker_id
+                from sqlfeed.dispatch.worker import default_worker_id
 
                 worker_id = f"{worker_id or default_worker_id()}/{pipeline}"
                 if even_batches and replicas is None:
@@ -708,7 +708,7 @@ class Feed:
                 schema, label=label, features=features, fill=fill, fill_nulls=fill_nulls,
                 masks=masks, float_dtype=float_dtype, time_unit=time_unit,
             )  # fmt: skip
-            from sqlfeed.planner import plan as make_plan
+            from sqlfeed.plans.planner import plan as make_plan
 
             plan_options.setdefault("workers", world_size)
             plan = make_plan(query, self.source, **plan_options)
@@ -926,7 +926,7 @@ def input_fn(
         plan_options = {k: options.pop(k) for k in _PLAN_OPTIONS if k in options}
         schema = src.schema(query)
         _check_columns(schema, options)
-        from sqlfeed.planner import plan as make_plan
+        from sqlfeed.plans.planner import plan as make_plan
 
         query = make_plan(query, src, **plan_options)
     _check_columns(query.arrow_schema() or src.schema(query.sql), options)

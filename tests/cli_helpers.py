@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 
-from sqlfeed.cli import main
+from sqlfeed.cli.main import main
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from sqlfeed.dispatch import Delivery, Worker
+from sqlfeed.dispatch.worker import Delivery, Worker
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import sqlfeed
-from sqlfeed.leases import JobSpec, SQLQueue
+from sqlfeed.dispatch.queue import JobSpec, SQLQueue
 from tests.test_leases import queue_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["sqlfeed.rewrite", "dialects", "dialects.base", "dialects.sqlite"]
+MODULES = ["sqlfeed.sql.rewrite", "dialects", "dialects.base", "dialects.sqlite"]
 
 
 @pytest.mark.parametrize("name", MODULES)

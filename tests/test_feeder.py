@@ -19,7 +19,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed import EngineError, Feeder, InvalidArgumentError, Plan, Progress
-from sqlfeed.export import export
+from sqlfeed.feed.export import export
 
 QUERY = "SELECT id, id % 7 AS g, CAST(id AS VARCHAR) AS s FROM t"
 

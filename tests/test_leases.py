@@ -12,8 +12,7 @@ import duckdb
 import pytest
 
 import sqlfeed
-from sqlfeed.dispatch import Worker
-from sqlfeed.leases import (
+from sqlfeed.dispatch.queue import (
     CorruptStateError,
     JobSpec,
     Lease,
@@ -23,6 +22,7 @@ from sqlfeed.leases import (
     UnknownJobError,
     Wait,
 )
+from sqlfeed.dispatch.worker import Worker
 from tests.conftest import get_engine
 from tests.engines import MYSQL_URL, POSTGRES_URL
 

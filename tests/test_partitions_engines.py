@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sqlfeed import rewrite
+from sqlfeed.sql import rewrite
 from tests.corpus import CORPUS, Case
 from tests.engines import Engine, multiset
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from sqlfeed import rewrite
-from sqlfeed.sources import connect
+from sqlfeed.io.sources import connect
+from sqlfeed.sql import rewrite
 from tests.conftest import get_engine
 from tests.engines import POSTGRES_URL, Engine
 from tests.test_partitions_engines import assert_partitions_exact

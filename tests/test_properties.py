@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqlfeed import rewrite
+from sqlfeed.sql import rewrite
 from tests.engines import Engine, multiset
 from tests.test_partitions_engines import assert_partitions_exact
 

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from dialects import EngineError, InvalidArgumentError, QueryError, UnstableQueryError
-from sqlfeed.reshard import TOLERANCE, parse_size, reshard
-from sqlfeed.shardfiles import Manifest, read_shard
-from sqlfeed.shardsets import validate
+from sqlfeed.shards.datasets import validate
+from sqlfeed.shards.files import Manifest, read_shard
+from sqlfeed.shards.reshard import TOLERANCE, parse_size, reshard
 from tests.cli_helpers import run_cli
 
 ROWS = 20_000
@@ -638,6 +638,6 @@ def test_docstring_examples() -> None:
     import importlib
 
     # importlib: the package re-exports the function under the module's name.
-    result = doctest.testmod(importlib.import_module("sqlfeed.reshard"))
+    result = doctest.testmod(importlib.import_module("sqlfeed.shards.reshard"))
     assert result.attempted > 0
     assert result.failed == 0

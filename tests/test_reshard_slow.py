@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sqlfeed.shardfiles import Manifest
-from sqlfeed.shardsets import validate
+from sqlfeed.shards.datasets import validate
+from sqlfeed.shards.files import Manifest
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,8 @@ PROBE = textwrap.dedent(
     import sys
 
     import duckdb
-    import sqlfeed.reshard
-    from sqlfeed.cli import main
+    import sqlfeed.shards.reshard
+    from sqlfeed.cli.main import main
 
     def peak_kib():  # VmHWM belongs to this address space (ru_maxrss survives fork+exec)
         with open("/proc/self/status") as status:

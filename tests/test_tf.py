@@ -24,7 +24,7 @@ tf = pytest.importorskip("tensorflow")
 import sqlfeed  # noqa: E402
 import sqlfeed.tf as sqlfeed_tf  # noqa: E402
 from sqlfeed import InvalidArgumentError, MissingDependencyError, QueryError  # noqa: E402
-from sqlfeed.leases import open_queue  # noqa: E402
+from sqlfeed.dispatch.queue import open_queue  # noqa: E402
 from tests.engines import Engine  # noqa: E402
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -447,7 +447,7 @@ def test_without_tensorflow_the_error_names_the_extra(
 
 def test_importing_sqlfeed_does_not_import_tensorflow() -> None:
     code = (
-        "import sys, sqlfeed, sqlfeed.tf, sqlfeed.demo; "
+        "import sys, sqlfeed, sqlfeed.tf, sqlfeed.cli.demo; "
         "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -575,7 +575,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(cpu[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 import duckdb, keras, sqlfeed, sqlfeed.tf
-from sqlfeed.leases import open_queue
+from sqlfeed.dispatch.queue import open_queue
 
 conn = duckdb.connect()
 conn.execute("CREATE TABLE s AS SELECT range AS id, (range % 100) / 100.0 AS a, "

@@ -24,7 +24,7 @@ from dialects import (
 )
 
 if TYPE_CHECKING:
-    from sqlfeed.rewrite import ParsedQuery
+    from sqlfeed.sql.rewrite import ParsedQuery
 
 EXIT_OK = 0
 EXIT_ENGINE = 1
@@ -529,7 +529,7 @@ def read_sql(argument: str, stdin: TextIO | None = None) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
+    from sqlfeed.sql import rewrite
 
     engine = dialect_for(args.db) if args.db else get_dialect(args.dialect or "duckdb")
     parsed = _validated_query(args, engine)
@@ -570,7 +570,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _db_plan(args: argparse.Namespace, parsed: Any) -> Any:
-    from sqlfeed.planner import plan
+    from sqlfeed.plans.planner import plan
 
     return plan(
         parsed,
@@ -588,7 +588,7 @@ def _db_plan(args: argparse.Namespace, parsed: Any) -> Any:
 
 def _validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     """The command's SQL, parsed and checked, and its plan options checked: before any I/O."""
-    from sqlfeed import rewrite
+    from sqlfeed.sql import rewrite
 
     sql = read_sql(args.sql)
     args.key = _keys(args.key)
@@ -615,8 +615,8 @@ def _keys(groups: list[list[str]] | None) -> list[str] | None:
 
 
 def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
-    from sqlfeed.sources import connect
+    from sqlfeed.io.sources import connect
+    from sqlfeed.sql import rewrite
 
     sql = read_sql(args.sql)
     _positive(args.rows, "--rows", zero=True)
@@ -646,9 +646,9 @@ def _print_table(table: Any, fmt: str, out: TextIO) -> None:
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.export import export
-    from sqlfeed.progress import ProgressBar
-    from sqlfeed.sources import connect
+    from sqlfeed.cli.progress import ProgressBar
+    from sqlfeed.feed.export import export
+    from sqlfeed.io.sources import connect
 
     _positive(args.readers, "--readers")
     parsed = _validated_query(args, dialect_for(args.db))
@@ -682,7 +682,7 @@ def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.leases import JobSpec, open_queue
+    from sqlfeed.dispatch.queue import JobSpec, open_queue
 
     _positive(args.epochs, "--epochs")
     parsed = _validated_query(args, dialect_for(args.db))
@@ -695,12 +695,12 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
             raise InvalidArgumentError("--even-batches needs --batch-size")
         rows = plan.rows
         if rows is None:
-            from sqlfeed.sources import connect
+            from sqlfeed.io.sources import connect
 
             rows = connect(args.db).count(parsed, columns=list(plan.columns))
     holder = None
     if args.snapshot:
-        from sqlfeed.sources import connect
+        from sqlfeed.io.sources import connect
 
         holder = connect(args.db).export_snapshot()
     spec = queue.create_job(
@@ -735,7 +735,7 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_job_other(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.leases import open_queue
+    from sqlfeed.dispatch.queue import open_queue
 
     queue = open_queue(args.queue)
     if args.action == "reset":
@@ -769,7 +769,7 @@ def _cmd_job_other(args: argparse.Namespace, out: TextIO) -> None:
 def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
     import time
 
-    from sqlfeed.dispatch import Worker
+    from sqlfeed.dispatch.worker import Worker
 
     if args.batch_size is not None:
         _positive(args.batch_size, "--batch-size")
@@ -817,9 +817,9 @@ def pa_table(batch: Any) -> Any:
 
 
 def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
-    from sqlfeed.progress import ProgressBar
-    from sqlfeed.statistics import compute_stats
+    from sqlfeed.cli.progress import ProgressBar
+    from sqlfeed.feed.statistics import compute_stats
+    from sqlfeed.sql import rewrite
     from stats.model import StatsSpec
 
     sql = read_sql(args.sql)
@@ -863,8 +863,8 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed import rewrite
-    from sqlfeed.sources import connect
+    from sqlfeed.io.sources import connect
+    from sqlfeed.sql import rewrite
 
     sql = read_sql(args.sql)
     parsed = rewrite.parse(sql, dialect_for(args.db))
@@ -898,8 +898,8 @@ def _reshard_sql(args: argparse.Namespace) -> None:
 
 
 def _cmd_reshard(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.progress import ProgressBar
-    from sqlfeed.reshard import reshard
+    from sqlfeed.cli.progress import ProgressBar
+    from sqlfeed.shards.reshard import reshard
 
     _reshard_sql(args)
     shard_formats = [f for f in args.format if f in RESHARD_SHARD_FORMATS]
@@ -983,7 +983,7 @@ def _cmd_reshard(args: argparse.Namespace, out: TextIO) -> None:
 
 def _cmd_shardset_validate(args: argparse.Namespace, out: TextIO) -> None:
     from dialects import ShardsetError
-    from sqlfeed.shardsets import validate
+    from sqlfeed.shards.datasets import validate
 
     report = validate(args.dir, deep=not args.shallow)
     if args.format == "json":
@@ -1002,7 +1002,7 @@ def _cmd_shardset_validate(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_shardset_info(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     dataset = open_dataset(args.dir, validate=False)
     main = dataset.main
@@ -1055,7 +1055,7 @@ def _cmd_shardset_info(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.demo import run_demo
+    from sqlfeed.cli.demo import run_demo
 
     _positive(args.rows, "--rows")
     _positive(args.partitions, "--partitions")

@@ -22,7 +22,7 @@ The map-reduce step that prepares training data, in three phases:
    row (tar: a record) and a group are small next to a shard; tar files also grow in
    10 KiB blocks, so byte targets below ~200 kB are coarse.
 
-The output is a shardset (see :mod:`sqlfeed.shardfiles`): ``shard.NNNNN.<format>`` files
+The output is a shardset (see :mod:`sqlfeed.shards.files`): ``shard.NNNNN.<format>`` files
 and a ``manifest.json`` written last. It appears atomically: everything is written into
 ``.<name>.tmp-<random>`` beside the output and renamed into place at the end; a failed
 or interrupted run removes that folder, and a later run removes those of dead runs (a
@@ -59,8 +59,8 @@ from dialects import (
     dialect_for,
     get_dialect,
 )
-from sqlfeed import rewrite
-from sqlfeed.shardfiles import (
+from sqlfeed.io.sources import DuckDBSource, Source, connect
+from sqlfeed.shards.files import (
     TAR_KEY,
     Manifest,
     ShardEntry,
@@ -71,7 +71,7 @@ from sqlfeed.shardfiles import (
     shard_file_name,
     tar_schema,
 )
-from sqlfeed.sources import DuckDBSource, Source, connect
+from sqlfeed.sql import rewrite
 
 if TYPE_CHECKING:
     import duckdb
@@ -537,7 +537,7 @@ def _literal(value: str) -> str:
 
 
 def _driver_message(err: BaseException) -> str:
-    from sqlfeed.sources import _driver_message as message
+    from sqlfeed.io.sources import _driver_message as message
 
     return message(err)
 

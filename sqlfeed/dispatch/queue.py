@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from dialects import EngineError, InvalidArgumentError, SqlfeedError
-from sqlfeed.plans import Plan
+from sqlfeed.plans.model import Plan
 
 __all__ = [
     "ORDERS",
@@ -490,7 +490,7 @@ class SQLQueue(LeaseQueue):
             with self.engine.begin() as connection:
                 yield connection
         except sa.exc.DBAPIError as err:
-            from sqlfeed.sources import _driver_message
+            from sqlfeed.io.sources import _driver_message
 
             error = EngineError(f"queue {self._label()}: {_driver_message(err)}")
             error.transient = _transient(err)  # type: ignore[attr-defined]
@@ -508,7 +508,7 @@ class SQLQueue(LeaseQueue):
         raise AssertionError("unreachable")
 
     def _label(self) -> str:
-        from sqlfeed.sources import _redact
+        from sqlfeed.io.sources import _redact
 
         return _redact(self.url)
 
@@ -561,7 +561,7 @@ class SQLQueue(LeaseQueue):
         try:
             metadata.create_all(self.engine)
         except sa.exc.DBAPIError as err:
-            from sqlfeed.sources import _driver_message
+            from sqlfeed.io.sources import _driver_message
 
             raise EngineError(
                 f"cannot open queue {self._label()}: {_driver_message(err)}"

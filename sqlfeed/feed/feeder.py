@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.plans import Partition, Plan, fragment_order
-from sqlfeed.readers import DEFAULT_BATCH_ROWS
-from sqlfeed.sources import Source, connect
+from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
+from sqlfeed.io.sources import Source, connect
+from sqlfeed.plans.model import Partition, Plan, fragment_order
 
 __all__ = ["FORMATS", "Feeder", "Progress"]
 
@@ -66,7 +66,7 @@ class Feeder:
         shuffle_window: the partition order of a ``fragments`` plan instead: 0 storage
             order, -1 a seeded shuffle of all fragments, k > 0 files shuffled and then
             fragments shuffled within windows of k (see
-            :func:`sqlfeed.plans.fragment_order`); seeded, different every epoch.
+            :func:`sqlfeed.plans.model.fragment_order`); seeded, different every epoch.
         seed: makes the partition order and the shuffle repeatable; each epoch differs.
         readers: partitions read ahead at once, each by its own thread and connection.
         rank, world_size: this worker's static share of the partitions.
@@ -145,7 +145,7 @@ class Feeder:
                 )
             self.plan = query
         else:
-            from sqlfeed.planner import plan as make_plan
+            from sqlfeed.plans.planner import plan as make_plan
 
             plan_options.setdefault("workers", world_size)
             self.plan = make_plan(query, self.source, **plan_options)
@@ -173,8 +173,8 @@ class Feeder:
                 )
             if world_size != 1 or rank != 0:
                 raise InvalidArgumentError("rank/world_size split statically; a job splits itself")
-            from sqlfeed.dispatch import Worker
-            from sqlfeed.leases import JobSpec, open_queue
+            from sqlfeed.dispatch.queue import JobSpec, open_queue
+            from sqlfeed.dispatch.worker import Worker
 
             lease_queue = open_queue(queue)
             rows = self.plan.rows

@@ -1,6 +1,6 @@
 """Datasets of shardsets: feature columns split across shardsets, joined by a UID column.
 
-A dataset is a folder of shardsets (see :mod:`sqlfeed.shardfiles` for one shardset's
+A dataset is a folder of shardsets (see :mod:`sqlfeed.shards.files` for one shardset's
 layout). Each shardset holds some feature columns of the same samples plus the UID
 column, in ``shard.NNNNN.<format>`` files. The rules, checked by :func:`validate`:
 
@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dialects import InvalidArgumentError, ShardsetError
-from sqlfeed.shardfiles import (
+from sqlfeed.shards.files import (
     FORMATS,
     MANIFEST_NAME,
     Manifest,
@@ -443,12 +443,12 @@ class Dataset:
     # -- SQL ----------------------------------------------------------------------------------
 
     def source(self, *, name: str = "dataset", trace: bool = False, connection: Any = None) -> Any:
-        """A DuckDB :class:`~sqlfeed.sources.Source` where ``name`` is a view of the joined rows.
+        """A DuckDB :class:`~sqlfeed.io.sources.Source` where ``name`` is a view of the joined rows.
 
         Plans on it can use the ``fragments`` strategy (shard files, row groups, stripes).
-        See :class:`sqlfeed.shardsql.DatasetSource`.
+        See :class:`sqlfeed.shards.source.DatasetSource`.
         """
-        from sqlfeed.shardsql import DatasetSource
+        from sqlfeed.shards.source import DatasetSource
 
         return DatasetSource(self, name=name, trace=trace, connection=connection)
 

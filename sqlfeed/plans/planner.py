@@ -28,9 +28,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import InvalidArgumentError
-from sqlfeed import rewrite
-from sqlfeed.plans import STRATEGIES, Partition, Plan
-from sqlfeed.sources import Source, connect
+from sqlfeed.io.sources import Source, connect
+from sqlfeed.plans.model import STRATEGIES, Partition, Plan
+from sqlfeed.sql import rewrite
 
 __all__ = ["DEFAULT_TARGET_ROWS", "drop_scratch", "plan"]
 
@@ -206,17 +206,17 @@ def _choose(ctx: _Context, strategy: str) -> tuple[str, str]:
 
 
 def _fragments_problem(ctx: _Context) -> str | None:
-    from sqlfeed.shardsql import DatasetSource, fragment_problem
+    from sqlfeed.shards.source import DatasetSource, fragment_problem
 
     if not isinstance(ctx.source, DatasetSource):
-        return "the source is not a shardset dataset (open one with sqlfeed.shardsets)"
+        return "the source is not a shardset dataset (open one with sqlfeed.shards.datasets)"
     if ctx.keys:
         return "a key was given"
     return fragment_problem(ctx.parsed, ctx.source.view)
 
 
 def _build_fragments(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Partition], None]:
-    from sqlfeed.shardsql import DatasetSource
+    from sqlfeed.shards.source import DatasetSource
 
     assert isinstance(ctx.source, DatasetSource)
     stored = max(ctx.source.dataset.main.rows, 1)

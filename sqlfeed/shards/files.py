@@ -192,7 +192,7 @@ class Manifest:
         except FileNotFoundError:
             raise ShardsetError(
                 f"{folder} is not a shardset: it has no {MANIFEST_NAME} (create shardsets with "
-                "sqlfeed.shardsets or sqlfeed reshard)"
+                "sqlfeed.shards.datasets or sqlfeed reshard)"
             ) from None
         except OSError as err:
             raise ShardsetError(f"cannot read {path}: {err.strerror or err}") from None

@@ -29,10 +29,10 @@ from typing import Any, TextIO
 import numpy as np
 
 from dialects import MissingDependencyError
-from sqlfeed.leases import open_queue
-from sqlfeed.planner import drop_scratch, plan
-from sqlfeed.sources import DuckDBSource, connect
-from sqlfeed.statistics import compute_stats
+from sqlfeed.dispatch.queue import open_queue
+from sqlfeed.feed.statistics import compute_stats
+from sqlfeed.io.sources import DuckDBSource, connect
+from sqlfeed.plans.planner import drop_scratch, plan
 from stats.keras import to_keras
 from stats.model import StatsSpec
 

@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.leases import JobSpec, Lease, LeaseQueue, Wait, open_queue
-from sqlfeed.sources import Source, connect
+from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait, open_queue
+from sqlfeed.io.sources import Source, connect
 
 __all__ = ["Delivery", "Worker", "default_worker_id"]
 
@@ -235,6 +235,6 @@ class Worker:
 
 
 def _rebatched(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
-    from sqlfeed.feeder import _rebatched as rebatch
+    from sqlfeed.feed.feeder import _rebatched as rebatch
 
     return rebatch(batches, size, drop_remainder=False)

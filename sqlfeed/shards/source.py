@@ -1,6 +1,6 @@
 """SQL over a dataset of shardsets, in DuckDB, and its physical (``fragments``) partitions.
 
-:class:`DatasetSource` is a DuckDB :class:`~sqlfeed.sources.Source` in which the dataset
+:class:`DatasetSource` is a DuckDB :class:`~sqlfeed.io.sources.Source` in which the dataset
 is a view (``dataset`` by default) of the joined rows, so plans, stats, the Feeder, the
 dispatcher and the tf adapter work on it unchanged.
 
@@ -34,15 +34,15 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError, get_dialect
-from sqlfeed.readers import DEFAULT_BATCH_ROWS
-from sqlfeed.shardfiles import lines_are_rows, read_shard, read_text_range
-from sqlfeed.sources import DuckDBSource
+from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
+from sqlfeed.io.sources import DuckDBSource
+from sqlfeed.shards.files import lines_are_rows, read_shard, read_text_range
 
 if TYPE_CHECKING:
     import duckdb
 
-    from sqlfeed.rewrite import ParsedQuery
-    from sqlfeed.shardsets import Dataset, Shardset
+    from sqlfeed.shards.datasets import Dataset, Shardset
+    from sqlfeed.sql.rewrite import ParsedQuery
 
 __all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment", "fragment_problem"]
 
@@ -180,7 +180,7 @@ class DatasetSource(DuckDBSource):
 
     def _joined(self, fragment: Fragment) -> Iterator[pa.Table]:
         """The fragment's main rows joined with the other shardsets' shard (Arrow)."""
-        from sqlfeed.shardsets import _join
+        from sqlfeed.shards.datasets import _join
 
         others = [
             other.read_shard(fragment.shard) if other.shard(fragment.shard) else None

@@ -1,6 +1,6 @@
 """Plans: a query split into partitions. Pure data: frozen, picklable, JSON round-trip.
 
-Built by :func:`sqlfeed.planner.plan`; read by the Feeder and the dispatcher.
+Built by :func:`sqlfeed.plans.planner.plan`; read by the Feeder and the dispatcher.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Plan:
     schema: bytes | None = field(default=None, repr=False)
     """The Arrow schema every partition yields, serialized (IPC); see ``arrow_schema()``."""
     scratch_table: str | None = None
-    """The table a ``materialize`` plan wrote, dropped by ``sqlfeed.planner.drop_scratch``."""
+    """The table a ``materialize`` plan wrote, dropped by ``sqlfeed.plans.planner.drop_scratch``."""
 
     @property
     def fingerprint(self) -> str:

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dialects import InvalidArgumentError
-from sqlfeed import rewrite
-from sqlfeed.sources import Source, connect
+from sqlfeed.io.sources import Source, connect
+from sqlfeed.sql import rewrite
 from stats.accumulate import StatsAccumulator
 from stats.model import FeatureStats, StatsSpec
 from stats.pushdown import compute_pushdown
@@ -99,7 +99,7 @@ def _accumulate(
     progress: Callable[[str], None] | None,
     plan_options: dict[str, Any],
 ) -> FeatureStats:
-    from sqlfeed.planner import plan as make_plan
+    from sqlfeed.plans.planner import plan as make_plan
 
     plan = make_plan(parsed, src, **plan_options)
     schema = plan.arrow_schema() or schema

@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.plans import Plan
-from sqlfeed.shardfiles import remove_path, replace_path
-from sqlfeed.sources import Source
+from sqlfeed.io.sources import Source
+from sqlfeed.plans.model import Plan
+from sqlfeed.shards.files import remove_path, replace_path
 
 __all__ = ["EXPORT_FORMATS", "export"]
 
@@ -93,7 +93,7 @@ def _write_file(
     readers: int,
     on_partition: Callable[[int, int], None] | None,
 ) -> int:
-    from sqlfeed.feeder import Feeder, Progress
+    from sqlfeed.feed.feeder import Feeder, Progress
 
     def progress(event: Progress) -> None:
         if on_partition is not None:

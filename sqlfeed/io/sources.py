@@ -2,7 +2,7 @@
 
 A :class:`Source` knows its dialect, runs small queries (a count, the output columns),
 derives a query's Arrow schema once, and streams a query's rows as record batches
-(see :mod:`sqlfeed.readers`). Driver errors never escape as they are: they become a
+(see :mod:`sqlfeed.io.arrow`). Driver errors never escape as they are: they become a
 one-line :class:`EngineError`.
 """
 
@@ -25,8 +25,8 @@ from dialects import (
     dialect_for,
     get_dialect,
 )
-from sqlfeed import readers
-from sqlfeed.rewrite import ParsedQuery, count_sql, parse, sample_sql, schema_sql
+from sqlfeed.io import arrow as readers
+from sqlfeed.sql.rewrite import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -510,7 +510,7 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
     Args:
         target: ``None`` or ``"duckdb://"`` (an in-memory DuckDB, the embedded default),
             ``"duckdb:///path.duckdb"``, ``"dataset:///path/to/dataset"`` (a shardset
-            dataset as the view ``dataset``), a :class:`~sqlfeed.shardsets.Dataset`, any
+            dataset as the view ``dataset``), a :class:`~sqlfeed.shards.datasets.Dataset`, any
             SQLAlchemy URL (``postgresql+psycopg://...``, ``mysql+pymysql://...``,
             ``sqlite:///file.db``), a DuckDB connection, or a SQLAlchemy engine.
         dialect: force the dialect (for URLs whose backend name is not a dialect name).
@@ -565,7 +565,7 @@ def _dataset_source(url: str) -> Source:
     """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
     from urllib.parse import parse_qs
 
-    from sqlfeed.shardsets import open_dataset
+    from sqlfeed.shards.datasets import open_dataset
 
     rest = url.split(":", 1)[1]
     rest = rest[2:] if rest.startswith("//") else rest
