@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -504,6 +504,18 @@ def _adbc_postgres() -> Any:
     return dbapi
 
 
+_SCHEMES: dict[str, Callable[[str], Source]] = {}
+
+
+def register_scheme(scheme: str, opener: Callable[[str], Source]) -> None:
+    """Let :func:`connect` open ``scheme:...`` URLs with ``opener(url)``.
+
+    Layers above ``io`` plug their sources in this way (``sqlfeed.shards`` registers
+    ``dataset:``), so ``io`` never imports them.
+    """
+    _SCHEMES[scheme.lower()] = opener
+
+
 def connect(target: Any = None, *, dialect: str | None = None) -> Source:
     """A :class:`Source` for ``target``.
 
@@ -527,8 +539,9 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
         return target.source()  # type: ignore[no-any-return]
     if isinstance(target, str):
         url = target.strip()
-        if url.lower().startswith("dataset:"):
-            return _dataset_source(url)
+        opener = _SCHEMES.get(url.partition(":")[0].lower())
+        if opener is not None:
+            return opener(url)
         engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)
         if engine_dialect.name == "duckdb":
             return _duckdb_source(url)
@@ -559,28 +572,6 @@ def _duckdb_source(url: str) -> Source:
     except duckdb.Error as err:
         raise EngineError(f"cannot open DuckDB database {path!r}: {_driver_message(err)}") from None
     return DuckDBSource(conn, owned=True, label=f"duckdb:{path}")
-
-
-def _dataset_source(url: str) -> Source:
-    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
-    from urllib.parse import parse_qs
-
-    from sqlfeed.shards.datasets import open_dataset
-
-    rest = url.split(":", 1)[1]
-    rest = rest[2:] if rest.startswith("//") else rest
-    path, _, query = rest.partition("?")
-    options = {key: values[-1] for key, values in parse_qs(query).items()}
-    unknown = sorted(set(options) - {"view", "trace", "validate"})
-    if unknown or not path:
-        raise InvalidArgumentError(
-            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
-        )
-    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
-             (("trace", "false"), ("validate", "true"))}  # fmt: skip
-    dataset = open_dataset(path, validate=flags["validate"])
-    source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
-    return source
 
 
 def _sqlalchemy_source(url: str, engine_dialect: Dialect) -> Source:

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,7 @@ from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError, get_dialect
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
-from sqlfeed.io.sources import DuckDBSource
+from sqlfeed.io.sources import DuckDBSource, Source, register_scheme
 from sqlfeed.shards.files import lines_are_rows, read_shard, read_text_range
 
 if TYPE_CHECKING:
@@ -552,3 +553,26 @@ def _lit(text: str) -> str:
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def open_dataset_url(url: str) -> Source:
+    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
+    from sqlfeed.shards.datasets import open_dataset  # datasets imports this module
+
+    rest = url.split(":", 1)[1]
+    rest = rest[2:] if rest.startswith("//") else rest
+    path, _, query = rest.partition("?")
+    options = {key: values[-1] for key, values in parse_qs(query).items()}
+    unknown = sorted(set(options) - {"view", "trace", "validate"})
+    if unknown or not path:
+        raise InvalidArgumentError(
+            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
+        )
+    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
+             (("trace", "false"), ("validate", "true"))}  # fmt: skip
+    dataset = open_dataset(path, validate=flags["validate"])
+    source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
+    return source
+
+
+register_scheme("dataset", open_dataset_url)
