@@ -66,7 +66,7 @@ from benchmarks.tpch import (
     lineitem_parquet,
     load_postgres,
 )
-from sqlfeed.sql.rewrite import partition_sqls
+from sqlfeed.sql import partition_sqls
 
 __all__ = ["VARIANTS", "Cell", "Variant", "main", "measure_engine"]
 

@@ -27,7 +27,7 @@ from sqlfeed.plans.model import Partition, Plan
 from sqlfeed.plans.planner import plan
 from sqlfeed.shards.datasets import Dataset, create_dataset, open_dataset
 from sqlfeed.shards.reshard import ReshardMetrics, reshard
-from sqlfeed.sql.rewrite import (
+from sqlfeed.sql import (
     ParsedQuery,
     count_sql,
     parse,

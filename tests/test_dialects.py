@@ -30,7 +30,7 @@ from dialects import (
     get_dialect,
 )
 from dialects.sqlite import SQLite, row_hash
-from sqlfeed.sql.rewrite import count_sql, partition_sql, partition_sqls, sample_sql, schema_sql
+from sqlfeed.sql import count_sql, partition_sql, partition_sqls, sample_sql, schema_sql
 
 M = 8
 """Partitions in the golden queries."""

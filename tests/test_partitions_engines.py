@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sqlfeed.sql import rewrite
+from dialects import QueryError
+from sqlfeed.sql import count_sql, parse, partition_sqls, schema_sql
 from tests.corpus import CORPUS, Case
 from tests.engines import Engine, multiset
 
@@ -40,11 +41,11 @@ def test_partitions_add_up_to_the_query_result(engine: Engine, case: Case) -> No
     if engine.name in case.skip:
         pytest.skip(case.skip[engine.name])
     sql = case.sql_for(engine.name)
-    parsed = rewrite.parse(sql, engine.name)
+    parsed = parse(sql, engine.name)
     expected = multiset(engine.rows(sql))
-    columns = engine.columns(rewrite.schema_sql(parsed))
+    columns = engine.columns(schema_sql(parsed))
     for m in PARTITION_COUNTS:
-        queries = rewrite.partition_sqls(parsed, m, key=case.key, columns=columns)
+        queries = partition_sqls(parsed, m, key=case.key, columns=columns)
         assert len(queries) == m
         assert_partitions_exact(engine, expected, queries)
     # The partitions keep the query's output column names.
@@ -57,10 +58,10 @@ def test_partitions_from_the_sql_text_alone(engine: Engine, case: Case) -> None:
     if engine.name in case.skip:
         pytest.skip(case.skip[engine.name])
     sql = case.sql_for(engine.name)
-    parsed = rewrite.parse(sql, engine.name)
+    parsed = parse(sql, engine.name)
     try:
-        queries = rewrite.partition_sqls(parsed, 7, key=case.key)
-    except rewrite.QueryError as err:
+        queries = partition_sqls(parsed, 7, key=case.key)
+    except QueryError as err:
         refusal = str(err)
     else:
         assert_partitions_exact(engine, multiset(engine.rows(sql)), queries)
@@ -74,7 +75,7 @@ def test_count_equals_the_row_count(engine: Engine, case: Case) -> None:
     if engine.name in case.skip:
         pytest.skip(case.skip[engine.name])
     sql = case.sql_for(engine.name)
-    parsed = rewrite.parse(sql, engine.name)
-    columns = engine.columns(rewrite.schema_sql(parsed))
-    [(count,)] = engine.rows(rewrite.count_sql(parsed, columns=columns))
+    parsed = parse(sql, engine.name)
+    columns = engine.columns(schema_sql(parsed))
+    [(count,)] = engine.rows(count_sql(parsed, columns=columns))
     assert count == len(engine.rows(sql))

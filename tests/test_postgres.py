@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from sqlfeed.io.sources import connect
-from sqlfeed.sql import rewrite
+from sqlfeed.sql import partition_sqls
 from tests.conftest import get_engine
 from tests.engines import POSTGRES_URL, Engine
 from tests.test_partitions_engines import assert_partitions_exact
@@ -36,7 +36,7 @@ def test_columns_without_a_hash_function_are_hashed_as_text(postgres: Engine) ->
         columns = source.output_columns(ODD_TYPES)
         text_columns = source.text_columns(ODD_TYPES)
     assert sorted(text_columns) == ["doc", "pos", "price"]
-    queries = rewrite.partition_sqls(
+    queries = partition_sqls(
         ODD_TYPES, 5, dialect="postgres", columns=columns, text_columns=text_columns
     )
     expected = Counter(tuple(map(str, row)) for row in postgres.rows(ODD_TYPES))
@@ -57,7 +57,7 @@ def test_bucket_of_a_row_does_not_depend_on_session_settings(
     postgres: Engine, settings: list[str]
 ) -> None:
     sql = "SELECT i, at, f, pair FROM (" + ODD_TYPES + ") AS q"
-    queries = rewrite.partition_sqls(sql, 4, dialect="postgres")
+    queries = partition_sqls(sql, 4, dialect="postgres")
     postgres.execute("SET TimeZone = 'UTC'")
     before = [Counter(postgres.rows(q)) for q in queries]
     try:

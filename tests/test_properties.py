@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqlfeed.sql import rewrite
+from sqlfeed.sql import parse, partition_sqls, schema_sql
 from tests.engines import Engine, multiset
 from tests.test_partitions_engines import assert_partitions_exact
 
@@ -55,11 +55,11 @@ def test_random_tables_partition_exactly(
     engine.create_table(table, COLUMNS, data)
     try:
         sql = template.format(t=table)
-        parsed = rewrite.parse(sql, engine.name)
-        columns = engine.columns(rewrite.schema_sql(parsed))
+        parsed = parse(sql, engine.name)
+        columns = engine.columns(schema_sql(parsed))
         if key is not None and not set(key) <= set(columns):
             key = None
-        partitions = rewrite.partition_sqls(parsed, m, key=key, columns=columns)
+        partitions = partition_sqls(parsed, m, key=key, columns=columns)
         assert_partitions_exact(engine, multiset(engine.rows(sql)), partitions)
     finally:
         engine.execute(f"DROP TABLE {table}")

@@ -16,7 +16,7 @@ from sqlfeed import (
     sample_sql,
     unstable_reasons,
 )
-from sqlfeed.sql.rewrite import partitions_for, schema_sql
+from sqlfeed.sql import partitions_for, schema_sql
 
 
 def test_predicate_joins_a_plain_filter_with_its_or_parenthesised() -> None:

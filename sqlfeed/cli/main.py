@@ -24,7 +24,7 @@ from dialects import (
 )
 
 if TYPE_CHECKING:
-    from sqlfeed.sql.rewrite import ParsedQuery
+    from sqlfeed.sql import ParsedQuery
 
 EXIT_OK = 0
 EXIT_ENGINE = 1
@@ -529,13 +529,13 @@ def read_sql(argument: str, stdin: TextIO | None = None) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.sql import rewrite
+    from sqlfeed.sql import count_sql, partition_sqls, sample_sql
 
     engine = dialect_for(args.db) if args.db else get_dialect(args.dialect or "duckdb")
     parsed = _validated_query(args, engine)
     if not args.db or parsed.output_width is not None:
         # Checks the key against the output columns the SQL text names.
-        rewrite.partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
+        partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
     if args.db:
         plan = _db_plan(args, parsed)
         document = plan.to_dict()
@@ -545,9 +545,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
         if args.strategy not in ("auto", "hash"):
             raise InvalidArgumentError(f"--strategy {args.strategy} needs --db to look at the data")
         m = args.partitions or max(16, 4 * args.workers)
-        statements = rewrite.partition_sqls(
-            parsed, m, key=args.key, allow_unstable=args.allow_unstable
-        )
+        statements = partition_sqls(parsed, m, key=args.key, allow_unstable=args.allow_unstable)
         document = {
             "dialect": engine.name,
             "strategy": "hash",
@@ -557,8 +555,8 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
             "key": args.key,
             "columns": parsed.output_names,
             "rows": None,
-            "count_sql": rewrite.count_sql(parsed),
-            "sample_sql": rewrite.sample_sql(parsed, args.sample_rows),
+            "count_sql": count_sql(parsed),
+            "sample_sql": sample_sql(parsed, args.sample_rows),
             "partitions": [{"index": i, "sql": q} for i, q in enumerate(statements)],
         }
     if args.format == "sql":
@@ -588,14 +586,14 @@ def _db_plan(args: argparse.Namespace, parsed: Any) -> Any:
 
 def _validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     """The command's SQL, parsed and checked, and its plan options checked: before any I/O."""
-    from sqlfeed.sql import rewrite
+    from sqlfeed.sql import check_stable, parse
 
     sql = read_sql(args.sql)
     args.key = _keys(args.key)
     _check_plan_sizes(args)
-    parsed = rewrite.parse(sql, engine)
+    parsed = parse(sql, engine)
     if not args.allow_unstable:
-        rewrite.check_stable(parsed)
+        check_stable(parsed)
     return parsed
 
 
@@ -616,12 +614,12 @@ def _keys(groups: list[list[str]] | None) -> list[str] | None:
 
 def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
     from sqlfeed.io.sources import connect
-    from sqlfeed.sql import rewrite
+    from sqlfeed.sql import parse, sample_sql
 
     sql = read_sql(args.sql)
     _positive(args.rows, "--rows", zero=True)
-    parsed = rewrite.parse(sql, dialect_for(args.db))
-    query = rewrite.sample_sql(
+    parsed = parse(sql, dialect_for(args.db))
+    query = sample_sql(
         parsed, args.rows, method=args.method, fraction=args.fraction, seed=args.seed
     )
     with connect(args.db) as source:
@@ -819,7 +817,7 @@ def pa_table(batch: Any) -> Any:
 def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
     from sqlfeed.cli.progress import ProgressBar
     from sqlfeed.feed.statistics import compute_stats
-    from sqlfeed.sql import rewrite
+    from sqlfeed.sql import parse
     from stats.model import StatsSpec
 
     sql = read_sql(args.sql)
@@ -830,7 +828,7 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
             raise InvalidArgumentError(f"--kind takes COL=KIND, not {item!r}")
         kinds[name] = kind
     spec = StatsSpec(kinds=kinds, label=args.label, buckets=args.buckets, top_k=args.top_k)
-    parsed = rewrite.parse(sql, dialect_for(args.db))
+    parsed = parse(sql, dialect_for(args.db))
     sampling = args.sample is not None or args.fraction is not None
     if args.accumulate and sampling:
         raise InvalidArgumentError("--accumulate reads every row; drop --sample/--fraction")
@@ -864,13 +862,13 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
 
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
     from sqlfeed.io.sources import connect
-    from sqlfeed.sql import rewrite
+    from sqlfeed.sql import count_sql, parse
 
     sql = read_sql(args.sql)
-    parsed = rewrite.parse(sql, dialect_for(args.db))
+    parsed = parse(sql, dialect_for(args.db))
     with connect(args.db) as source:
         columns = source.output_columns(parsed) if parsed.output_width is None else None
-        count_query = rewrite.count_sql(parsed, columns=columns)
+        count_query = count_sql(parsed, columns=columns)
         rows = source.count(parsed, columns=columns)
     if args.format == "json":
         json.dump({"count": rows, "sql": count_query}, out)

@@ -15,7 +15,7 @@ from typing import Any
 
 from dialects import InvalidArgumentError
 from sqlfeed.io.sources import Source, connect
-from sqlfeed.sql import rewrite
+from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
 from stats.accumulate import StatsAccumulator
 from stats.model import FeatureStats, StatsSpec
 from stats.pushdown import compute_pushdown
@@ -26,7 +26,7 @@ STATS_METHODS = ("pushdown", "sample", "accumulate")
 
 
 def compute_stats(
-    query: str | rewrite.ParsedQuery,
+    query: str | ParsedQuery,
     source: Any = None,
     *,
     spec: StatsSpec | None = None,
@@ -66,12 +66,12 @@ def compute_stats(
     schema = src.schema(parsed)
     if method == "accumulate":
         return _accumulate(parsed, src, schema, spec, readers, progress, plan_options)
-    relation = rewrite.relation_sql(parsed, columns=columns)
+    relation = relation_sql(parsed, columns=columns)
     sampled = None
     if method == "sample":
         if sample_rows is None and fraction is None:
             raise InvalidArgumentError("method='sample' needs sample_rows and/or fraction")
-        relation = rewrite.sample_sql(
+        relation = sample_sql(
             parsed, sample_rows, method=sample_method, fraction=fraction, seed=seed,
             columns=columns,
         )  # fmt: skip
@@ -91,7 +91,7 @@ def compute_stats(
 
 
 def _accumulate(
-    parsed: rewrite.ParsedQuery,
+    parsed: ParsedQuery,
     src: Source,
     schema: Any,
     spec: StatsSpec,

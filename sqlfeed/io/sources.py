@@ -26,7 +26,7 @@ from dialects import (
     get_dialect,
 )
 from sqlfeed.io import arrow as readers
-from sqlfeed.sql.rewrite import ParsedQuery, count_sql, parse, sample_sql, schema_sql
+from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
 if TYPE_CHECKING:
     import duckdb

@@ -30,7 +30,19 @@ from sqlglot import exp
 from dialects import InvalidArgumentError
 from sqlfeed.io.sources import Source, connect
 from sqlfeed.plans.model import STRATEGIES, Partition, Plan
-from sqlfeed.sql import rewrite
+from sqlfeed.sql import (
+    ParsedQuery,
+    bounds_sql,
+    check_stable,
+    count_sql,
+    numbered_sql,
+    partition_sqls,
+    partitions_for,
+    physical_partition_sqls,
+    range_partition_sqls,
+    sample_sql,
+    single_table,
+)
 
 __all__ = ["DEFAULT_TARGET_ROWS", "drop_scratch", "plan"]
 
@@ -48,7 +60,7 @@ DUCKDB_ROW_GROUP = 122_880
 
 
 def plan(
-    query: str | rewrite.ParsedQuery,
+    query: str | ParsedQuery,
     source: Any = None,
     *,
     partitions: int | None = None,
@@ -90,7 +102,7 @@ def plan(
     src = connect(source)
     parsed = src.parse(query)
     if not allow_unstable:
-        rewrite.check_stable(parsed)  # before anything runs on the database
+        check_stable(parsed)  # before anything runs on the database
     columns = src.output_columns(parsed)
     if keys is not None:
         keys = [_resolve(name, columns) for name in keys]
@@ -102,10 +114,10 @@ def plan(
     if chosen == "fragments":  # sized by the files' own row counts: no COUNT(*) scan
         rows = None
         stored = context.source.dataset.main.rows  # type: ignore[attr-defined]
-        m = partitions or rewrite.partitions_for(stored, target_rows, workers or 1)
+        m = partitions or partitions_for(stored, target_rows, workers or 1)
     else:
         rows = None if partitions is not None else src.count(parsed, columns=columns)
-        m = partitions or rewrite.partitions_for(rows or 0, target_rows, workers or 1)
+        m = partitions or partitions_for(rows or 0, target_rows, workers or 1)
     built, scratch_table = _BUILDERS[chosen](context, m, allow_unstable)
     if not built:
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
@@ -118,8 +130,8 @@ def plan(
         columns=tuple(columns),
         key=tuple(keys) if keys else None,
         rows=rows,
-        count_sql=rewrite.count_sql(parsed, columns=columns),
-        sample_sql=rewrite.sample_sql(parsed, sample_rows, columns=columns),
+        count_sql=count_sql(parsed, columns=columns),
+        sample_sql=sample_sql(parsed, sample_rows, columns=columns),
         schema=schema.serialize().to_pybytes(),
         scratch_table=scratch_table,
     )
@@ -129,7 +141,7 @@ class _Context:
     def __init__(
         self,
         source: Source,
-        parsed: rewrite.ParsedQuery,
+        parsed: ParsedQuery,
         columns: list[str],
         schema: pa.Schema,
         text_columns: list[str],
@@ -144,7 +156,7 @@ class _Context:
         self.keys = keys
         self.scratch = scratch
         self.engine = source.dialect
-        self.table = rewrite.single_table(parsed)
+        self.table = single_table(parsed)
 
 
 # -- choosing ------------------------------------------------------------------------------
@@ -266,7 +278,7 @@ def _orderable(arrow_type: pa.DataType) -> bool:
     )
 
 
-def _expensive(parsed: rewrite.ParsedQuery) -> str:
+def _expensive(parsed: ParsedQuery) -> str:
     tree = parsed.tree
     if isinstance(tree, exp.SetOperation):
         return "a set operation"
@@ -378,7 +390,7 @@ def _resolve(name: str, columns: list[str]) -> str:
 
 
 def _build_hash(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Partition], None]:
-    sqls = rewrite.partition_sqls(
+    sqls = partition_sqls(
         ctx.parsed,
         m,
         key=ctx.keys,
@@ -393,7 +405,7 @@ def _build_range(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Part
     assert ctx.keys is not None
     key = ctx.keys[0]
     fractions = [i / m for i in range(1, m)]
-    bounds_query = rewrite.bounds_sql(ctx.parsed, key, fractions, columns=ctx.columns)
+    bounds_query = bounds_sql(ctx.parsed, key, fractions, columns=ctx.columns)
     row = ctx.source.rows(bounds_query, what="bounds query")[0]
     total, non_null, low, high = int(row[0]), int(row[1]), row[2], row[3]
     quantiles = list(row[4]) if len(row) > 4 and row[4] is not None else None
@@ -403,7 +415,7 @@ def _build_range(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Part
         bounds = sorted({q for q in quantiles if q is not None and q > low})
     else:
         bounds = _even_bounds(low, high, m)
-    sqls = rewrite.range_partition_sqls(
+    sqls = range_partition_sqls(
         ctx.parsed,
         key,
         bounds,
@@ -483,7 +495,7 @@ def _build_ctid(ctx: _Context, m: int, allow_unstable: bool) -> tuple[list[Parti
         if hi is not None:
             terms.append(exp.LT(this=address.copy(), expression=at(hi)))
         conditions.append(exp.and_(*terms) if terms else exp.true())
-    sqls = rewrite.physical_partition_sqls(
+    sqls = physical_partition_sqls(
         ctx.parsed, conditions, dialect=ctx.engine, allow_unstable=allow_unstable
     )
     spans = list(zip([0, *cuts], [*cuts, extent], strict=True))
@@ -512,7 +524,7 @@ def _build_materialize(ctx: _Context, m: int, allow_unstable: bool) -> tuple[lis
     engine = ctx.engine
     name = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
     table = exp.table_(name, db=ctx.scratch)
-    numbered = rewrite.numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns)
+    numbered = numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns)
     create = exp.Create(kind="TABLE", this=table, expression=numbered)
     if engine.name == "postgres":  # a scratch copy needs no write-ahead log: about 2x faster
         create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))

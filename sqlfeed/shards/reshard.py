@@ -71,7 +71,7 @@ from sqlfeed.shards.files import (
     shard_file_name,
     tar_schema,
 )
-from sqlfeed.sql import rewrite
+from sqlfeed.sql import ParsedQuery, check_stable, parse, schema_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -1058,7 +1058,7 @@ class _Cutter:
 
 
 def reshard(
-    sql: str | rewrite.ParsedQuery,
+    sql: str | ParsedQuery,
     source: Any = None,
     *,
     out: str | os.PathLike[str],
@@ -1131,9 +1131,9 @@ def reshard(
         format=format, uid=uid, overwrite=overwrite,
     )  # fmt: skip
     dialect = _dialect_of(source)
-    parsed = rewrite.parse(sql, dialect)
+    parsed = parse(sql, dialect)
     if not allow_unstable:
-        rewrite.check_stable(parsed)
+        check_stable(parsed)
     tars = _tar_inputs(tar)
     if tars and dialect.name != "duckdb":
         raise InvalidArgumentError(
@@ -1173,7 +1173,7 @@ class _Run:
 
     def __init__(
         self,
-        parsed: rewrite.ParsedQuery,
+        parsed: ParsedQuery,
         source: Source,
         owned: bool,
         options: _Options,
@@ -1196,7 +1196,7 @@ class _Run:
         if engine is None:
             return self.source.schema(self.parsed)
         with _engine_errors("reading the query's columns"):
-            relation = engine.sql(rewrite.schema_sql(self.parsed))
+            relation = engine.sql(schema_sql(self.parsed))
             table: pa.Table = relation.to_arrow_table()
         return table.schema
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from sqlfeed.shards.datasets import Dataset, Shardset
-    from sqlfeed.sql.rewrite import ParsedQuery
+    from sqlfeed.sql import ParsedQuery
 
 __all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment", "fragment_problem"]
 
