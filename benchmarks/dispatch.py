@@ -1,7 +1,7 @@
 """Measure the elastic dispatcher's lease queue: throughput, and its cost per partition.
 
 Two measurements, side by side in one run, on each queue backend (``memory``: a
-:class:`~sqlfeed.dispatch.queue.MemoryQueue` shared by threads; ``sqlite``: a SQLite file;
+:class:`~sqlfeed.dispatch.memory.MemoryQueue` shared by threads; ``sqlite``: a SQLite file;
 ``postgres``; ``mariadb``):
 
 1. **Lease throughput.** A job of M tasks (``--partitions``, default 2000 and 300; a cheap
@@ -67,7 +67,9 @@ import sqlalchemy as sa
 import sqlfeed
 from benchmarks.common import progress as _progress
 from dialects import EngineError
-from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
+from sqlfeed.dispatch.memory import MemoryQueue
+from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait
+from sqlfeed.dispatch.sqlqueue import SQLQueue
 from sqlfeed.plans.model import Plan
 
 __all__ = [

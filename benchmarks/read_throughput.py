@@ -49,7 +49,7 @@ only). When ``auto`` chose the same strategy as an explicit row at the same M, t
 not measured again but copied (marked ``= auto``). The plan of ``auto`` without a scratch
 schema is printed too. PostgreSQL uses the scratch schema ``public``; DuckDB runs on a
 temporary copy of the benchmark database with scratch schema ``main``; every scratch table
-is dropped with :func:`sqlfeed.plans.planner.drop_scratch`. The full read is the best of
+is dropped with :func:`sqlfeed.plans.drop_scratch`. The full read is the best of
 ``--repeat``. A cell whose partitions are predicted to take more than ``--max-cell-seconds``
 (M x mean partition time so far) is cut short and estimated, marked ``~``.
 
@@ -618,7 +618,7 @@ def measure_plans(
         (the cells, notes: the full read's times and auto's choice without scratch).
     """
     import sqlfeed
-    from sqlfeed.plans.planner import drop_scratch
+    from sqlfeed.plans import drop_scratch
 
     tag = f"[{engine} {query_name}]"
     schema = source.schema(sql)

@@ -259,7 +259,7 @@ def measure(jobs: Sequence[Job], repeat: int, timeout: float, keep: bool) -> lis
 
 
 def _valid(folder: str) -> bool:
-    from sqlfeed.shards.datasets import validate
+    from sqlfeed.shards.validation import validate
 
     report = validate(folder, deep=False)
     if not report.ok:

@@ -20,12 +20,13 @@ from dialects import (
     get_dialect,
 )
 from sqlfeed import tf as tf  # sqlfeed.tf.dataset(...); TensorFlow is imported when used
-from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.dispatch.feeder import Feeder
+from sqlfeed.feed.feeder import Progress
 from sqlfeed.feed.statistics import compute_stats
-from sqlfeed.io.sources import Source, connect
+from sqlfeed.io import Source, connect
 from sqlfeed.plans.model import Partition, Plan
 from sqlfeed.plans.planner import plan
-from sqlfeed.shards.datasets import Dataset, create_dataset, open_dataset
+from sqlfeed.shards import Dataset, create_dataset, open_dataset  # registers dataset: URLs
 from sqlfeed.shards.reshard import ReshardMetrics, reshard
 from sqlfeed.sql import (
     ParsedQuery,

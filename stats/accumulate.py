@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dialects import InvalidArgumentError
 from stats.model import ColumnStats, FeatureStats, StatsSpec
 from stats.pushdown import kinds_of
 
@@ -245,8 +246,6 @@ class StatsAccumulator:
 
     def merge(self, other: StatsAccumulator) -> StatsAccumulator:
         if other.schema.names != self.schema.names:
-            from dialects import InvalidArgumentError
-
             raise InvalidArgumentError("cannot merge statistics of different columns")
         self.rows += other.rows
         for name, column in self.columns.items():

@@ -7,6 +7,8 @@ row, null and approximate distinct counts.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -171,9 +173,6 @@ class FeatureStats:
 
 def _jsonable(value: Any) -> Any:
     """Dates, decimals and numpy scalars as JSON values (dates as ISO text)."""
-    import datetime as dt
-    import decimal
-
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -16,6 +16,8 @@ and one ``GROUP BY ... ORDER BY COUNT(*) DESC LIMIT k`` per categorical column.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import itertools
 import math
 from collections.abc import Callable
@@ -111,7 +113,37 @@ def compute_pushdown(
     say = progress or (lambda step: None)
 
     say("counts, minima, maxima and means")
-    first: list[exp.Expr] = [engine.count_star()]
+    rows, result = _first_scan(query, described, numeric, kinds, spec.label, run)
+
+    averaged = [f for f in numeric if result[f.name].mean is not None]
+    if averaged:
+        say("variances")
+        _variances(query, averaged, result, run)
+
+    with_values = [f for f in numeric if result[f.name].count > result[f.name].nulls]
+    if with_values:
+        say("quantile boundaries")
+        _boundaries(query, with_values, result, spec, run)
+        say("histograms")
+        _histograms(query, with_values, result, run)
+
+    for field in categorical:
+        say(f"vocabulary of {field.name}")
+        _vocabulary(query, field.name, result[field.name], spec.top_k, run)
+    return FeatureStats(result, rows, method, dialect=engine.name, sql=relation_sql,
+                        label=spec.label)  # fmt: skip
+
+
+def _first_scan(
+    query: _Query,
+    described: list[pa.Field],
+    numeric: list[pa.Field],
+    kinds: dict[str, str],
+    label: str | None,
+    run: Runner,
+) -> tuple[int, dict[str, ColumnStats]]:
+    """The row count and each column's counts, NULLs, distinct count, MIN, MAX and mean."""
+    first: list[exp.Expr] = [query.engine.count_star()]
     for field in described:
         column = query.column(field.name)
         first += [exp.Count(this=column.copy()),
@@ -134,7 +166,7 @@ def compute_pushdown(
             count=rows,
             nulls=rows - non_null,
             distinct=int(distinct or 0),
-            label=field.name == spec.label,
+            label=field.name == label,
         )
     for field in numeric:
         stats = result[field.name]
@@ -143,49 +175,43 @@ def compute_pushdown(
             total = values.pop(0)
             present = stats.count - stats.nulls
             stats.mean = float(total) / present if total is not None and present else None
+    return rows, result
 
-    averaged = [f for f in numeric if result[f.name].mean is not None]
-    if averaged:
-        say("variances")
-        second: list[exp.Expr] = []
-        for field in averaged:
-            centred = exp.Sub(
-                this=query.as_double(field.name),
-                expression=exp.Literal.number(repr(result[field.name].mean)),
-            )
-            square = exp.Mul(this=exp.paren(centred), expression=exp.paren(centred.copy()))
-            second.append(exp.Sum(this=square))
-        for field, squares in zip(averaged, _one_row(run(query.select(second))), strict=True):
-            stats = result[field.name]
-            if squares is not None:
-                stats.variance = max(float(squares), 0.0) / (stats.count - stats.nulls)
 
-    with_values = [f for f in numeric if result[f.name].count > result[f.name].nulls]
-    if with_values:
-        say("quantile boundaries")
-        _boundaries(query, with_values, result, spec, run)
-        say("histograms")
-        _histograms(query, with_values, result, run)
-
-    for field in categorical:
-        say(f"vocabulary of {field.name}")
-        column = query.column(field.name)
-        top = exp.select(column.copy(), exp.Count(this=exp.Star()).as_("n"))
-        top = top.from_(query.relation.copy()).where(
-            exp.Not(this=exp.Is(this=column.copy(), expression=exp.null()))
+def _variances(
+    query: _Query, fields: list[pa.Field], result: dict[str, ColumnStats], run: Runner
+) -> None:
+    """Population variances around the means of the first scan (one scan)."""
+    second: list[exp.Expr] = []
+    for field in fields:
+        centred = exp.Sub(
+            this=query.as_double(field.name),
+            expression=exp.Literal.number(repr(result[field.name].mean)),
         )
-        top = (
-            top.group_by(column.copy())
-            .order_by(exp.Ordered(this=exp.column("n"), desc=True), exp.Ordered(this=column.copy()))
-            .limit(spec.top_k)
-        )
-        table = run(engine.sql(top))
+        square = exp.Mul(this=exp.paren(centred), expression=exp.paren(centred.copy()))
+        second.append(exp.Sum(this=square))
+    for field, squares in zip(fields, _one_row(run(query.select(second))), strict=True):
         stats = result[field.name]
-        stats.vocabulary = _python(table.column(0).to_pylist())
-        stats.vocabulary_counts = [int(n) for n in table.column(1).to_pylist()]
-        stats.other_count = stats.count - stats.nulls - sum(stats.vocabulary_counts)
-    return FeatureStats(result, rows, method, dialect=engine.name, sql=relation_sql,
-                        label=spec.label)  # fmt: skip
+        if squares is not None:
+            stats.variance = max(float(squares), 0.0) / (stats.count - stats.nulls)
+
+
+def _vocabulary(query: _Query, name: str, stats: ColumnStats, top_k: int, run: Runner) -> None:
+    """The ``top_k`` most frequent non-NULL values of a categorical column, and the rest."""
+    column = query.column(name)
+    top = exp.select(column.copy(), exp.Count(this=exp.Star()).as_("n"))
+    top = top.from_(query.relation.copy()).where(
+        exp.Not(this=exp.Is(this=column.copy(), expression=exp.null()))
+    )
+    top = (
+        top.group_by(column.copy())
+        .order_by(exp.Ordered(this=exp.column("n"), desc=True), exp.Ordered(this=column.copy()))
+        .limit(top_k)
+    )
+    table = run(query.engine.sql(top))
+    stats.vocabulary = _python(table.column(0).to_pylist())
+    stats.vocabulary_counts = [int(n) for n in table.column(1).to_pylist()]
+    stats.other_count = stats.count - stats.nulls - sum(stats.vocabulary_counts)
 
 
 def _boundaries(
@@ -263,9 +289,6 @@ def _histograms(
 
 
 def _literal(value: Any, arrow_type: pa.DataType) -> exp.Expr:
-    import datetime as dt
-    import decimal
-
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int | float | decimal.Decimal):
@@ -285,6 +308,4 @@ def _one_row(table: pa.Table) -> list[Any]:
 
 
 def _python(values: list[Any]) -> list[Any]:
-    import decimal
-
     return [float(v) if isinstance(v, decimal.Decimal) else v for v in values]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -19,8 +20,6 @@ class Run:
 
 def run_cli(args: Sequence[str], stdin: str | None = None) -> Run:
     """``sqlfeed ARGS`` in-process; its exit code, stdout and stderr."""
-    import sys
-
     out, err = io.StringIO(), io.StringIO()
     saved_stdin = sys.stdin
     if stdin is not None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 from sqlfeed import __version__
+from tests import engines
 from tests.cli_helpers import run_cli
 from tests.engines import Engine
 
@@ -144,8 +147,6 @@ def test_plan_with_db_reads_duplicate_column_names_from_the_engine(engine: Engin
     }
     if engine.name not in urls:
         pytest.skip("the engine's tables live in this process's memory")
-    from tests import engines
-
     url = engines.POSTGRES_URL if engine.name == "postgres" else engines.MYSQL_URL
     url = url.replace("postgresql://", "postgresql+psycopg://").replace(
         "mysql://", "mysql+pymysql://"
@@ -207,8 +208,6 @@ def test_export_writes_a_parquet_file_and_refuses_to_overwrite(
     assert run.code == 0, run.err
     summary = json.loads(run.out)
     assert summary["rows"] == 429
-    import pyarrow.parquet as pq
-
     assert pq.read_table(out).num_rows == 429
     again = run_cli(["export", "--db", duck_file, "--out", str(out), "SELECT * FROM t"])
     assert again.code == 2
@@ -231,8 +230,6 @@ def test_export_to_a_folder_writes_one_part_per_partition(duck_file: str, tmp_pa
 
 @pytest.fixture
 def sqlite_data(tmp_path: Path) -> str:
-    import sqlite3
-
     path = tmp_path / "data.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE t (id INTEGER, g INTEGER)")
@@ -253,8 +250,6 @@ def test_job_and_workers_from_the_command_line(sqlite_data: str, tmp_path: Path)
                    "--out", str(out), "--batch-size", "50", "--format", "json"])  # fmt: skip
     assert ran.code == 0, ran.err
     assert json.loads(ran.out)["rows"] == 1200
-    import pyarrow.parquet as pq
-
     for epoch in (0, 1):
         ids = [
             i for f in (out / f"epoch={epoch}").glob("*.parquet")

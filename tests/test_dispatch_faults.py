@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import sqlfeed
-from sqlfeed.dispatch.queue import JobSpec, SQLQueue
+from sqlfeed.dispatch.queue import JobSpec
+from sqlfeed.dispatch.sqlqueue import SQLQueue
 from tests.test_leases import queue_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import doctest
 import importlib
+from pathlib import Path
 
 import pytest
 
-MODULES = ["sqlfeed.sql.rewrite", "dialects", "dialects.base", "dialects.sqlite"]
+MODULES = [
+    "sqlfeed.sql.parse",
+    "sqlfeed.sql.stability",
+    "sqlfeed.sql.frame",
+    "sqlfeed.sql.probes",
+    "sqlfeed.sql.partition",
+    "sqlfeed.plans.model",
+    "sqlfeed.plans.range",
+    "sqlfeed.shards.datasets",
+    "sqlfeed.shards.writer",
+    "sqlfeed.shards.join",
+    "sqlfeed.feed.feeder",
+    "dialects",
+    "dialects.base",
+    "dialects.sqlite",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name: str) -> None:
+def test_docstring_examples(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # examples that write files write them here
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

@@ -12,16 +12,16 @@ import duckdb
 import pytest
 
 import sqlfeed
+from sqlfeed.dispatch.memory import MemoryQueue
 from sqlfeed.dispatch.queue import (
     CorruptStateError,
     JobSpec,
     Lease,
     LeaseQueue,
-    MemoryQueue,
-    SQLQueue,
     UnknownJobError,
     Wait,
 )
+from sqlfeed.dispatch.sqlqueue import SQLQueue
 from sqlfeed.dispatch.worker import Worker
 from tests.conftest import get_engine
 from tests.engines import MYSQL_URL, POSTGRES_URL

@@ -79,7 +79,7 @@ def test_every_strategy_feeds_exactly_the_query_result(
                 for batch in source.read(partition.sql, schema=schema):
                     assert batch.schema.equals(schema)
         finally:
-            sqlfeed.plans.planner.drop_scratch(plan, source)
+            sqlfeed.plans.drop_scratch(plan, source)
 
 
 @pytest.mark.parametrize("strategy", ["hash", "range_int64", "materialize", "auto"])
@@ -97,7 +97,7 @@ def test_worker_shares_are_disjoint_and_complete(engine: Engine, strategy: str) 
             )
             assert sum(shares, Counter()) == rows_of(list(source.read(sql)))
         finally:
-            sqlfeed.plans.planner.drop_scratch(plan, source)
+            sqlfeed.plans.drop_scratch(plan, source)
 
 
 def test_materialize_drops_its_scratch_table(engine: Engine) -> None:
@@ -108,7 +108,7 @@ def test_materialize_drops_its_scratch_table(engine: Engine) -> None:
         stored = len(source.rows(f"SELECT * FROM {plan.scratch_table}"))
         assert stored == sum(p.estimated_rows or 0 for p in plan.partitions)
         assert stored == len(engine.rows(sql))
-        sqlfeed.plans.planner.drop_scratch(plan, source)
+        sqlfeed.plans.drop_scratch(plan, source)
         with pytest.raises(sqlfeed.EngineError):
             source.rows(f"SELECT * FROM {plan.scratch_table}")
 

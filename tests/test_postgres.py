@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from sqlfeed.io.sources import connect
+from sqlfeed.io import connect
 from sqlfeed.sql import partition_sqls
 from tests.conftest import get_engine
 from tests.engines import POSTGRES_URL, Engine

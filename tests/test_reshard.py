@@ -19,9 +19,10 @@ import pyarrow as pa
 import pytest
 
 from dialects import EngineError, InvalidArgumentError, QueryError, UnstableQueryError
-from sqlfeed.shards.datasets import validate
-from sqlfeed.shards.files import Manifest, read_shard
+from sqlfeed.shards.manifest import Manifest
+from sqlfeed.shards.reader import read_shard
 from sqlfeed.shards.reshard import TOLERANCE, parse_size, reshard
+from sqlfeed.shards.validation import validate
 from tests.cli_helpers import run_cli
 
 ROWS = 20_000
@@ -638,6 +639,6 @@ def test_docstring_examples() -> None:
     import importlib
 
     # importlib: the package re-exports the function under the module's name.
-    result = doctest.testmod(importlib.import_module("sqlfeed.shards.reshard"))
+    result = doctest.testmod(importlib.import_module("sqlfeed.shards.reshard.options"))
     assert result.attempted > 0
     assert result.failed == 0

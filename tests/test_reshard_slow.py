@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sqlfeed.shards.datasets import validate
-from sqlfeed.shards.files import Manifest
+from sqlfeed.shards.manifest import Manifest
+from sqlfeed.shards.validation import validate
 
 pytestmark = pytest.mark.slow
 

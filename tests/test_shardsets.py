@@ -17,11 +17,14 @@ import pytest
 
 import sqlfeed
 from sqlfeed import Feeder, InvalidArgumentError, ShardsetError
-from sqlfeed.dispatch.queue import JobSpec, MemoryQueue
+from sqlfeed.dispatch.memory import MemoryQueue
+from sqlfeed.dispatch.queue import JobSpec
 from sqlfeed.dispatch.worker import Worker
-from sqlfeed.shards.datasets import Dataset, Shardset, create_dataset, open_dataset, validate
-from sqlfeed.shards.files import FORMATS, Manifest, ShardWriter, read_shard
+from sqlfeed.shards import Dataset, Shardset, create_dataset, open_dataset, validate
+from sqlfeed.shards.manifest import FORMATS, Manifest
+from sqlfeed.shards.reader import read_shard
 from sqlfeed.shards.source import TRACE_COLUMNS
+from sqlfeed.shards.writer import ShardWriter
 
 N = 2_000
 
@@ -274,7 +277,7 @@ def test_missing_uid_column_and_mismatched_uid_names(tmp_path: Path) -> None:
     with ShardWriter(lone / "shard.00000.parquet", "parquet", labels(np.arange(2)).schema) as w:
         w.write(labels(np.arange(2)))
     Manifest("b", "uid", "parquet", labels(np.arange(2)).schema, ()).with_shards(
-        [sqlfeed.shards.files.ShardEntry(0, "shard.00000.parquet", 2, w.close())]
+        [sqlfeed.shards.manifest.ShardEntry(0, "shard.00000.parquet", 2, w.close())]
     ).write(lone)
     os.replace(lone, tmp_path / "other" / "b")
     assert "its uid column is 'uid', the dataset's is 'id'" in problems(tmp_path / "other")

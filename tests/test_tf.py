@@ -24,7 +24,8 @@ tf = pytest.importorskip("tensorflow")
 import sqlfeed  # noqa: E402
 import sqlfeed.tf as sqlfeed_tf  # noqa: E402
 from sqlfeed import InvalidArgumentError, MissingDependencyError, QueryError  # noqa: E402
-from sqlfeed.dispatch.queue import open_queue  # noqa: E402
+from sqlfeed.dispatch.backends import open_queue  # noqa: E402
+from sqlfeed.tf.convert import Converter  # noqa: E402
 from tests.engines import Engine  # noqa: E402
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -181,7 +182,7 @@ def test_arrow_types_no_engine_returns_convert_exactly(
     schema = pa.schema([pa.field("c", arrow_type)])
     [mapping] = sqlfeed_tf.column_mappings(schema)
     assert mapping.dtype == dtype
-    converter = sqlfeed_tf._Converter([mapping], "us")
+    converter = Converter([mapping], "us")
     arrays = converter.arrays(pa.RecordBatch.from_arrays([array], schema=schema))
     if mapping.ragged_rank:
         got = tf.RaggedTensor.from_nested_row_splits(arrays[0], arrays[1:]).to_list()
@@ -370,7 +371,7 @@ def test_lossy_conversions_are_refused(
 ) -> None:
     schema = pa.schema([pa.field("c", array.type)])
     mappings = sqlfeed_tf.column_mappings(schema, **options)
-    converter = sqlfeed_tf._Converter(mappings, options.get("time_unit", "us"))
+    converter = Converter(mappings, options.get("time_unit", "us"))
     with pytest.raises(QueryError, match=message):
         converter.arrays(pa.RecordBatch.from_arrays([array], schema=schema))
 
@@ -546,9 +547,15 @@ def job_feeds(source: sqlfeed.Source, queue_url: str, **options: Any) -> list[sq
 def test_two_job_workers_cover_each_partition_once_per_epoch(source: sqlfeed.Source) -> None:
     queue_url = f"memory://{uuid.uuid4().hex}"
     seen = run_workers(job_feeds(source, queue_url, batch_size=50), epochs=2)
-    for epoch in range(2):
-        together = [i for worker in seen for batch in worker[epoch] for i in batch]
-        assert Counter(together) == Counter(range(1000)), f"epoch {epoch}"
+    # An iteration is the job's next epoch for that worker: a worker that starts after the
+    # other finished epoch 0 sees epoch 1 in its first iteration. So: every id once per
+    # iteration, twice over the two epochs, and every partition completed once per epoch.
+    for worker in seen:
+        for iteration in worker:
+            ids = [i for batch in iteration for i in batch]
+            assert len(ids) == len(set(ids))
+    together = [i for worker in seen for iteration in worker for batch in iteration for i in batch]
+    assert Counter(together) == Counter(list(range(1000)) * 2)
     queue = open_queue(queue_url)
     assert queue.status("j").complete
     assert set(queue.completions("j").values()) == {1}  # type: ignore[attr-defined]
@@ -575,7 +582,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(cpu[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 import duckdb, keras, sqlfeed, sqlfeed.tf
-from sqlfeed.dispatch.queue import open_queue
+from sqlfeed.dispatch.backends import open_queue
 
 conn = duckdb.connect()
 conn.execute("CREATE TABLE s AS SELECT range AS id, (range % 100) / 100.0 AS a, "

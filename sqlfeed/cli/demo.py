@@ -1,4 +1,4 @@
-"""The end-to-end demo on the embedded DuckDB (``make demo``, ``sqlfeed demo``).
+"""The ``sqlfeed demo`` command: the end-to-end demo on the embedded DuckDB (``make demo``).
 
 It creates a tabular training set (customers and orders, with NULLs and skew), plans a
 training SELECT over it, computes its feature statistics in the engine and turns them
@@ -16,6 +16,7 @@ model instead of two replicas; everything else is the same.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -23,16 +24,19 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+import sqlfeed.tf as sqlfeed_tf
 from dialects import MissingDependencyError
-from sqlfeed.dispatch.queue import open_queue
-from sqlfeed.feed.statistics import compute_stats
-from sqlfeed.io.sources import DuckDBSource, connect
-from sqlfeed.plans.planner import drop_scratch, plan
+from sqlfeed import Plan, compute_stats, connect, plan
+from sqlfeed.cli.common import CommandParser, positive
+from sqlfeed.dispatch import open_queue
+from sqlfeed.io import DuckDBSource
+from sqlfeed.plans import drop_scratch
 from stats.keras import to_keras
 from stats.model import StatsSpec
 
@@ -53,6 +57,29 @@ NUMERIC = ("age", "amount")
 CATEGORICAL = ("segment", "channel")
 FEATURES = NUMERIC + CATEGORICAL
 JOB = "demo"
+
+
+def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
+    """Add the ``demo`` command."""
+    parser = commands.add_parser(
+        "demo",
+        help="run the main job end to end on an embedded DuckDB",
+        description=(
+            "Create demo tables in an in-memory DuckDB, compute feature statistics and Keras "
+            "preprocessing layers, plan the training SELECT, start a job with two elastic "
+            "workers and train a Keras model from it (two synchronous replicas), then print "
+            "the validation metric and the feed throughput."
+        ),
+    )
+    parser.add_argument("--rows", type=int, default=200_000, help="rows in the demo table")
+    parser.add_argument("--partitions", "-m", type=int, default=16, metavar="M")
+    parser.set_defaults(handler=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:
+    positive(args.rows, "--rows")
+    positive(args.partitions, "--partitions")
+    run_demo(rows=args.rows, partitions=args.partitions, out=out)
 
 
 def create_demo_tables(connection: Any, rows: int) -> None:
@@ -112,35 +139,50 @@ def run_demo(
     tf, devices = _tensorflow_with_two_cpus()
     import keras
 
-    import sqlfeed.tf as sqlfeed_tf
-
     with connect("duckdb://") as source, tempfile.TemporaryDirectory(prefix="sqlfeed-demo-") as tmp:
         assert isinstance(source, DuckDBSource)
-        step = time.perf_counter()
-        create_demo_tables(source.connection, rows)
-        say(f"1. created demo tables: {rows} orders ({time.perf_counter() - step:.2f}s)")
+        training, layers = _prepare_data(source, rows, partitions, say)
+        demo = _Demo(say, tf, devices, source, training, layers, epochs, batch_size)
+        _show_preprocessing(demo)
+        model, fed, trained = _train(demo, keras, f"sqlite:///{Path(tmp) / 'queue.db'}")
+        metrics = _validate(demo, model)
+        train_rate = fed / trained
+        say(
+            f"   training consumed {fed:,} rows in {trained:.1f}s "
+            f"({train_rate:,.0f} rows/s with the model's work)"
+        )
+        feed_rate = _check_feed(demo)
+        drop_scratch(training, source)
+    say(
+        f"done in {time.perf_counter() - started:.0f}s: the partitions add up to exactly the "
+        "training query's result"
+    )
+    return {
+        "accuracy": float(metrics["accuracy"]),
+        "auc": float(metrics["auc"]),
+        "train_rows_per_second": train_rate,
+        "feed_rows_per_second": feed_rate,
+    }
 
-        training = plan(TRAINING_QUERY, source, partitions=partitions, scratch="main")
-        say(f"2. planned {training.num_partitions} partitions: {training.strategy}")
-        say(f"   why: {training.reason}")
-        say(f"   columns: {', '.join(training.columns)}")
 
-        step = time.perf_counter()
-        spec = StatsSpec(label="label", buckets=8, top_k=10, kinds={"order_id": "skip"})
-        stats = compute_stats(TRAINING_QUERY, source, spec=spec)
-        say(f"3. feature statistics in the engine ({time.perf_counter() - step:.2f}s):")
-        for column in stats.columns.values():
-            if column.kind == "numeric":
-                head = column.boundaries[:3]
-                say(f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
-                    f"{column.null_rate:.1%} NULL, boundaries {head}...")  # fmt: skip
-            elif column.kind == "categorical":
-                say(f"   {column.name}: {column.distinct} values, top {column.vocabulary[:3]}")
-        layers = to_keras(stats, list(FEATURES))
-        options: dict[str, Any] = {
-            "label": "label", "features": list(FEATURES), "masks": list(NUMERIC),
-        }  # fmt: skip
-        _show_preprocessing(sqlfeed_tf, training, source, layers, options, say)
+@dataclass
+class _Demo:
+    """What the demo's steps share."""
+
+    say: Callable[[str], None]
+    tf: Any
+    devices: list[str]
+    """Two logical CPUs for two synchronous replicas, or none (TensorFlow ran already)."""
+    source: DuckDBSource
+    training: Plan
+    layers: dict[str, Any]
+    """The Keras preprocessing layers of the features, from the statistics."""
+    epochs: int
+    batch_size: int
+
+    def prepare_fn(self) -> Callable[[Any, Any], Any]:
+        """The input pipeline's map: vocabulary lookups, and masks as floats."""
+        tf, layers = self.tf, self.layers
 
         def prepare(features: Any, label: Any) -> Any:
             """Vocabulary lookups in the input pipeline; masks as floats."""
@@ -152,97 +194,131 @@ def run_demo(
                 ready[name] = layers[name](features[name])
             return ready, label
 
-        queue_url = f"sqlite:///{Path(tmp) / 'queue.db'}"
-        job_options = {
-            **options, "job": JOB, "queue": queue_url, "epochs": epochs,
-            "even_batches": True, "seed": 7, "worker_id": "worker",
-        }  # fmt: skip
-        if not devices:
-            # One thread takes from both workers in turn, so each prefetches in a thread of
-            # its own: a worker's epoch ends only once the other one has its share too.
-            job_options["prefetch"] = 2
-        make = sqlfeed_tf.input_fn(training, source, batch_size=batch_size, **job_options)
-        if devices:
-            strategy = tf.distribute.MirroredStrategy(devices)
-            train = strategy.distribute_datasets_from_function(
-                lambda context: make(context).map(prepare),
-                options=tf.distribute.InputOptions(
-                    experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-                    experimental_fetch_to_device=False,
-                ),
-            )
-            how = f"MirroredStrategy over {len(devices)} logical CPUs, one worker per replica"
-        else:
-            strategy = tf.distribute.get_strategy()
-            pipelines = [make(tf.distribute.InputContext(2, i, 2)).map(prepare) for i in range(2)]
-            train = tf.data.Dataset.choose_from_datasets(
-                pipelines, tf.data.Dataset.range(2).repeat(), stop_on_empty_dataset=False
-            )
-            how = (
-                "TensorFlow was initialised before the CPU could be split: the two workers' "
-                "batches alternate into one model"
-            )
-        queue = open_queue(queue_url)
-        job = queue.job(JOB)
-        share = job.share or 0
-        say(
-            f"5. job {JOB!r} in {queue_url}: {epochs} epochs x {training.num_partitions} "
-            f"partitions, {job.rows} rows, 2 elastic workers with even batches of "
-            f"{job.batch_size} rows: {share} batches per worker per epoch"
-        )
-        say(f"6. training a Keras model ({how}):")
-        with strategy.scope():
-            model = _model(keras, layers)
-        steps = share if devices else 2 * share
-        progress = _progress_printer(keras, say, steps, epochs)
-        step = time.perf_counter()
-        with warnings.catch_warnings():  # Keras on a dataset of unknown length
-            warnings.filterwarnings("ignore", message=".*ran out of data.*")
-            model.fit(train, epochs=epochs, verbose=0, callbacks=[progress], shuffle=False)
-        trained = time.perf_counter() - step
-        status = queue.status(JOB)
-        if not status.complete:
-            raise AssertionError(f"the job is not complete after training: {status.per_epoch}")
-        fed = sum(int(worker["rows"]) for worker in status.workers)
-        say("7. the job: " + "; ".join(
-            f"epoch {e['epoch'] + 1}: {e['done']} partitions done, {e['dropped']} cut short"
-            for e in status.per_epoch) + " (once both workers had their share)")  # fmt: skip
-        for worker in sorted(status.workers, key=lambda w: str(w["worker"])):
-            say(f"   {worker['worker']}: {worker['batches']} batches, {worker['rows']:,} rows")
-        say(
-            f"   {fed:,} of {epochs} x {job.rows:,} rows fed: even batches leave "
-            f"{1 - fed / (epochs * (job.rows or 1)):.1%} over"
-        )
+        return prepare
 
-        validation = sqlfeed_tf.dataset(
-            VALIDATION_QUERY, source, batch_size=batch_size, partitions=4, **options
-        ).map(prepare)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*ran out of data.*")
-            metrics = model.evaluate(validation, verbose=0, return_dict=True)
-        say(
-            f"8. validation on the held-out orders (order_id % 10 = 0): accuracy "
-            f"{metrics['accuracy']:.3f}, AUC {metrics['auc']:.3f}"
-        )
-        train_rate = fed / trained
-        say(
-            f"   training consumed {fed:,} rows in {trained:.1f}s "
-            f"({train_rate:,.0f} rows/s with the model's work)"
-        )
 
-        feed_rate = _check_feed(sqlfeed_tf, training, source, batch_size, say)
-        drop_scratch(training, source)
-        queue.close()
-    say(
-        f"done in {time.perf_counter() - started:.0f}s: the partitions add up to exactly the "
-        "training query's result"
+def _feed_options() -> dict[str, Any]:
+    """The label, the features and the masked (nullable) numeric features."""
+    return {"label": "label", "features": list(FEATURES), "masks": list(NUMERIC)}
+
+
+def _prepare_data(
+    source: DuckDBSource, rows: int, partitions: int, say: Callable[[str], None]
+) -> tuple[Plan, dict[str, Any]]:
+    """Steps 1 to 3: the demo tables, the training plan, and the Keras layers of its stats."""
+    step = time.perf_counter()
+    create_demo_tables(source.connection, rows)
+    say(f"1. created demo tables: {rows} orders ({time.perf_counter() - step:.2f}s)")
+
+    training = plan(TRAINING_QUERY, source, partitions=partitions, scratch="main")
+    say(f"2. planned {training.num_partitions} partitions: {training.strategy}")
+    say(f"   why: {training.reason}")
+    say(f"   columns: {', '.join(training.columns)}")
+
+    step = time.perf_counter()
+    spec = StatsSpec(label="label", buckets=8, top_k=10, kinds={"order_id": "skip"})
+    stats = compute_stats(TRAINING_QUERY, source, spec=spec)
+    say(f"3. feature statistics in the engine ({time.perf_counter() - step:.2f}s):")
+    for column in stats.columns.values():
+        if column.kind == "numeric":
+            head = column.boundaries[:3]
+            say(f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
+                f"{column.null_rate:.1%} NULL, boundaries {head}...")  # fmt: skip
+        elif column.kind == "categorical":
+            say(f"   {column.name}: {column.distinct} values, top {column.vocabulary[:3]}")
+    return training, to_keras(stats, list(FEATURES))
+
+
+def _training_input(demo: _Demo, queue_url: str) -> tuple[Any, Any, str]:
+    """The distribution strategy, the training dataset from the job, and how it is fed."""
+    tf, devices, prepare = demo.tf, demo.devices, demo.prepare_fn()
+    job_options = {
+        **_feed_options(), "job": JOB, "queue": queue_url, "epochs": demo.epochs,
+        "even_batches": True, "seed": 7, "worker_id": "worker",
+    }  # fmt: skip
+    if not devices:
+        # One thread takes from both workers in turn, so each prefetches in a thread of
+        # its own: a worker's epoch ends only once the other one has its share too.
+        job_options["prefetch"] = 2
+    make = sqlfeed_tf.input_fn(
+        demo.training, demo.source, batch_size=demo.batch_size, **job_options
     )
-    return {
-        "accuracy": float(metrics["accuracy"]),
-        "auc": float(metrics["auc"]),
-        "train_rows_per_second": train_rate,
-        "feed_rows_per_second": feed_rate,
-    }
+    if devices:
+        strategy = tf.distribute.MirroredStrategy(devices)
+        train = strategy.distribute_datasets_from_function(
+            lambda context: make(context).map(prepare),
+            options=tf.distribute.InputOptions(
+                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+                experimental_fetch_to_device=False,
+            ),
+        )
+        how = f"MirroredStrategy over {len(devices)} logical CPUs, one worker per replica"
+    else:
+        strategy = tf.distribute.get_strategy()
+        pipelines = [make(tf.distribute.InputContext(2, i, 2)).map(prepare) for i in range(2)]
+        train = tf.data.Dataset.choose_from_datasets(
+            pipelines, tf.data.Dataset.range(2).repeat(), stop_on_empty_dataset=False
+        )
+        how = (
+            "TensorFlow was initialised before the CPU could be split: the two workers' "
+            "batches alternate into one model"
+        )
+    return strategy, train, how
+
+
+def _train(demo: _Demo, keras: Any, queue_url: str) -> tuple[Any, int, float]:
+    """Steps 5 to 7: train from the job; the model, the rows fed and the seconds taken."""
+    say, epochs = demo.say, demo.epochs
+    strategy, train, how = _training_input(demo, queue_url)
+    queue = open_queue(queue_url)
+    job = queue.job(JOB)
+    share = job.share or 0
+    say(
+        f"5. job {JOB!r} in {queue_url}: {epochs} epochs x {demo.training.num_partitions} "
+        f"partitions, {job.rows} rows, 2 elastic workers with even batches of "
+        f"{job.batch_size} rows: {share} batches per worker per epoch"
+    )
+    say(f"6. training a Keras model ({how}):")
+    with strategy.scope():
+        model = _model(keras, demo.layers)
+    steps = share if demo.devices else 2 * share
+    progress = _progress_printer(keras, say, steps, epochs)
+    step = time.perf_counter()
+    with warnings.catch_warnings():  # Keras on a dataset of unknown length
+        warnings.filterwarnings("ignore", message=".*ran out of data.*")
+        model.fit(train, epochs=epochs, verbose=0, callbacks=[progress], shuffle=False)
+    trained = time.perf_counter() - step
+    status = queue.status(JOB)
+    queue.close()
+    if not status.complete:
+        raise AssertionError(f"the job is not complete after training: {status.per_epoch}")
+    fed = sum(int(worker["rows"]) for worker in status.workers)
+    say("7. the job: " + "; ".join(
+        f"epoch {e['epoch'] + 1}: {e['done']} partitions done, {e['dropped']} cut short"
+        for e in status.per_epoch) + " (once both workers had their share)")  # fmt: skip
+    for worker in sorted(status.workers, key=lambda w: str(w["worker"])):
+        say(f"   {worker['worker']}: {worker['batches']} batches, {worker['rows']:,} rows")
+    say(
+        f"   {fed:,} of {epochs} x {job.rows:,} rows fed: even batches leave "
+        f"{1 - fed / (epochs * (job.rows or 1)):.1%} over"
+    )
+    return model, fed, trained
+
+
+def _validate(demo: _Demo, model: Any) -> dict[str, Any]:
+    """Step 8: the model's metrics on the held-out validation query."""
+    validation = sqlfeed_tf.dataset(
+        VALIDATION_QUERY, demo.source, batch_size=demo.batch_size, partitions=4,
+        **_feed_options(),
+    ).map(demo.prepare_fn())  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ran out of data.*")
+        metrics: dict[str, Any] = model.evaluate(validation, verbose=0, return_dict=True)
+    demo.say(
+        f"8. validation on the held-out orders (order_id % 10 = 0): accuracy "
+        f"{metrics['accuracy']:.3f}, AUC {metrics['auc']:.3f}"
+    )
+    return metrics
 
 
 def _tensorflow_with_two_cpus() -> tuple[Any, list[str]]:
@@ -331,19 +407,13 @@ def _metrics(logs: Any) -> str:
     return "  ".join(f"{k} {float(logs[k]):.4f}" for k in ("loss", "accuracy", "auc") if k in logs)
 
 
-def _show_preprocessing(
-    sqlfeed_tf: Any,
-    training: Any,
-    source: Any,
-    layers: dict[str, Any],
-    options: dict[str, Any],
-    say: Callable[[str], None],
-) -> None:
-    """Run the first batch of a plain tf.data feed through the Keras layers."""
-    features, _label = next(iter(sqlfeed_tf.dataset(training, source, batch_size=1024, **options)))
-    normalized = np.asarray(layers["amount"](features["amount"][:, None]))
-    channel = np.asarray(layers["channel"](features["channel"]))
-    say(
+def _show_preprocessing(demo: _Demo) -> None:
+    """Step 4: run the first batch of a plain tf.data feed through the Keras layers."""
+    feed = sqlfeed_tf.dataset(demo.training, demo.source, batch_size=1024, **_feed_options())
+    features, _label = next(iter(feed))
+    normalized = np.asarray(demo.layers["amount"](features["amount"][:, None]))
+    channel = np.asarray(demo.layers["channel"](features["channel"]))
+    demo.say(
         f"4. Keras preprocessing of the first batch: amount normalized to mean "
         f"{normalized.mean():+.2f}, std {normalized.std():.2f} "
         f"({int(features['amount_is_null'].numpy().sum())} NULLs filled with 0 and masked); "
@@ -351,23 +421,22 @@ def _show_preprocessing(
     )
 
 
-def _check_feed(
-    sqlfeed_tf: Any, training: Any, source: Any, batch_size: int, say: Callable[[str], None]
-) -> float:
-    """Read the whole training query through a tf.data feed; every row exactly once."""
+def _check_feed(demo: _Demo) -> float:
+    """Step 9: read the whole training query through a tf.data feed; every row exactly once."""
     started = time.perf_counter()
     ids = []
     rows = 0
-    for features in sqlfeed_tf.dataset(training, source, batch_size=batch_size):
+    for features in sqlfeed_tf.dataset(demo.training, demo.source, batch_size=demo.batch_size):
         ids.append(features["order_id"].numpy())
         rows += len(ids[-1])
     rate = rows / (time.perf_counter() - started)
     fed = np.sort(np.concatenate(ids))
-    expected = np.array([r[0] for r in source.rows(f"SELECT order_id FROM ({TRAINING_QUERY}) q")])
+    query = f"SELECT order_id FROM ({TRAINING_QUERY}) q"
+    expected = np.array([r[0] for r in demo.source.rows(query)])
     if not np.array_equal(fed, np.sort(expected)):
         raise AssertionError("the tf.data feed does not match the training query")
-    say(
-        f"9. feed alone: {rows:,} rows through tf.data in batches of {batch_size} at "
+    demo.say(
+        f"9. feed alone: {rows:,} rows through tf.data in batches of {demo.batch_size} at "
         f"{rate:,.0f} rows/s, every row of the query exactly once"
     )
     return rate

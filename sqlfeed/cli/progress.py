@@ -20,6 +20,7 @@ class ProgressBar:
         self.rows = 0
 
     def update(self, done: int, rows: int) -> None:
+        """Show ``done`` steps of ``total`` and ``rows`` rows so far."""
         self.done, self.rows = done, rows
         if not self.enabled:
             return
@@ -37,8 +38,20 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line."""
         if self.enabled:
             self.stream.write("\n")
+            self.stream.flush()
+
+
+class PercentBar(ProgressBar):
+    """``[#####.....] 45% sort``: a phase only DuckDB's estimate measures."""
+
+    def update(self, done: int, rows: int) -> None:
+        """Show ``done`` percent (``rows`` is ignored)."""
+        if self.enabled:
+            filled = 30 * min(done, 100) // 100
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done:3d}% {self.what}")
             self.stream.flush()
 
 

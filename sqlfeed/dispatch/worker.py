@@ -25,8 +25,10 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait, open_queue
-from sqlfeed.io.sources import Source, connect
+from sqlfeed.dispatch.backends import open_queue
+from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait
+from sqlfeed.feed.batches import rebatch
+from sqlfeed.io import Source, connect
 
 __all__ = ["Delivery", "Worker", "default_worker_id"]
 
@@ -200,7 +202,7 @@ class Worker:
         reads = self.source.read(
             partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=self.spec.snapshot
         )
-        batches = _rebatched(reads, self.batch_size) if self.batch_size else reads
+        batches = rebatch(reads, self.batch_size) if self.batch_size else reads
         try:
             for batch in batches:
                 if not batch.num_rows:
@@ -232,9 +234,3 @@ class Worker:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-
-
-def _rebatched(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
-    from sqlfeed.feed.feeder import _rebatched as rebatch
-
-    return rebatch(batches, size, drop_remainder=False)

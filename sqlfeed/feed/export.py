@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError
-from sqlfeed.io.sources import Source
+from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.io import Source
 from sqlfeed.plans.model import Plan
-from sqlfeed.shards.files import remove_path, replace_path
+from sqlfeed.shards.paths import remove_path, replace_path
 
 __all__ = ["EXPORT_FORMATS", "export"]
 
@@ -93,8 +96,6 @@ def _write_file(
     readers: int,
     on_partition: Callable[[int, int], None] | None,
 ) -> int:
-    from sqlfeed.feed.feeder import Feeder, Progress
-
     def progress(event: Progress) -> None:
         if on_partition is not None:
             on_partition(event.partitions_done, event.rows)
@@ -156,15 +157,11 @@ class _writer:
 
     def __enter__(self) -> Callable[[pa.RecordBatch], None]:
         if self.fmt == "parquet":
-            import pyarrow.parquet as pq
-
             parquet = pq.ParquetWriter(self.path, self.schema)
             self._close = parquet.close
             write: Callable[[pa.RecordBatch], None] = parquet.write_batch
             return write
         if self.fmt == "csv":
-            import pyarrow.csv as pacsv
-
             csv = pacsv.CSVWriter(self.path, self.schema)
             self._close = csv.close
             write_csv: Callable[[pa.RecordBatch], None] = csv.write_batch

@@ -10,30 +10,28 @@ consumed in a fixed order, so the output order depends only on the seed (and on 
 engine returning each partition's rows in the same order, which DuckDB does for scans;
 PostgreSQL parallel plans may not). Memory stays near
 ``(readers x 3 + 1) x read batch + shuffle_buffer`` rows, never the whole result.
+
+This Feeder reads its static share of the plan, or the partitions a lease queue hands
+out (:class:`LeasedPartitions`); :class:`sqlfeed.Feeder` (in :mod:`sqlfeed.dispatch`)
+adds the ``job=...`` options that build such a stream.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError
-from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
-from sqlfeed.io.sources import Source, connect
+from sqlfeed.feed.batches import FORMATS, convert, read_ahead, rebatch, shuffle_rows
+from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans.model import Partition, Plan, fragment_order
+from sqlfeed.plans.planner import plan as make_plan
 
-__all__ = ["FORMATS", "Feeder", "Progress"]
-
-FORMATS = ("arrow", "pandas", "numpy")
-_QUEUE_DEPTH = 2
-_DONE = object()
+__all__ = ["FORMATS", "Feeder", "LeasedBatch", "LeasedPartitions", "Progress"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,30 @@ class Progress:
     rows: int
     """Rows read so far in this epoch."""
     partition: Partition
+
+
+class LeasedBatch(Protocol):
+    """One batch of a leased partition (e.g. a :class:`sqlfeed.dispatch.worker.Delivery`)."""
+
+    @property
+    def batch(self) -> pa.RecordBatch:
+        """The record batch."""
+        ...
+
+
+class LeasedPartitions(Protocol):
+    """Partitions handed out one at a time by a lease queue (e.g. the dispatch Worker).
+
+    Its batches are already cut to size, partition by partition, epoch after epoch.
+    """
+
+    def deliveries(self) -> Iterator[LeasedBatch]:
+        """Every batch of every partition leased, until the job is done."""
+        ...
+
+    def close(self) -> None:
+        """Give back the lease held now."""
+        ...
 
 
 class Feeder:
@@ -73,21 +95,9 @@ class Feeder:
         epochs: passes over the data when iterating the feeder.
         drop_remainder: drop each epoch's last, smaller batch.
         progress: called with a :class:`Progress` after each partition.
-        job: pull partitions dynamically from this job of the lease ``queue`` (created
-            from the plan, epochs, seed, lease_ttl and order if it does not exist yet;
-            every worker may create it). Batches never span partitions then, and there
-            is no record shuffle across partitions (the partition order is shuffled).
-        queue: the lease queue's URL (``sqlite:///state.db``, PostgreSQL, MySQL,
-            ``memory://``) or object; default ``memory://``.
-        worker_id: this worker's unique name in the job (default: host, pid, random).
-        lease_ttl: seconds a lease lives without a heartbeat.
-        order: hand-out order within an epoch: ``shuffle`` (seeded), ``lpt`` (largest
-            first) or ``index``.
-        even_batches: with ``job``, every one of ``replicas`` workers delivers the same
-            number of batches per epoch, rows // (replicas x batch_size), so synchronous
-            replicas stay in lockstep; the rows left over are dropped (a batch may be
-            short at the end of a partition).
-        replicas: the number of synchronous replicas, for ``even_batches``.
+        leased: dynamic mode: called once with the plan and the connected source, it
+            returns the :class:`LeasedPartitions` that iterating the feeder reads instead
+            of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
         **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
             strategy, key, target_rows, workers, scratch, allow_unstable).
     """
@@ -109,46 +119,21 @@ class Feeder:
         drop_remainder: bool = False,
         read_batch_rows: int = DEFAULT_BATCH_ROWS,
         progress: Callable[[Progress], None] | None = None,
-        job: str | None = None,
-        queue: Any = None,
-        worker_id: str | None = None,
-        lease_ttl: float = 60.0,
-        order: str = "shuffle",
-        even_batches: bool = False,
-        replicas: int | None = None,
         shuffle_window: int | None = None,
+        leased: Callable[[Plan, Source], LeasedPartitions] | None = None,
         **plan_options: Any,
     ) -> None:
-        if format not in FORMATS:
-            raise InvalidArgumentError(
-                f"format must be one of {', '.join(FORMATS)}, not {format!r}"
-            )
-        for value, what, lowest in (
-            (readers, "readers", 1),
-            (epochs, "epochs", 1),
-            (world_size, "world_size", 1),
-            (shuffle_buffer, "shuffle_buffer", 0),
-            (read_batch_rows, "read_batch_rows", 1),
-        ):
-            _check_int(value, what, lowest)
-        if batch_size is not None:
-            _check_int(batch_size, "batch_size", 1)
+        _check_options(
+            format,
+            batch_size,
+            readers=readers,
+            epochs=epochs,
+            world_size=world_size,
+            shuffle_buffer=shuffle_buffer,
+            read_batch_rows=read_batch_rows,
+        )
         self.source: Source = connect(source)
-        if isinstance(query, Plan):
-            if plan_options:
-                raise InvalidArgumentError(
-                    f"plan options ({', '.join(plan_options)}) need a SQL query, not a Plan"
-                )
-            if query.dialect != self.source.dialect.name:
-                raise InvalidArgumentError(
-                    f"the plan is for {query.dialect}, the source is {self.source.dialect.name}"
-                )
-            self.plan = query
-        else:
-            from sqlfeed.plans.planner import plan as make_plan
-
-            plan_options.setdefault("workers", world_size)
-            self.plan = make_plan(query, self.source, **plan_options)
+        self.plan = _plan_for(query, self.source, world_size, plan_options)
         self.share = self.plan.share(rank, world_size)
         self.format = format
         self.batch_size = batch_size
@@ -164,39 +149,10 @@ class Feeder:
         self.read_batch_rows = read_batch_rows
         self.progress = progress
         self.schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
-        self.worker: Any = None
-        if job is not None:
-            if shuffle_buffer:
-                raise InvalidArgumentError(
-                    "shuffle_buffer mixes rows across partitions, which a job acknowledges one "
-                    "by one: with job=..., the partition order is shuffled instead"
-                )
-            if world_size != 1 or rank != 0:
-                raise InvalidArgumentError("rank/world_size split statically; a job splits itself")
-            from sqlfeed.dispatch.queue import JobSpec, open_queue
-            from sqlfeed.dispatch.worker import Worker
-
-            lease_queue = open_queue(queue)
-            rows = self.plan.rows
-            if even_batches and rows is None:
-                rows = self.source.count(self.plan.sql, columns=list(self.plan.columns))
-            lease_queue.create_job(
-                JobSpec(
-                    job,
-                    self.plan,
-                    epochs=epochs,
-                    seed=seed,
-                    lease_ttl=lease_ttl,
-                    order=order,
-                    even_batches=even_batches,
-                    replicas=replicas,
-                    batch_size=batch_size if even_batches else None,
-                    rows=rows if even_batches else None,
-                )
-            )
-            self.worker = Worker(
-                lease_queue, job, self.source, worker_id=worker_id, batch_size=batch_size
-            )
+        self.worker: LeasedPartitions | None = (
+            None if leased is None else leased(self.plan, self.source)
+        )
+        """Dynamic mode: the leased partitions read instead of the static share."""
 
     def __repr__(self) -> str:
         return (
@@ -207,7 +163,7 @@ class Feeder:
     def __iter__(self) -> Iterator[Any]:
         if self.worker is not None:
             for delivery in self.worker.deliveries():
-                yield self._convert(delivery.batch)
+                yield convert(delivery.batch, self.format)
             return
         for epoch in range(self.epochs):
             yield from self.epoch(epoch)
@@ -221,13 +177,25 @@ class Feeder:
         """The batches of one epoch (its partition order and shuffle depend on the seed)."""
         rng = np.random.default_rng([self.seed, epoch])
         order: Sequence[Partition] = [self.share[i] for i in self._positions(epoch)]
-        batches = self._read(order, epoch)
+
+        def report(done: int, rows: int, partition: Partition) -> None:
+            if self.progress is not None:
+                self.progress(Progress(epoch, done, len(order), rows, partition))
+
+        batches = read_ahead(
+            self.source,
+            order,
+            schema=self.schema,
+            readers=self.readers,
+            batch_rows=self.read_batch_rows,
+            on_partition=report,
+        )
         if self.shuffle_buffer:
-            batches = _shuffled(batches, self.shuffle_buffer, rng)
+            batches = shuffle_rows(batches, self.shuffle_buffer, rng)
         if self.batch_size is not None:
-            batches = _rebatched(batches, self.batch_size, self.drop_remainder)
+            batches = rebatch(batches, self.batch_size, self.drop_remainder)
         for batch in batches:
-            yield self._convert(batch)
+            yield convert(batch, self.format)
 
     def partition_order(self, epoch: int = 0) -> list[int]:
         """The partition indices of ``epoch`` in the order this feeder reads them."""
@@ -241,136 +209,46 @@ class Feeder:
         rng = np.random.default_rng([self.seed, epoch])
         return [int(i) for i in rng.permutation(len(self.share))]
 
-    def _convert(self, batch: pa.RecordBatch) -> Any:
-        if self.format == "pandas":
-            return batch.to_pandas()
-        if self.format == "numpy":
-            return {
-                name: column.to_numpy(zero_copy_only=False)
-                for name, column in zip(batch.schema.names, batch.columns, strict=True)
-            }
-        return batch
 
-    def _read(self, order: Sequence[Partition], epoch: int) -> Iterator[pa.RecordBatch]:
-        """Batches of ``order``'s partitions in that order, ``readers`` read ahead."""
-        stop = threading.Event()
-        upcoming = iter(order)
-        in_flight: deque[tuple[queue.Queue[Any], threading.Thread]] = deque()
-
-        def start_next() -> None:
-            partition = next(upcoming, None)
-            if partition is None:
-                return
-            slot: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
-            thread = threading.Thread(
-                target=self._pump, args=(partition, slot, stop), daemon=True, name="sqlfeed-reader"
-            )
-            thread.start()
-            in_flight.append((slot, thread))
-
-        for _ in range(self.readers):
-            start_next()
-        rows = 0
-        done = 0
-        try:
-            for partition in order:
-                slot, _thread = in_flight[0]
-                while True:
-                    item = slot.get()
-                    if item is _DONE:
-                        break
-                    if isinstance(item, BaseException):
-                        raise item
-                    rows += item.num_rows
-                    yield item
-                in_flight.popleft()
-                done += 1
-                start_next()
-                if self.progress is not None:
-                    self.progress(Progress(epoch, done, len(order), rows, partition))
-        finally:
-            stop.set()
-            for slot, thread in in_flight:
-                _drain(slot)
-                thread.join(timeout=10)
-
-    def _pump(self, partition: Partition, slot: queue.Queue[Any], stop: threading.Event) -> None:
-        try:
-            for batch in self.source.read(
-                partition.sql, schema=self.schema, batch_rows=self.read_batch_rows, stop=stop
-            ):
-                if not _put(slot, batch, stop):
-                    return
-            _put(slot, _DONE, stop)
-        except BaseException as err:  # handed to the consumer, raised there
-            _put(slot, err, stop)
+def _check_options(
+    format: str,
+    batch_size: int | None,
+    *,
+    readers: int,
+    epochs: int,
+    world_size: int,
+    shuffle_buffer: int,
+    read_batch_rows: int,
+) -> None:
+    """The Feeder's format and integer options."""
+    if format not in FORMATS:
+        raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    for value, what, lowest in (
+        (readers, "readers", 1),
+        (epochs, "epochs", 1),
+        (world_size, "world_size", 1),
+        (shuffle_buffer, "shuffle_buffer", 0),
+        (read_batch_rows, "read_batch_rows", 1),
+    ):
+        _check_int(value, what, lowest)
+    if batch_size is not None:
+        _check_int(batch_size, "batch_size", 1)
 
 
-def _put(slot: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        try:
-            slot.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _drain(slot: queue.Queue[Any]) -> None:
-    while True:
-        try:
-            slot.get_nowait()
-        except queue.Empty:
-            return
-
-
-def _rebatched(
-    batches: Iterator[pa.RecordBatch], size: int, drop_remainder: bool
-) -> Iterator[pa.RecordBatch]:
-    """Batches of exactly ``size`` rows (the last may be smaller unless dropped)."""
-    pending: list[pa.RecordBatch] = []
-    held = 0
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        pending.append(batch)
-        held += batch.num_rows
-        while held >= size:
-            merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
-            yield merged.slice(0, size)
-            rest = merged.slice(size)
-            pending = [rest] if rest.num_rows else []
-            held = rest.num_rows
-    if held and not drop_remainder:
-        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
-
-
-def _shuffled(
-    batches: Iterator[pa.RecordBatch], buffer_rows: int, rng: np.random.Generator
-) -> Iterator[pa.RecordBatch]:
-    """Record-level shuffle through a buffer of ``buffer_rows`` rows (seeded).
-
-    Each time the buffer holds ``buffer_rows + chunk`` rows it is permuted and ``chunk``
-    rows leave; ``chunk`` is half the buffer, so each row costs O(1) work on average.
-    """
-    chunk = max(1, buffer_rows // 2)
-    pending: list[pa.RecordBatch] = []
-    held = 0
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        pending.append(batch)
-        held += batch.num_rows
-        if held >= buffer_rows + chunk:
-            merged = pa.concat_batches(pending)
-            mixed = merged.take(pa.array(rng.permutation(merged.num_rows)))
-            out = held - buffer_rows
-            yield mixed.slice(0, out)
-            pending = [mixed.slice(out)]
-            held = buffer_rows
-    if held:
-        merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
-        yield merged.take(pa.array(rng.permutation(merged.num_rows)))
+def _plan_for(query: str | Plan, source: Source, world_size: int, options: dict[str, Any]) -> Plan:
+    """``query`` if it is a Plan for ``source`` (no plan options then), else its new plan."""
+    if not isinstance(query, Plan):
+        options.setdefault("workers", world_size)
+        return make_plan(query, source, **options)
+    if options:
+        raise InvalidArgumentError(
+            f"plan options ({', '.join(options)}) need a SQL query, not a Plan"
+        )
+    if query.dialect != source.dialect.name:
+        raise InvalidArgumentError(
+            f"the plan is for {query.dialect}, the source is {source.dialect.name}"
+        )
+    return query
 
 
 def _check_int(value: object, what: str, lowest: int) -> None:

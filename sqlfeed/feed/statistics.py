@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dialects import InvalidArgumentError
-from sqlfeed.io.sources import Source, connect
+from sqlfeed.io import Source, connect
+from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
 from stats.accumulate import StatsAccumulator
 from stats.model import FeatureStats, StatsSpec
@@ -99,8 +100,6 @@ def _accumulate(
     progress: Callable[[str], None] | None,
     plan_options: dict[str, Any],
 ) -> FeatureStats:
-    from sqlfeed.plans.planner import plan as make_plan
-
     plan = make_plan(parsed, src, **plan_options)
     schema = plan.arrow_schema() or schema
     partitions = list(plan.partitions)

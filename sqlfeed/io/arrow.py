@@ -1,20 +1,10 @@
-"""Readers: run one query and stream its rows as ``pyarrow.RecordBatch``es, memory bounded.
+"""Engine-independent Arrow helpers: DB-API rows to record batches, schemas, conforming.
 
-Each reader opens its own connection (or cursor), so readers run in parallel threads.
-Every batch is cast to the schema given by the caller, so all partitions of a plan yield
-the same Arrow schema, also when a partition is empty or a column is all NULL there.
-
-Paths, fastest first where installed:
-
-* DuckDB: native Arrow (``fetch_record_batch``).
-* PostgreSQL: ADBC (``adbc-driver-postgresql``, binary COPY, streamed), else psycopg with
-  a server-side cursor.
-* MySQL/MariaDB: pymysql with an unbuffered (server-side) cursor.
-* SQLite: ``sqlite3`` with ``fetchmany`` (the partition hash is a registered function).
-* Anything else: SQLAlchemy with ``stream_results``.
-
-The DB-API paths convert rows to columns in Python; their Arrow types come from the
-driver's column type codes where it reports them, else from the values.
+Every batch a source yields is cast to the schema given by the caller (:func:`conform`),
+so all partitions of a plan yield the same Arrow schema, also when a partition is empty
+or a column is all NULL there. Where a driver reports no column types, they are inferred
+from the values (:func:`infer_schema`). The engine-specific readers and type codes live in
+the engine family modules (:mod:`sqlfeed.io.duckdb`, :mod:`sqlfeed.io.postgres`, ...).
 """
 
 from __future__ import annotations
@@ -27,71 +17,21 @@ from typing import Any
 
 import pyarrow as pa
 
+__all__ = [
+    "DEFAULT_BATCH_ROWS",
+    "BatchBuilder",
+    "conform",
+    "empty_batch",
+    "infer_schema",
+    "infer_type",
+    "iterate_rows",
+    "merge_schemas",
+    "rows_table",
+    "to_arrow_array",
+]
+
 DEFAULT_BATCH_ROWS = 65_536
 """Rows per record batch read from the database."""
-
-# PostgreSQL type OIDs -> Arrow types (the common built-in types).
-_PG_TYPES: dict[int, pa.DataType] = {
-    16: pa.bool_(),
-    17: pa.binary(),
-    18: pa.string(),
-    19: pa.string(),
-    20: pa.int64(),
-    21: pa.int16(),
-    23: pa.int32(),
-    25: pa.string(),
-    26: pa.int64(),
-    114: pa.string(),
-    700: pa.float32(),
-    701: pa.float64(),
-    1042: pa.string(),
-    1043: pa.string(),
-    1082: pa.date32(),
-    1114: pa.timestamp("us"),
-    1184: pa.timestamp("us", tz="UTC"),
-    1083: pa.time64("us"),
-    1186: pa.duration("us"),
-    2950: pa.string(),
-    3802: pa.string(),
-}
-
-# MySQL field type codes -> Arrow types; text/blob types are told apart by their values.
-_MYSQL_TYPES: dict[int, pa.DataType] = {
-    1: pa.int8(),
-    2: pa.int16(),
-    3: pa.int32(),
-    4: pa.float32(),
-    5: pa.float64(),
-    7: pa.timestamp("us"),
-    8: pa.int64(),
-    9: pa.int32(),
-    10: pa.date32(),
-    11: pa.duration("us"),
-    12: pa.timestamp("us"),
-    13: pa.int16(),
-    16: pa.int64(),
-    245: pa.string(),
-}
-_MYSQL_UNSIGNED = {1: pa.uint8(), 2: pa.uint16(), 3: pa.uint32(), 8: pa.uint64(), 9: pa.uint32()}
-_MYSQL_DECIMAL = (0, 246)
-_MYSQL_UNSIGNED_FLAG = 32
-
-# Session settings that fix the text form of values: the PostgreSQL hash of a row is taken
-# over its text, so every worker must render timestamps, dates and floats alike.
-POSTGRES_SESSION = (
-    "SET TimeZone = 'UTC'",
-    "SET DateStyle = 'ISO, YMD'",
-    "SET IntervalStyle = 'postgres'",
-    "SET extra_float_digits = 1",
-)
-
-# Settings that make PostgreSQL return a partition's rows in the same order on every read
-# (resuming after acknowledged batches counts on it): no parallel workers, and no scan
-# that starts where another session's scan of the same table is.
-POSTGRES_ORDERED = (
-    "SET max_parallel_workers_per_gather = 0",
-    "SET synchronize_seqscans = off",
-)
 
 
 class BatchBuilder:
@@ -101,6 +41,7 @@ class BatchBuilder:
         self.schema = schema
 
     def build(self, rows: Sequence[Sequence[Any]]) -> pa.RecordBatch:
+        """One record batch of ``rows`` (an empty one when there are none)."""
         if not rows:
             return empty_batch(self.schema)
         columns = list(zip(*rows, strict=True))
@@ -185,47 +126,6 @@ def infer_type(values: Sequence[Any]) -> pa.DataType:
 def merge_schemas(first: pa.Schema, second: pa.Schema) -> pa.Schema:
     """``first`` with its ``null``-typed columns typed from ``second``."""
     fields = [b if pa.types.is_null(a.type) else a for a, b in zip(first, second, strict=True)]
-    return pa.schema(fields)
-
-
-def postgres_description_schema(description: Sequence[Any]) -> pa.Schema:
-    """Arrow types from psycopg's description; ``null`` for types to infer from values."""
-    fields = []
-    for column in description:
-        oid = column.type_code
-        if oid == 1700:  # numeric: exact decimal when its precision is declared
-            precision, scale = column.precision, column.scale
-            arrow_type = (
-                pa.decimal128(precision, scale)
-                if precision and precision <= 38 and scale is not None
-                else pa.float64()
-            )
-        else:
-            arrow_type = _PG_TYPES.get(oid, pa.null())
-        fields.append(pa.field(column.name, arrow_type))
-    return pa.schema(fields)
-
-
-def mysql_description_schema(cursor: Any) -> pa.Schema | None:
-    """Arrow types from a pymysql cursor's field metadata; ``null`` for types to infer."""
-    result = getattr(cursor, "_result", None)
-    fields_meta = getattr(result, "fields", None)
-    if not fields_meta:
-        return None
-    fields = []
-    for meta, description in zip(fields_meta, cursor.description, strict=True):
-        code = meta.type_code
-        unsigned = bool(meta.flags & _MYSQL_UNSIGNED_FLAG)
-        if code in _MYSQL_DECIMAL:
-            precision, scale = description[4], description[5]
-            arrow_type = (
-                pa.decimal128(precision, scale) if precision and precision <= 38 else pa.float64()
-            )
-        elif unsigned and code in _MYSQL_UNSIGNED:
-            arrow_type = _MYSQL_UNSIGNED[code]
-        else:
-            arrow_type = _MYSQL_TYPES.get(code, pa.null())
-        fields.append(pa.field(description[0], arrow_type))
     return pa.schema(fields)
 
 

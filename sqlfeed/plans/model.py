@@ -5,10 +5,16 @@ Built by :func:`sqlfeed.plans.planner.plan`; read by the Feeder and the dispatch
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dialects import InvalidArgumentError
 
 STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
 """Partitioning strategies: ``auto`` picks one of the others (see the planner)."""
@@ -56,7 +62,7 @@ class Plan:
     schema: bytes | None = field(default=None, repr=False)
     """The Arrow schema every partition yields, serialized (IPC); see ``arrow_schema()``."""
     scratch_table: str | None = None
-    """The table a ``materialize`` plan wrote, dropped by ``sqlfeed.plans.planner.drop_scratch``."""
+    """The table a ``materialize`` plan wrote, dropped by :func:`sqlfeed.plans.drop_scratch`."""
 
     @property
     def fingerprint(self) -> str:
@@ -79,8 +85,6 @@ class Plan:
         """The Arrow schema (``pyarrow.Schema``) of every partition, or None if unknown."""
         if self.schema is None:
             return None
-        import pyarrow as pa
-
         return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     def share(self, rank: int, world_size: int) -> tuple[Partition, ...]:
@@ -89,8 +93,6 @@ class Plan:
         Disjoint across ranks and together all partitions; round-robin by index.
         """
         if world_size < 1 or not 0 <= rank < world_size:
-            from dialects import InvalidArgumentError
-
             raise InvalidArgumentError(
                 f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
             )
@@ -98,8 +100,6 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the schema as base64)."""
-        import base64
-
         return {
             "version": PLAN_FORMAT_VERSION,
             "fingerprint": self.fingerprint,
@@ -132,10 +132,6 @@ class Plan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """The plan ``to_dict`` wrote; refuses other format versions."""
-        import base64
-
-        from dialects import InvalidArgumentError
-
         if data.get("version") != PLAN_FORMAT_VERSION:
             raise InvalidArgumentError(
                 f"plan format version {data.get('version')!r} is not {PLAN_FORMAT_VERSION}"
@@ -191,11 +187,7 @@ def fragment_order(
     >>> sorted(fragment_order(parts, 2, seed=1, epoch=0))
     [0, 1, 2, 3, 4, 5]
     """
-    import numpy as np
-
     if not isinstance(window, int) or window < -1:
-        from dialects import InvalidArgumentError
-
         raise InvalidArgumentError(
             f"shuffle_window must be 0 (storage order), -1 (global shuffle) or a window "
             f"size > 0, got {window!r}"

@@ -1,6 +1,6 @@
 """SQL over a dataset of shardsets, in DuckDB, and its physical (``fragments``) partitions.
 
-:class:`DatasetSource` is a DuckDB :class:`~sqlfeed.io.sources.Source` in which the dataset
+:class:`DatasetSource` is a DuckDB :class:`~sqlfeed.io.Source` in which the dataset
 is a view (``dataset`` by default) of the joined rows, so plans, stats, the Feeder, the
 dispatcher and the tf adapter work on it unchanged.
 
@@ -28,24 +28,26 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
+import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
 from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError, get_dialect
-from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
-from sqlfeed.io.sources import DuckDBSource, Source, register_scheme
-from sqlfeed.shards.files import lines_are_rows, read_shard, read_text_range
+from sqlfeed.io import DEFAULT_BATCH_ROWS, DuckDBSource
+from sqlfeed.plans.fragments import fragment_problem, view_reference
+from sqlfeed.shards.join import join_on_uid
+from sqlfeed.shards.reader import lines_are_rows, read_shard, read_text_range
+from sqlfeed.shards.shardset import Shardset
+from sqlfeed.sql import ParsedQuery
 
-if TYPE_CHECKING:
-    import duckdb
+if TYPE_CHECKING:  # datasets imports this module (Dataset.source)
+    from sqlfeed.shards.datasets import Dataset
 
-    from sqlfeed.shards.datasets import Dataset, Shardset
-    from sqlfeed.sql import ParsedQuery
-
-__all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment", "fragment_problem"]
+__all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment"]
 
 TRACE_COLUMNS = ("sqlfeed_file", "sqlfeed_row_group", "sqlfeed_row")
 """Provenance columns added with ``trace=True``: the main shardset's shard file, its
@@ -99,8 +101,6 @@ class DatasetSource(DuckDBSource):
         trace: bool = False,
         connection: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
-        import duckdb
-
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise InvalidArgumentError(f"the view name {name!r} must be a plain identifier")
         if not dataset.shardsets:
@@ -181,8 +181,6 @@ class DatasetSource(DuckDBSource):
 
     def _joined(self, fragment: Fragment) -> Iterator[pa.Table]:
         """The fragment's main rows joined with the other shardsets' shard (Arrow)."""
-        from sqlfeed.shards.datasets import _join
-
         others = [
             other.read_shard(fragment.shard) if other.shard(fragment.shard) else None
             for other in self._others
@@ -192,7 +190,7 @@ class DatasetSource(DuckDBSource):
                 if other is None:
                     table = table.slice(0, 0)
                     continue
-                table = _join(table, other, self.dataset.uid)
+                table = join_on_uid(table, other, self.dataset.uid)
             yield table
 
     # -- the native (all Parquet) view ------------------------------------------------------
@@ -288,7 +286,12 @@ class DatasetSource(DuckDBSource):
                 )
         return self._native_select(relations, ordered=True, fragment=fragment)
 
-    # -- fragments ---------------------------------------------------------------------------
+    # -- fragments (the sqlfeed.plans.fragments.FragmentSource capability) -------------------
+
+    def stored_rows(self) -> int:
+        """Rows of the main shardset, from the manifest (no scan): fragment plans are
+        sized by it."""
+        return self.dataset.main.rows
 
     def fragments(self, target_rows: int) -> list[Fragment]:
         """The dataset's fragments in storage order: shard by shard, a main shard file of
@@ -317,7 +320,7 @@ class DatasetSource(DuckDBSource):
         out = []
         for fragment in self.fragments(target_rows):
             tree = parsed.tree.copy()
-            table = _view_reference(tree, self.view)
+            table = view_reference(tree, self.view)
             assert table is not None  # fragment_problem checked it
             alias = table.alias or self.view
             inner: exp.Expr = exp.maybe_parse(self.fragment_sql(fragment), dialect=dialect)
@@ -326,58 +329,6 @@ class DatasetSource(DuckDBSource):
             )
             out.append((tree.sql(dialect=dialect), fragment))
         return out
-
-
-def fragment_problem(parsed: ParsedQuery, view: str) -> str | None:
-    """Why the query's result is not the union of the query over fragments (None: it is).
-
-    It is when the query reads the view once, in the top-level FROM or an inner join,
-    and computes each output row from one row of it: no aggregates, DISTINCT, window
-    functions, GROUP BY, LIMIT, set operations or outer joins that keep unmatched rows of
-    another table.
-    """
-    tree = parsed.tree
-    if not isinstance(tree, exp.Select):
-        return "the query is not a plain SELECT (set operations mix fragments)"
-    references = [t for t in tree.find_all(exp.Table) if _is_view(t, view)]
-    if len(references) != 1:
-        times = len(references)
-        return f"the query must read the view {view!r} exactly once (it reads it {times} times)"
-    for arg in ("group", "having", "qualify", "distinct", "limit", "offset", "fetch", "windows"):
-        if tree.args.get(arg):
-            return f"the query has {arg.upper()}, which needs rows from several fragments"
-    with_ = tree.args.get("with_")
-    for cte in with_.expressions if with_ is not None else []:
-        if cte.alias_or_name == view:
-            return f"a CTE is named {view!r} too"
-    for item in tree.expressions:
-        for node in item.walk():
-            if isinstance(node, exp.AggFunc | exp.Window) and node.parent_select is tree:
-                return "the query computes aggregates or window functions across rows"
-    table = references[0]
-    parent = table.parent
-    joins = tree.args.get("joins") or []
-    if isinstance(parent, exp.From) and parent.parent is tree:
-        for join in joins:
-            if join.side in ("RIGHT", "FULL"):
-                return f"a {join.side} JOIN keeps rows of another table in every fragment"
-        return None
-    if isinstance(parent, exp.Join) and parent.parent is tree:
-        if parent.side or any(j.side for j in joins):
-            return "the view is on the outer side of an outer join"
-        return None
-    return "the view is read inside a subquery or CTE"
-
-
-def _is_view(table: exp.Table, view: str) -> bool:
-    return table.name == view and not table.db and isinstance(table.this, exp.Identifier)
-
-
-def _view_reference(tree: exp.Expr, view: str) -> exp.Table | None:
-    for table in tree.find_all(exp.Table):
-        if _is_view(table, view):
-            return table
-    return None
 
 
 # -- reading pieces of the main shardset -------------------------------------------------------
@@ -402,8 +353,6 @@ def _main_pieces(shardset: Shardset, fragment: Fragment, trace: bool) -> Iterato
             row += table.num_rows
         return
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
         groups = _parquet_row_groups(path)
         wanted = [
             g
@@ -506,8 +455,6 @@ def _grouped(
 
 def _parquet_row_groups(path: Path) -> list[tuple[int, int]]:
     """(first row, rows) of every row group of a Parquet file."""
-    import pyarrow.parquet as pq
-
     meta = pq.ParquetFile(path).metadata
     out, first = [], 0
     for group in range(meta.num_row_groups):
@@ -518,8 +465,6 @@ def _parquet_row_groups(path: Path) -> list[tuple[int, int]]:
 
 
 def _orc_open(path: Path) -> Any:
-    import pyarrow.orc as orc
-
     try:
         return orc.ORCFile(path)
     except (OSError, pa.ArrowException) as err:
@@ -553,26 +498,3 @@ def _lit(text: str) -> str:
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def open_dataset_url(url: str) -> Source:
-    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
-    from sqlfeed.shards.datasets import open_dataset  # datasets imports this module
-
-    rest = url.split(":", 1)[1]
-    rest = rest[2:] if rest.startswith("//") else rest
-    path, _, query = rest.partition("?")
-    options = {key: values[-1] for key, values in parse_qs(query).items()}
-    unknown = sorted(set(options) - {"view", "trace", "validate"})
-    if unknown or not path:
-        raise InvalidArgumentError(
-            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
-        )
-    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
-             (("trace", "false"), ("validate", "true"))}  # fmt: skip
-    dataset = open_dataset(path, validate=flags["validate"])
-    source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
-    return source
-
-
-register_scheme("dataset", open_dataset_url)

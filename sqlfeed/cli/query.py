@@ -1,0 +1,150 @@
+"""The query commands: ``sqlfeed plan``, ``sqlfeed count`` and ``sqlfeed sample``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from dialects import InvalidArgumentError, dialect_for, get_dialect
+from sqlfeed import connect, count_sql, parse, partition_sqls, sample_sql
+from sqlfeed.cli.common import (
+    CommandParser,
+    add_plan_options,
+    add_sql,
+    add_target,
+    plan_on_db,
+    positive,
+    read_sql,
+    validated_query,
+    write_json,
+    write_table,
+)
+from sqlfeed.sql import SAMPLE_METHODS
+
+DEFAULT_SAMPLE_ROWS = 10_000
+"""The default of ``sqlfeed plan --sample-rows``."""
+
+
+def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
+    """Add the ``plan``, ``count`` and ``sample`` commands."""
+    plan = commands.add_parser(
+        "plan",
+        help="split a SELECT into partition queries (count, sample, partitions)",
+        description=(
+            "Split a SELECT into M partition queries whose results add up to exactly the "
+            "query's result, plus its COUNT and sample queries. Without --db nothing is run: "
+            "the SQL is only rewritten for --dialect. With --db the output column names are "
+            "read from the database (a LIMIT 0 query), and --target-rows counts the rows."
+        ),
+    )
+    add_target(plan, dialect=True)
+    add_plan_options(plan, sample_rows=DEFAULT_SAMPLE_ROWS)
+    plan.add_argument(
+        "--format",
+        choices=("json", "sql"),
+        default="json",
+        help="json (default): the whole plan; sql: the partition queries, one "
+        "per line, each ending with ';'",
+    )
+    add_sql(plan)
+    plan.set_defaults(handler=_cmd_plan)
+
+    count = commands.add_parser(
+        "count",
+        help="count the rows a SELECT returns",
+        description="Run SELECT COUNT(*) over the query on the database and print the number.",
+    )
+    add_target(count, dialect=False)
+    count.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help='text (default): the number; json: {"count": N, "sql": ...}',
+    )
+    add_sql(count)
+    count.set_defaults(handler=_cmd_count)
+
+    sample = commands.add_parser(
+        "sample",
+        help="print a sample of a SELECT's rows",
+        description="Run the query's sample query (see 'plan') and print the rows.",
+    )
+    add_target(sample, dialect=False)
+    sample.add_argument("--rows", type=int, default=10, metavar="N", help="at most N rows")
+    sample.add_argument(
+        "--method",
+        choices=SAMPLE_METHODS,
+        default="limit",
+        help="limit: the first rows; bernoulli: the engine's TABLESAMPLE; hash: a "
+        "deterministic share of the rows (bernoulli and hash need --fraction)",
+    )
+    sample.add_argument("--fraction", type=float, help="share of rows to keep, in (0, 1]")
+    sample.add_argument("--seed", type=int, default=0, help="seed of a bernoulli sample")
+    sample.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    add_sql(sample)
+    sample.set_defaults(handler=_cmd_sample)
+
+
+def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
+    """``sqlfeed plan``: the plan as JSON, or its partition queries."""
+    engine = dialect_for(args.db) if args.db else get_dialect(args.dialect or "duckdb")
+    parsed = validated_query(args, engine)
+    if not args.db or parsed.output_width is not None:
+        # Checks the key against the output columns the SQL text names.
+        partition_sqls(parsed, 1, key=args.key, allow_unstable=True)
+    document: dict[str, Any]
+    if args.db:
+        planned = plan_on_db(args, parsed)
+        document = planned.to_dict()
+        document.pop("schema", None)
+        statements = [p.sql for p in planned.partitions]
+    else:
+        if args.strategy not in ("auto", "hash"):
+            raise InvalidArgumentError(f"--strategy {args.strategy} needs --db to look at the data")
+        m = args.partitions or max(16, 4 * args.workers)
+        statements = partition_sqls(parsed, m, key=args.key, allow_unstable=args.allow_unstable)
+        document = {
+            "dialect": engine.name,
+            "strategy": "hash",
+            "reason": "hash partitions over "
+            + (f"key {', '.join(args.key)}" if args.key else "all output columns")
+            + " (without --db, hash is the only strategy)",
+            "key": args.key,
+            "columns": parsed.output_names,
+            "rows": None,
+            "count_sql": count_sql(parsed),
+            "sample_sql": sample_sql(parsed, args.sample_rows),
+            "partitions": [{"index": i, "sql": q} for i, q in enumerate(statements)],
+        }
+    if args.format == "sql":
+        for statement in statements:
+            out.write(statement + ";\n")
+        return
+    write_json(out, document, indent=2)
+
+
+def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
+    """``sqlfeed count``: run the query's COUNT on ``--db``."""
+    sql = read_sql(args.sql)
+    parsed = parse(sql, dialect_for(args.db))
+    with connect(args.db) as source:
+        columns = source.output_columns(parsed) if parsed.output_width is None else None
+        count_query = count_sql(parsed, columns=columns)
+        rows = source.count(parsed, columns=columns)
+    if args.format == "json":
+        write_json(out, {"count": rows, "sql": count_query})
+    else:
+        out.write(f"{rows}\n")
+
+
+def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
+    """``sqlfeed sample``: run the query's sample query on ``--db`` and print the rows."""
+    sql = read_sql(args.sql)
+    positive(args.rows, "--rows", zero=True)
+    parsed = parse(sql, dialect_for(args.db))
+    query = sample_sql(
+        parsed, args.rows, method=args.method, fraction=args.fraction, seed=args.seed
+    )
+    with connect(args.db) as source:
+        table = source.read_table(query)
+    write_table(table, args.format, out)

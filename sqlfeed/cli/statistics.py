@@ -1,0 +1,102 @@
+"""The ``sqlfeed stats`` command: feature statistics of a query as JSON and an HTML report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TextIO
+
+from dialects import InvalidArgumentError, dialect_for
+from sqlfeed import compute_stats, parse
+from sqlfeed.cli.common import CommandParser, add_sql, add_target, read_sql, write_json
+from sqlfeed.cli.progress import ProgressBar
+from sqlfeed.sql import SAMPLE_METHODS
+from stats.model import StatsSpec
+from stats.report import html_report
+
+
+def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
+    """Add the ``stats`` command."""
+    parser = commands.add_parser(
+        "stats",
+        help="feature statistics of a SELECT's columns, as JSON (and an HTML report)",
+        description=(
+            "Per column: row and NULL counts, distinct count, min, max, mean, variance and "
+            "quantile boundaries (numeric), top-k vocabulary with counts (categorical). "
+            "Computed by the engine (pushdown), over a sample (--sample / --fraction), or "
+            "by mergeable accumulators over the streamed rows (--accumulate)."
+        ),
+    )
+    add_target(parser, dialect=False)
+    parser.add_argument("--out", required=True, metavar="PATH", help="the statistics JSON")
+    parser.add_argument("--html", metavar="PATH", help="also write an HTML report here")
+    parser.add_argument("--sample", type=int, metavar="N", help="compute over N sampled rows")
+    parser.add_argument(
+        "--method",
+        choices=SAMPLE_METHODS,
+        default="limit",
+        help="how to sample (with --sample or --fraction)",
+    )
+    parser.add_argument("--fraction", type=float, help="share of rows to sample, in (0, 1]")
+    parser.add_argument(
+        "--accumulate",
+        action="store_true",
+        help="stream the rows and accumulate (mergeable, partition by partition)",
+    )
+    parser.add_argument("--label", metavar="COL", help="the label column")
+    parser.add_argument("--buckets", type=int, default=10, help="quantile buckets (default 10)")
+    parser.add_argument("--top-k", type=int, default=20, help="vocabulary size (default 20)")
+    parser.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        metavar="COL=KIND",
+        help="numeric, categorical or skip for a column (repeatable)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_sql(parser)
+    parser.set_defaults(handler=_cmd_stats)
+
+
+def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
+    sql = read_sql(args.sql)
+    kinds = _kinds(args.kind)
+    spec = StatsSpec(kinds=kinds, label=args.label, buckets=args.buckets, top_k=args.top_k)
+    parsed = parse(sql, dialect_for(args.db))
+    sampling = args.sample is not None or args.fraction is not None
+    if args.accumulate and sampling:
+        raise InvalidArgumentError("--accumulate reads every row; drop --sample/--fraction")
+    method = "accumulate" if args.accumulate else "sample" if sampling else "pushdown"
+    steps = ProgressBar(0, what="steps")
+    done = [0]
+
+    def progress(step: str) -> None:
+        done[0] += 1
+        steps.update(done[0], 0)
+
+    try:
+        result = compute_stats(parsed, args.db, spec=spec, method=method, sample_rows=args.sample,
+                               sample_method=args.method, fraction=args.fraction,
+                               progress=progress)  # fmt: skip
+    finally:
+        steps.close()
+    result.save(args.out)
+    if args.html:
+        Path(args.html).write_text(html_report(result), encoding="utf-8")
+    if args.format == "json":
+        write_json(out, {"out": args.out, "html": args.html, "rows": result.rows,
+                         "method": result.method, "columns": list(result.columns)})  # fmt: skip
+    else:
+        out.write(f"statistics of {len(result.columns)} columns over {result.rows} rows "
+                  f"({result.method}) written to {args.out}\n")  # fmt: skip
+
+
+def _kinds(items: list[str]) -> dict[str, str]:
+    """The ``--kind COL=KIND`` values as a dict."""
+    kinds = {}
+    for item in items:
+        name, sep, kind = item.partition("=")
+        if not sep:
+            raise InvalidArgumentError(f"--kind takes COL=KIND, not {item!r}")
+        kinds[name] = kind
+    return kinds

@@ -1,0 +1,225 @@
+"""Batch machinery shared by the Feeder and the job workers: read-ahead, shuffle, rebatch, convert.
+
+Every function streams: it holds a bounded number of rows, never a whole partition or
+result. Partitions are read ahead by threads, each into a small bounded queue, and their
+batches consumed in a fixed order (:func:`read_ahead`); :func:`shuffle_rows` mixes rows
+through a seeded buffer; :func:`rebatch` cuts exact-size batches; :func:`convert` turns an
+Arrow batch into the requested :data:`FORMATS`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sqlfeed.io import Source
+from sqlfeed.plans.model import Partition
+
+__all__ = ["FORMATS", "convert", "read_ahead", "rebatch", "shuffle_rows"]
+
+FORMATS = ("arrow", "pandas", "numpy")
+"""What a Feeder yields: ``pyarrow.RecordBatch``, pandas ``DataFrame``, dict of numpy arrays."""
+
+_QUEUE_DEPTH = 2
+_DONE = object()
+
+
+def convert(batch: pa.RecordBatch, format: str) -> Any:
+    """``batch`` in ``format`` (one of :data:`FORMATS`).
+
+    Args:
+        batch: the Arrow batch.
+        format: ``arrow`` (returned as is), ``pandas`` (a ``DataFrame``) or ``numpy`` (a
+            dict of column name to ``numpy.ndarray``; NULLs in integer columns make them
+            float with NaN, as in pandas).
+
+    Returns:
+        The converted batch.
+    """
+    if format == "pandas":
+        return batch.to_pandas()
+    if format == "numpy":
+        return {
+            name: column.to_numpy(zero_copy_only=False)
+            for name, column in zip(batch.schema.names, batch.columns, strict=True)
+        }
+    return batch
+
+
+def read_ahead(
+    source: Source,
+    order: Sequence[Partition],
+    *,
+    schema: pa.Schema,
+    readers: int,
+    batch_rows: int,
+    on_partition: Callable[[int, int, Partition], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Batches of ``order``'s partitions in that order, ``readers`` partitions read ahead.
+
+    Each partition is read by its own thread (and connection) into a queue of a few
+    batches; closing the iterator stops and joins the threads. An error of a reader is
+    raised here, when the consumer reaches that partition.
+
+    Args:
+        source: where the partitions' queries run.
+        order: the partitions, in the order their batches are yielded.
+        schema: the Arrow schema every batch is conformed to.
+        readers: partitions read at once (>= 1).
+        batch_rows: rows per batch read from the database.
+        on_partition: called after each partition with (partitions done, rows yielded so
+            far, that partition).
+
+    Yields:
+        The partitions' record batches.
+    """
+    stop = threading.Event()
+    upcoming = iter(order)
+    in_flight: deque[tuple[queue.Queue[Any], threading.Thread]] = deque()
+
+    def start_next() -> None:
+        partition = next(upcoming, None)
+        if partition is None:
+            return
+        slot: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
+        thread = threading.Thread(
+            target=_pump,
+            args=(source, partition, schema, batch_rows, slot, stop),
+            daemon=True,
+            name="sqlfeed-reader",
+        )
+        thread.start()
+        in_flight.append((slot, thread))
+
+    for _ in range(readers):
+        start_next()
+    rows = 0
+    done = 0
+    try:
+        for partition in order:
+            slot, _thread = in_flight[0]
+            while True:
+                item = slot.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                rows += item.num_rows
+                yield item
+            in_flight.popleft()
+            done += 1
+            start_next()
+            if on_partition is not None:
+                on_partition(done, rows, partition)
+    finally:
+        stop.set()
+        for slot, thread in in_flight:
+            _drain(slot)
+            thread.join(timeout=10)
+
+
+def _pump(
+    source: Source,
+    partition: Partition,
+    schema: pa.Schema,
+    batch_rows: int,
+    slot: queue.Queue[Any],
+    stop: threading.Event,
+) -> None:
+    try:
+        for batch in source.read(partition.sql, schema=schema, batch_rows=batch_rows, stop=stop):
+            if not _put(slot, batch, stop):
+                return
+        _put(slot, _DONE, stop)
+    except BaseException as err:  # handed to the consumer, raised there
+        _put(slot, err, stop)
+
+
+def _put(slot: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            slot.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _drain(slot: queue.Queue[Any]) -> None:
+    while True:
+        try:
+            slot.get_nowait()
+        except queue.Empty:
+            return
+
+
+def rebatch(
+    batches: Iterator[pa.RecordBatch], size: int, drop_remainder: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """Batches of exactly ``size`` rows (the last may be smaller unless dropped).
+
+    Args:
+        batches: record batches of any sizes (empty ones are skipped).
+        size: rows per output batch (>= 1).
+        drop_remainder: drop the last batch when it has fewer than ``size`` rows.
+
+    Yields:
+        The rows of ``batches`` in order, cut into ``size``-row batches.
+    """
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= size:
+            merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+            yield merged.slice(0, size)
+            rest = merged.slice(size)
+            pending = [rest] if rest.num_rows else []
+            held = rest.num_rows
+    if held and not drop_remainder:
+        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+
+
+def shuffle_rows(
+    batches: Iterator[pa.RecordBatch], buffer_rows: int, rng: np.random.Generator
+) -> Iterator[pa.RecordBatch]:
+    """Record-level shuffle through a buffer of ``buffer_rows`` rows (seeded).
+
+    Each time the buffer holds ``buffer_rows + chunk`` rows it is permuted and ``chunk``
+    rows leave; ``chunk`` is half the buffer, so each row costs O(1) work on average.
+
+    Args:
+        batches: the record batches to mix (empty ones are skipped).
+        buffer_rows: rows held back and mixed (>= 1).
+        rng: the random generator (seeded by the caller, for repeatable orders).
+
+    Yields:
+        The same rows in a random order, in batches of varying sizes.
+    """
+    chunk = max(1, buffer_rows // 2)
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        if held >= buffer_rows + chunk:
+            merged = pa.concat_batches(pending)
+            mixed = merged.take(pa.array(rng.permutation(merged.num_rows)))
+            out = held - buffer_rows
+            yield mixed.slice(0, out)
+            pending = [mixed.slice(out)]
+            held = buffer_rows
+    if held:
+        merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+        yield merged.take(pa.array(rng.permutation(merged.num_rows)))

@@ -1,0 +1,82 @@
+"""``connect``: a URL, engine or connection to the :class:`Source` of its engine family.
+
+Also the scheme registry (:func:`register_scheme`) through which layers above ``io``
+plug in sources of their own without ``io`` importing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dialects import Dialect, InvalidArgumentError, dialect_for, get_dialect
+from sqlfeed.io.duckdb import DuckDBSource, open_duckdb
+from sqlfeed.io.mysql import MySQLSource
+from sqlfeed.io.postgres import PostgresSource
+from sqlfeed.io.source import Source
+from sqlfeed.io.sqlalchemy import SQLAlchemySource
+
+__all__ = ["connect", "register_scheme"]
+
+_SCHEMES: dict[str, Callable[[str], Source]] = {}
+
+_FAMILIES: dict[str, type[SQLAlchemySource]] = {
+    "postgres": PostgresSource,
+    "mysql": MySQLSource,
+}
+"""The SQLAlchemy source class of each dialect with reader specifics; others are generic."""
+
+
+def register_scheme(scheme: str, opener: Callable[[str], Source]) -> None:
+    """Let :func:`connect` open ``scheme:...`` URLs with ``opener(url)``.
+
+    Layers above ``io`` plug their sources in this way (``sqlfeed.shards`` registers
+    ``dataset:``), so ``io`` never imports them.
+    """
+    _SCHEMES[scheme.lower()] = opener
+
+
+def connect(target: Any = None, *, dialect: str | None = None) -> Source:
+    """A :class:`Source` for ``target``.
+
+    Args:
+        target: ``None`` or ``"duckdb://"`` (an in-memory DuckDB, the embedded default),
+            ``"duckdb:///path.duckdb"``, ``"dataset:///path/to/dataset"`` (a shardset
+            dataset as the view ``dataset``), a :class:`~sqlfeed.shards.datasets.Dataset`, any
+            SQLAlchemy URL (``postgresql+psycopg://...``, ``mysql+pymysql://...``,
+            ``sqlite:///file.db``), a DuckDB connection, or a SQLAlchemy engine.
+        dialect: force the dialect (for URLs whose backend name is not a dialect name).
+
+    Raises:
+        EngineError: the database cannot be reached.
+        UnknownDialectError: the target's kind is not known.
+    """
+    if isinstance(target, Source):
+        return target
+    if target is None:
+        target = "duckdb://"
+    if type(target).__name__ == "Dataset" and hasattr(target, "shardsets"):
+        return target.source()  # type: ignore[no-any-return]
+    if isinstance(target, str):
+        url = target.strip()
+        opener = _SCHEMES.get(url.partition(":")[0].lower())
+        if opener is not None:
+            return opener(url)
+        engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)
+        if engine_dialect.name == "duckdb":
+            return open_duckdb(url)
+        return _family(engine_dialect).open(url, engine_dialect)
+    engine_dialect = get_dialect(dialect) if dialect else dialect_for(target)
+    module = type(target).__module__ or ""
+    if module.split(".")[0] in ("duckdb", "_duckdb"):
+        return DuckDBSource(target, owned=False, label="duckdb connection")
+    if hasattr(target, "raw_connection") and hasattr(target, "dialect"):
+        return _family(engine_dialect).wrap(target, engine_dialect)
+    raise InvalidArgumentError(
+        f"cannot read from a {module}.{type(target).__name__}: pass a URL, a SQLAlchemy "
+        "engine or a DuckDB connection"
+    )
+
+
+def _family(engine_dialect: Dialect) -> type[SQLAlchemySource]:
+    return _FAMILIES.get(engine_dialect.name, SQLAlchemySource)

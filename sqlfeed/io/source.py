@@ -1,0 +1,264 @@
+"""The :class:`Source` interface every engine family implements, and its error handling.
+
+A :class:`Source` knows its dialect, runs small queries (a count, the output columns),
+derives a query's Arrow schema once, and streams a query's rows as record batches
+(see :mod:`sqlfeed.io.arrow`). Driver errors never escape as they are: they become a
+one-line :class:`~dialects.EngineError` (:func:`driver_message`). This module also owns
+:class:`SnapshotHolder` and :func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from dialects import Dialect, EngineError, UnsupportedError
+from sqlfeed.io.arrow import (
+    DEFAULT_BATCH_ROWS,
+    conform,
+    empty_batch,
+    infer_schema,
+    merge_schemas,
+    rows_table,
+)
+from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
+
+__all__ = ["SCHEMA_SAMPLE_ROWS", "SnapshotHolder", "Source", "driver_message", "redact_url"]
+
+SCHEMA_SAMPLE_ROWS = 1_000
+"""Rows read to infer the Arrow types a driver does not report."""
+
+
+class Source:
+    """A database to run queries on. Made by :func:`connect`; safe to share across threads."""
+
+    dialect: Dialect
+    label: str
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.label!r})"
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the connections this source opened."""
+
+    def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
+        """Parse and validate ``sql`` in this source's dialect."""
+        return parse(sql, self.dialect)
+
+    # -- small queries --------------------------------------------------------------------
+
+    def rows(self, sql: str, *, what: str = "query") -> list[tuple[Any, ...]]:
+        """All rows of a small query (counts, bounds, catalog look-ups)."""
+        with self._errors(what):
+            return self._rows(sql)
+
+    def scalar(self, sql: str, *, what: str = "query") -> Any:
+        """The first column of the first row of a small query."""
+        result = self.rows(sql, what=what)
+        return result[0][0] if result else None
+
+    def execute(self, sql: str, *, what: str = "statement") -> None:
+        """Run a statement that returns no rows (sqlfeed's own scratch tables only)."""
+        with self._errors(what):
+            self._execute(sql)
+
+    def output_columns(self, query: str | ParsedQuery) -> list[str]:
+        """The query's output column names as the engine reports them (a LIMIT 0 query)."""
+        with self._errors("schema query"):
+            names, _ = self._describe(schema_sql(self.parse(query)))
+        return names
+
+    def text_columns(self, query: str | ParsedQuery) -> list[str]:
+        """Output columns whose type the engine cannot hash, to hash through their text.
+
+        Only PostgreSQL has such types (json, xml, point, money, ...); elsewhere none.
+        """
+        if self.dialect.name != "postgres":
+            return []
+        with self._errors("schema query"):
+            return self._unhashable(schema_sql(self.parse(query)))
+
+    def _unhashable(self, sql: str) -> list[str]:
+        return []
+
+    def count(self, query: str | ParsedQuery, *, columns: list[str] | None = None) -> int:
+        """The number of rows the query returns."""
+        parsed = self.parse(query)
+        return int(self.scalar(count_sql(parsed, columns=columns), what="count query") or 0)
+
+    # -- Arrow ----------------------------------------------------------------------------
+
+    def schema(self, query: str | ParsedQuery) -> pa.Schema:
+        """The Arrow schema of the query's rows, derived once for all its partitions.
+
+        From the driver's column types where it reports them; the rest from a sample of
+        rows (a column with no value in the sample is read as text).
+        """
+        parsed = self.parse(query)
+        with self._errors("schema query"):
+            names, typed = self._describe(schema_sql(parsed))
+            if typed is not None and not any(pa.types.is_null(f.type) for f in typed):
+                return typed
+            sample = self._rows(sample_sql(parsed, SCHEMA_SAMPLE_ROWS, columns=names))
+        inferred = infer_schema(names, sample)
+        schema = merge_schemas(typed, inferred) if typed is not None else inferred
+        return pa.schema(
+            [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+        )
+
+    def read(
+        self,
+        sql: str,
+        *,
+        schema: pa.Schema | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        stop: threading.Event | None = None,
+        ordered: bool = False,
+        snapshot: str | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows of ``sql`` (already validated) as record batches of ``schema``.
+
+        Memory stays within a few batches, whatever the result's size. With ``ordered``,
+        the engine is asked to return the rows in the same order on every read (for
+        resuming a partition after its acknowledged batches). With ``snapshot`` (a
+        PostgreSQL snapshot id, see :meth:`export_snapshot`), the rows are read inside it.
+        """
+        if schema is None:
+            schema = self.schema(sql)
+        if snapshot is not None and self.dialect.name != "postgres":
+            raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
+        with self._errors("partition query"):
+            yielded = False
+            for batch in self._read(sql, schema, batch_rows, stop, ordered, snapshot):
+                if batch.num_rows:
+                    yielded = True
+                    yield conform(batch, schema)
+            if not yielded:
+                yield empty_batch(schema)
+
+    def arrow(self, sql: str, *, what: str = "query") -> pa.Table:
+        """A small result (aggregates, catalog look-ups) as a table, types from its values."""
+        with self._errors(what):
+            return self._arrow(sql)
+
+    def _arrow(self, sql: str) -> pa.Table:
+        names, rows = self._rows_with_names(sql)
+        return rows_table(names, rows)
+
+    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        raise NotImplementedError
+
+    def read_table(self, sql: str, *, schema: pa.Schema | None = None) -> pa.Table:
+        """All rows of ``sql`` as one table (for small results)."""
+        batches = list(self.read(sql, schema=schema))
+        return pa.Table.from_batches(batches, schema=batches[0].schema)
+
+    # -- backend hooks --------------------------------------------------------------------
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _execute(self, sql: str) -> None:
+        raise NotImplementedError
+
+    def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        """Run a LIMIT 0 query: its column names, and its Arrow schema if known."""
+        raise NotImplementedError
+
+    def _read(
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        snapshot: str | None,
+    ) -> Iterator[pa.RecordBatch]:
+        raise NotImplementedError
+
+    def export_snapshot(self) -> SnapshotHolder:
+        """Export a snapshot other sessions can read inside (PostgreSQL only).
+
+        The snapshot lives as long as the returned holder's transaction: keep it open
+        until every reader is done, then close it.
+        """
+        raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except EngineError:
+            raise
+        except Exception as err:
+            if not _is_driver_error(err):
+                raise
+            raise EngineError(
+                f"{self.dialect.name} failed running the {what}: {driver_message(err)}"
+            ) from None
+
+
+class SnapshotHolder:
+    """Keeps an exported PostgreSQL snapshot alive: its transaction stays open until close."""
+
+    def __init__(self, snapshot: str, connection: Any) -> None:
+        self.snapshot = snapshot
+        self._connection = connection
+
+    def __enter__(self) -> SnapshotHolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the transaction: readers can no longer start inside the snapshot."""
+        if self._connection is not None:
+            self._connection.rollback()
+            self._connection.close()
+            self._connection = None
+
+
+def _is_driver_error(err: Exception) -> bool:
+    module = type(err).__module__ or ""
+    return module.split(".")[0] in (
+        "sqlalchemy", "duckdb", "_duckdb", "psycopg", "psycopg2", "pymysql", "MySQLdb",
+        "sqlite3", "adbc_driver_manager", "adbc_driver_postgresql", "connectorx",
+    )  # fmt: skip
+
+
+def driver_message(err: BaseException) -> str:
+    """The driver's own message, on one line, without SQLAlchemy's boilerplate.
+
+    Args:
+        err: a driver error, or a SQLAlchemy error wrapping one (its ``orig``).
+
+    Returns:
+        The first non-blank line of the message (pymysql: its text, not its code), or the
+        error's class name when the message is empty.
+    """
+    inner = getattr(err, "orig", None) or err
+    args: tuple[Any, ...] = tuple(getattr(inner, "args", ()))
+    if type(inner).__module__.split(".")[0] == "pymysql" and len(args) >= 2:
+        text = str(args[1])
+    else:
+        text = str(inner)
+    text = re.sub(r"\(Background on this error at: [^)]*\)", "", text)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(inner).__name__
+
+
+def redact_url(url: str) -> str:
+    """The database URL ``url`` with its password replaced by ``***`` (for messages, labels)."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)

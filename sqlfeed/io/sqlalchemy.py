@@ -1,0 +1,194 @@
+"""Any SQLAlchemy engine: :class:`SQLAlchemySource`, engine creation and session hooks.
+
+The generic path runs DB-API cursors on the engine's raw connections and streams with
+``fetchmany`` (SQLite and any engine without a module of its own). Engine families with
+faster or server-side readers subclass :class:`SQLAlchemySource` and override its hooks
+(:mod:`sqlfeed.io.postgres`, :mod:`sqlfeed.io.mysql`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy
+
+from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
+from sqlfeed.io.arrow import iterate_rows
+from sqlfeed.io.source import Source, driver_message, redact_url
+
+__all__ = ["SQLAlchemySource", "create_engine", "install_session_hooks"]
+
+
+class SQLAlchemySource(Source):
+    """Any SQLAlchemy engine; streaming through the driver's server-side cursor."""
+
+    session_settings: tuple[str, ...] = ()
+    """Statements run on every new connection of the engine (see :func:`install_session_hooks`)."""
+
+    def __init__(
+        self, engine: sqlalchemy.Engine, dialect: Dialect, *, owned: bool, label: str
+    ) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        self._owned = owned
+        self.label = label
+        self.driver = engine.dialect.driver
+
+    @classmethod
+    def open(cls, url: str, dialect: Dialect) -> SQLAlchemySource:
+        """A source owning a new engine for ``url``, checked by connecting once.
+
+        Raises:
+            InvalidArgumentError: SQLAlchemy does not accept the URL.
+            MissingDependencyError: the URL's driver is not installed.
+            EngineError: the database cannot be reached.
+        """
+        engine = create_engine(url, dialect)
+        install_session_hooks(engine, dialect, cls.session_settings)
+        try:
+            with engine.connect():
+                pass
+        except sqlalchemy.exc.DBAPIError as err:
+            engine.dispose()
+            raise EngineError(
+                f"cannot connect to {redact_url(url)}: {driver_message(err)}"
+            ) from None
+        return cls(engine, dialect, owned=True, label=redact_url(url))
+
+    @classmethod
+    def wrap(cls, engine: Any, dialect: Dialect) -> SQLAlchemySource:
+        """A source on the caller's ``engine`` (left open on close), its session hooks installed."""
+        install_session_hooks(engine, dialect, cls.session_settings)
+        return cls(engine, dialect, owned=False, label=redact_url(str(getattr(engine, "url", ""))))
+
+    def close(self) -> None:
+        if self._owned:
+            self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _raw(self) -> Iterator[Any]:
+        connection = self.engine.raw_connection()
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                return [tuple(row) for row in cursor.fetchall()]
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                names = [d[0] for d in cursor.description]
+                return names, [tuple(row) for row in cursor.fetchall()]
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _execute(self, sql: str) -> None:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+            finally:
+                cursor.close()
+            connection.commit()
+
+    def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        with self._raw() as connection:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql)
+                names = [d[0] for d in cursor.description]
+                typed = self._description_schema(cursor)
+                cursor.fetchall()
+            finally:
+                cursor.close()
+                connection.commit()
+        return names, typed
+
+    def _description_schema(self, cursor: Any) -> pa.Schema | None:
+        """The Arrow schema from an executed cursor's column type codes, if the driver has them."""
+        return None
+
+    def _read(
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        snapshot: str | None,
+    ) -> Iterator[pa.RecordBatch]:
+        with self._raw() as connection:
+            setup = connection.cursor()
+            self._begin_read(setup, ordered, snapshot)
+            setup.close()
+            cursor = self._streaming_cursor(connection, batch_rows)
+            try:
+                cursor.execute(sql)
+                yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
+            finally:
+                cursor.close()
+                connection.commit()
+
+    def _begin_read(self, cursor: Any, ordered: bool, snapshot: str | None) -> None:
+        """The first statements of a read's transaction, before its query (none here)."""
+
+    def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
+        """The cursor a read fetches its rows from (here the connection's plain cursor)."""
+        return connection.cursor()
+
+
+def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
+    """A SQLAlchemy engine for ``url`` (pre-ping on), not connected yet.
+
+    Raises:
+        InvalidArgumentError: SQLAlchemy does not accept the URL.
+        MissingDependencyError: the URL's driver is not installed (with the pip extra to
+            install for PostgreSQL and MySQL).
+    """
+    try:
+        return sqlalchemy.create_engine(url, pool_pre_ping=True)
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as err:
+        raise InvalidArgumentError(f"bad database URL {redact_url(url)!r}: {err}") from None
+    except ImportError as err:
+        extra = {"postgres": "postgres", "mysql": "mysql"}.get(dialect.name)
+        hint = f"pip install 'sqlfeed[{extra}]'" if extra else "install the driver the URL names"
+        raise MissingDependencyError(
+            f"the driver for {redact_url(url)} is not installed ({err.name or err}): {hint}"
+        ) from None
+
+
+def install_session_hooks(engine: Any, dialect: Dialect, settings: Sequence[str] = ()) -> None:
+    """On every new DB-API connection of ``engine``: the dialect's functions and ``settings``.
+
+    Args:
+        engine: a SQLAlchemy engine.
+        dialect: its dialect, whose :meth:`~dialects.Dialect.register_functions` runs first.
+        settings: statements (``SET ...``) run and committed on each new connection.
+    """
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dialect.register_functions(dbapi_connection)
+        if settings:
+            cursor = dbapi_connection.cursor()
+            for setting in settings:
+                cursor.execute(setting)
+            cursor.close()
+            dbapi_connection.commit()
+
+    sqlalchemy.event.listen(engine, "connect", on_connect)

@@ -1,0 +1,186 @@
+"""The planning context and the interface every strategy module implements.
+
+:class:`PlanContext` is what the planner knows about a query before it splits it: the
+source, the parsed query, its output columns and Arrow schema, the key columns and the
+scratch schema, plus the catalog facts some strategies need (the base table's physical
+extent, its integer primary key), looked up once and kept.
+
+A strategy is a module (:mod:`sqlfeed.plans.hash`, :mod:`~sqlfeed.plans.range`,
+:mod:`~sqlfeed.plans.physical`, :mod:`~sqlfeed.plans.materialize`,
+:mod:`~sqlfeed.plans.fragments`) with the three functions of :class:`Strategy`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Protocol
+
+import pyarrow as pa
+from sqlglot import exp
+
+from sqlfeed.io import Source
+from sqlfeed.plans.model import Partition
+from sqlfeed.sql import ParsedQuery, single_table
+
+__all__ = ["Built", "PlanContext", "Strategy", "expensive"]
+
+Built = tuple[list[Partition], str | None]
+"""What a strategy builds: the partitions, and the scratch table they read (or None)."""
+
+
+class Strategy(Protocol):
+    """One partitioning strategy; each strategy module provides these three functions."""
+
+    def problem(self, ctx: PlanContext, auto: bool = False) -> str | None:
+        """Why the strategy cannot split ``ctx``'s query, None when it can.
+
+        The text is the whole error raised when the strategy was asked for. With
+        ``auto``, a strategy may also decline a query it could split but should not.
+        """
+
+    def reason(self, ctx: PlanContext, auto: bool = False) -> str:
+        """Why the strategy was chosen, for :attr:`~sqlfeed.plans.model.Plan.reason`
+        (after ``asked for:`` or ``auto:``)."""
+
+    def build(self, ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
+        """About ``m`` partitions whose rows add up to exactly the query's rows."""
+
+
+class PlanContext:
+    """What the planner knows about one query on one source."""
+
+    def __init__(
+        self,
+        source: Source,
+        parsed: ParsedQuery,
+        columns: list[str],
+        schema: pa.Schema,
+        text_columns: list[str],
+        keys: list[str] | None,
+        scratch: str | None,
+    ) -> None:
+        """Keep the facts :func:`sqlfeed.plans.planner.plan` gathered.
+
+        Args:
+            source: where the query runs.
+            parsed: the query.
+            columns: its output column names.
+            schema: its Arrow schema.
+            text_columns: the output columns that hash as text.
+            keys: the key columns the user named (resolved to output columns), or None.
+            scratch: a schema sqlfeed may create tables in, or None.
+        """
+        self.source = source
+        self.parsed = parsed
+        self.columns = columns
+        self.schema = schema
+        self.text_columns = text_columns
+        self.keys = keys
+        self.scratch = scratch
+        self.engine = source.dialect
+        self.table = single_table(parsed)
+
+    def quoted_table_name(self) -> str:
+        """The query's one table as the engine spells it, without its alias."""
+        assert self.table is not None
+        plain = self.table.copy()
+        plain.set("alias", None)
+        return plain.sql(self.engine.sqlglot_dialect)
+
+    @cached_property
+    def base_table_info(self) -> tuple[int, float] | None:
+        """(pages or max rowid + 1, estimated rows) of the query's base table; None if the
+        table is not one (a view, or not found). PostgreSQL and DuckDB only."""
+        assert self.table is not None
+        name = exp.Literal.string(self.quoted_table_name()).sql(self.engine.sqlglot_dialect)
+        if self.engine.name == "postgres":
+            rows = self.source.rows(
+                "SELECT c.relkind, pg_relation_size(c.oid) / current_setting('block_size')::int, "
+                f"c.reltuples FROM pg_class c WHERE c.oid = to_regclass({name})",
+                what="catalog query",
+            )
+            if not rows or rows[0][0] not in ("r", "m"):
+                return None
+            return int(rows[0][1]), max(float(rows[0][2]), 0.0)
+        schema = self.table.db or "main"
+        found = self.source.rows(
+            "SELECT estimated_size FROM duckdb_tables() WHERE lower(table_name) = lower("
+            f"{exp.Literal.string(self.table.name).sql('duckdb')}) AND lower(schema_name) = "
+            f"lower({exp.Literal.string(schema).sql('duckdb')})",
+            what="catalog query",
+        )
+        if not found:
+            return None
+        span = self.source.scalar(
+            f"SELECT MAX(rowid) FROM {self.quoted_table_name()}", what="catalog query"
+        )
+        return (int(span) + 1 if span is not None else 0), float(found[0][0] or 0)
+
+    @cached_property
+    def integer_primary_key(self) -> str | None:
+        """The output column that is the query's table's one-column integer primary key."""
+        if self.table is None:
+            return None
+        sql = self._primary_key_sql()
+        if sql is None:
+            return None
+        rows = self.source.rows(sql, what="catalog query")
+        if len(rows) != 1 or "int" not in str(rows[0][1]).lower():
+            return None
+        name_in_table = str(rows[0][0])
+        # The output column that is this table column, as the query names it.
+        for column in self.columns:
+            if column.casefold() == name_in_table.casefold():
+                return column
+        return None
+
+    def _primary_key_sql(self) -> str | None:
+        """The catalog query for (column, type) of the table's primary key columns."""
+        assert self.table is not None
+        engine = self.engine.name
+        table = exp.Literal.string(self.table.name).sql(self.engine.sqlglot_dialect)
+        if engine == "postgres":
+            name = exp.Literal.string(self.quoted_table_name()).sql("postgres")
+            return (
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_index i "
+                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                f"WHERE i.indrelid = to_regclass({name}) AND i.indisprimary"
+            )
+        if engine == "duckdb":
+            return (
+                "SELECT c.column_name, c.data_type FROM duckdb_constraints() k, "
+                "unnest(k.constraint_column_names) AS u(column_name) JOIN duckdb_columns() c "
+                "ON c.table_name = k.table_name AND c.column_name = u.column_name "
+                "WHERE k.constraint_type = 'PRIMARY KEY' AND lower(k.table_name) = "
+                f"lower({table})"
+            )
+        if engine == "mysql":
+            return (
+                "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k "
+                "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
+                "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
+                "WHERE k.CONSTRAINT_NAME = 'PRIMARY' AND k.TABLE_SCHEMA = DATABASE() "
+                f"AND k.TABLE_NAME = {table}"
+            )
+        if engine == "sqlite":
+            return f"SELECT name, type FROM pragma_table_info({table}) WHERE pk > 0"
+        return None
+
+
+def expensive(parsed: ParsedQuery) -> str:
+    """What makes re-running the query per partition costly (a join, an aggregate...);
+    empty when nothing does."""
+    tree = parsed.tree
+    if isinstance(tree, exp.SetOperation):
+        return "a set operation"
+    for node, what in (
+        (exp.Join, "a join"),
+        (exp.Group, "a GROUP BY"),
+        (exp.AggFunc, "an aggregate"),
+        (exp.Window, "a window function"),
+        (exp.Distinct, "DISTINCT"),
+        (exp.Subquery, "a subquery"),
+    ):
+        if tree.find(node) is not None:
+            return what
+    return ""

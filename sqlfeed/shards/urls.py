@@ -1,0 +1,37 @@
+"""``dataset:`` URLs: :func:`sqlfeed.connect` opens a shardset dataset as a DuckDB source.
+
+The package (:mod:`sqlfeed.shards`) registers :func:`open_dataset_url` with
+:func:`sqlfeed.io.register_scheme`, so the I/O layer never imports this one.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from dialects import InvalidArgumentError
+from sqlfeed.io import Source
+from sqlfeed.shards.datasets import open_dataset
+
+__all__ = ["SCHEME", "open_dataset_url"]
+
+SCHEME = "dataset"
+"""The URL scheme of shardset datasets."""
+
+
+def open_dataset_url(url: str) -> Source:
+    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
+
+    rest = url.split(":", 1)[1]
+    rest = rest[2:] if rest.startswith("//") else rest
+    path, _, query = rest.partition("?")
+    options = {key: values[-1] for key, values in parse_qs(query).items()}
+    unknown = sorted(set(options) - {"view", "trace", "validate"})
+    if unknown or not path:
+        raise InvalidArgumentError(
+            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
+        )
+    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
+             (("trace", "false"), ("validate", "true"))}  # fmt: skip
+    dataset = open_dataset(path, validate=flags["validate"])
+    source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
+    return source

@@ -1,0 +1,319 @@
+"""Partition queries of a SELECT: hash, range and physical partitions, and their planning.
+
+Every query is built as AST nodes and rendered for its engine with
+``unsupported_level=RAISE``, so nothing an engine lacks is dropped silently.
+
+The partition invariant: for any valid query ``q`` and any ``M >= 1``, the multiset union
+of ``partition_sql(q, k, M)`` for ``k`` in ``0..M-1`` is exactly the result of ``q``.
+It rests on three facts: the bucket of a row is computed from the row's own values only,
+it is never NULL and always in [0, M) (see ``dialects.Dialect.bucket``), and ``q`` is
+stable, i.e. returns the same rows every time it runs (see
+:func:`sqlfeed.sql.stability.unstable_reasons`).
+
+>>> q = parse("SELECT a, b FROM t WHERE a > 0 OR b < 0", "duckdb")
+>>> partition_sql(q, 3, 8)
+'SELECT a, b FROM t WHERE (a > 0 OR b < 0) AND HASH(a, b) % 8 = 3'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from collections.abc import Collection, Sequence
+
+from sqlglot import exp
+
+from dialects import Dialect, InvalidArgumentError, QueryError
+from sqlfeed.sql.arguments import check_partition_index, check_positive_int, normalize_key
+from sqlfeed.sql.frame import Frame, single_table
+from sqlfeed.sql.parse import ParsedQuery, parse
+from sqlfeed.sql.stability import check_stable
+from sqlfeed.sql.syntax import single_aggregate_row
+
+__all__ = [
+    "bounds_sql",
+    "literal",
+    "numbered_sql",
+    "partition_sql",
+    "partition_sqls",
+    "partitions_for",
+    "physical_partition_sqls",
+    "range_partition_sqls",
+]
+
+
+def partition_sql(
+    query: str | ParsedQuery,
+    k: int,
+    m: int,
+    *,
+    dialect: str | Dialect = "duckdb",
+    key: str | Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
+    allow_unstable: bool = False,
+    pretty: bool = False,
+) -> str:
+    """Partition ``k`` of ``m`` hash partitions of the query.
+
+    Args:
+        query: SQL text or a parsed query.
+        k: the partition, in [0, m).
+        m: the number of partitions, at least 1.
+        dialect: the engine (when ``query`` is text).
+        key: output column(s) to hash; by default all output columns (aggregates and
+            window results are left out when other columns remain, since a parallel
+            engine may sum floats in a different order on each run).
+        columns: the output column names as the engine reports them, when known.
+        text_columns: output columns whose type the engine cannot hash (PostgreSQL json,
+            xml, point, ...): they are hashed through their text form.
+        allow_unstable: partition a query whose result may change between runs anyway.
+        pretty: render on several lines.
+
+    Raises:
+        UnstableQueryError: the query is not stable and ``allow_unstable`` is False.
+        InvalidArgumentError: ``k``/``m`` out of range, or a key not in the output.
+    """
+    check_positive_int(m, "the number of partitions M")
+    check_partition_index(k, m)
+    return partition_sqls(
+        query,
+        m,
+        dialect=dialect,
+        key=key,
+        columns=columns,
+        text_columns=text_columns,
+        allow_unstable=allow_unstable,
+        pretty=pretty,
+        only=k,
+    )[0]
+
+
+def partition_sqls(
+    query: str | ParsedQuery,
+    m: int,
+    *,
+    dialect: str | Dialect = "duckdb",
+    key: str | Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
+    allow_unstable: bool = False,
+    pretty: bool = False,
+    only: int | None = None,
+) -> list[str]:
+    """All ``m`` hash partition queries (or just partition ``only``), in order.
+
+    With ``m == 1`` the single partition is the query itself.
+
+    >>> partition_sqls("SELECT a FROM t UNION SELECT b FROM u", 2, dialect="postgres")[1]
+    'SELECT * FROM (SELECT a FROM t UNION SELECT b FROM u) AS _sqlfeed_q WHERE ((HASH_RECORD_EXTENDED(ROW(_sqlfeed_q.a), 0) % 2) + 2) % 2 = 1'
+    """  # noqa: E501
+    parsed = parse(query, dialect)
+    check_positive_int(m, "the number of partitions M")
+    if only is not None:
+        check_partition_index(only, m)
+    if not allow_unstable:
+        check_stable(parsed)
+    keys = normalize_key(key)
+    indices = range(m) if only is None else [only]
+    engine = parsed.dialect
+    tree = parsed.tree
+    if keys is None and isinstance(tree, exp.Select) and single_aggregate_row(tree):
+        # At most one row: partition 0 holds it, the others are the query cut to no rows.
+        empty = tree.copy().limit(0)
+        empty.set("offset", None)
+        return [engine.sql(tree if k == 0 else empty, pretty=pretty) for k in indices]
+    frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    frame.text_columns = frozenset(text_columns)
+    bucket = frame.bucket(keys, m)  # validates the key even when m == 1
+    if m == 1:
+        return [engine.sql(tree, pretty=pretty)]
+    return [
+        engine.sql(
+            frame.with_condition(exp.EQ(this=bucket.copy(), expression=exp.Literal.number(k))),
+            pretty=pretty,
+        )
+        for k in indices
+    ]
+
+
+def range_partition_sqls(
+    query: str | ParsedQuery,
+    key: str,
+    bounds: Sequence[object],
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+    null_partition: bool = True,
+    allow_unstable: bool = False,
+) -> list[str]:
+    """Range partitions of the query on one key column, split at ``bounds``.
+
+    ``n`` increasing bounds make ``n + 1`` ranges: ``key < b1``, ``b1 <= key < b2``, ...,
+    ``key >= bn`` (the first and last are open, so values outside the planned minimum and
+    maximum still land somewhere), plus a last ``key IS NULL`` partition when
+    ``null_partition``. Adjacent ranges compare against the same literal, so every row is
+    in exactly one partition whatever the literal's rounding. Integers are exact.
+
+    >>> range_partition_sqls("SELECT id, v FROM t", "id", [10, 20], dialect="postgres")
+    ['SELECT id, v FROM t WHERE id < 10', 'SELECT id, v FROM t WHERE id >= 10 AND id < 20', \
+'SELECT id, v FROM t WHERE id >= 20', 'SELECT id, v FROM t WHERE id IS NULL']
+    """
+    parsed = parse(query, dialect)
+    if not allow_unstable:
+        check_stable(parsed)
+    keys = normalize_key(key)
+    assert keys is not None
+    if len(keys) != 1:
+        raise InvalidArgumentError("range partitions take exactly one key column")
+    frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    column = frame.hash_args(keys)
+    assert column is not None
+    target = column[0]
+    literals = [literal(value) for value in bounds]
+    conditions: list[exp.Expr] = []
+    if not literals:
+        conditions.append(exp.Not(this=exp.Is(this=target.copy(), expression=exp.null())))
+    for position in range(len(literals) + 1):
+        parts: list[exp.Expr] = []
+        if position > 0:
+            parts.append(exp.GTE(this=target.copy(), expression=literals[position - 1].copy()))
+        if position < len(literals):
+            parts.append(exp.LT(this=target.copy(), expression=literals[position].copy()))
+        if parts:
+            conditions.append(exp.and_(*parts) if len(parts) > 1 else parts[0])
+    if null_partition:
+        conditions.append(exp.Is(this=target.copy(), expression=exp.null()))
+    engine = parsed.dialect
+    return [engine.sql(frame.with_condition(condition)) for condition in conditions]
+
+
+def bounds_sql(
+    query: str | ParsedQuery,
+    key: str,
+    fractions: Sequence[float] = (),
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> str:
+    """``SELECT COUNT(*), COUNT(key), MIN(key), MAX(key)[, quantiles]`` over the query.
+
+    The quantiles (discrete: values that occur in the data) come only where the dialect
+    has a quantile aggregate (``Dialect.quantiles``); elsewhere plan from MIN and MAX.
+    """
+    parsed = parse(query, dialect)
+    engine = parsed.dialect
+    keys = normalize_key(key)
+    assert keys is not None
+    frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    column = frame.hash_args(keys)
+    assert column is not None
+    target = column[0]
+    aggregates: list[exp.Expr] = [
+        engine.count_star(),
+        exp.Count(this=target.copy()),
+        exp.Min(this=target.copy()),
+        exp.Max(this=target.copy()),
+    ]
+    if fractions:
+        quantiles = engine.quantiles(target.copy(), list(fractions))
+        if quantiles is not None:
+            aggregates.append(quantiles)
+    select = frame.select
+    select.set("expressions", aggregates)
+    select.set("order", None)
+    return engine.sql(select)
+
+
+def physical_partition_sqls(
+    query: str | ParsedQuery,
+    conditions: Sequence[exp.Expr],
+    *,
+    dialect: str | Dialect = "duckdb",
+    allow_unstable: bool = False,
+) -> list[str]:
+    """The query's own WHERE extended with each of ``conditions`` (ctid or row ranges).
+
+    Only for a plain filter over one table (see :func:`single_table`), where a condition on
+    the table's physical rows selects the same output rows.
+    """
+    parsed = parse(query, dialect)
+    if not allow_unstable:
+        check_stable(parsed)
+    if single_table(parsed) is None:
+        raise InvalidArgumentError(
+            "physical partitions need a plain filter over one table (no join, aggregate, "
+            "DISTINCT, LIMIT, window or set operation)"
+        )
+    select = parsed.tree.copy()
+    assert isinstance(select, exp.Select)
+    frame = Frame(select, parsed.dialect, None, None, None, alias="")
+    return [parsed.dialect.sql(frame.with_condition(c.copy())) for c in conditions]
+
+
+def numbered_sql(
+    query: str | ParsedQuery,
+    row_number: str,
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> exp.Select:
+    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize.
+
+    The numbering is arbitrary but fixed once stored; the output names must be distinct.
+    """
+    parsed = parse(query, dialect)
+    frame = Frame.build(parsed, columns, pushdown=False)
+    if frame.columns is None or frame.names is None:
+        raise QueryError("materialize needs the output column names: pass columns=...")
+    numbered = exp.alias_(
+        exp.Window(this=exp.RowNumber()), exp.to_identifier(row_number), copy=False
+    )
+    outputs = [
+        exp.alias_(c.copy(), exp.to_identifier(n, quoted=True), copy=False)
+        for c, n in zip(frame.columns, frame.names, strict=True)
+        if n is not None
+    ]
+    select = frame.select
+    select.set("expressions", [numbered, *outputs])
+    return select
+
+
+def literal(value: object) -> exp.Expr:
+    """A SQL literal for a Python value (bounds): exact for integers and decimals.
+
+    >>> literal(2**63 - 1).sql()
+    '9223372036854775807'
+    >>> literal(dt.date(2024, 2, 29)).sql()
+    "CAST('2024-02-29' AS DATE)"
+    """
+    if value is None:
+        return exp.null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise InvalidArgumentError(f"cannot use {value} as a partition bound")
+        return exp.Literal.number(repr(value))
+    if isinstance(value, dt.datetime):
+        kind = exp.DataType.Type.TIMESTAMPTZ if value.tzinfo else exp.DataType.Type.TIMESTAMP
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), exp.DataType.Type.DATE)
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    raise InvalidArgumentError(f"cannot use a {type(value).__name__} as a partition bound")
+
+
+def partitions_for(rows: int, target_rows: int, workers: int = 1) -> int:
+    """The default partition count: ceil(rows / target_rows), at least 4 x workers.
+
+    >>> partitions_for(1_000_000, 100_000, workers=4)
+    16
+    """
+    check_positive_int(target_rows, "target_rows")
+    check_positive_int(workers, "workers")
+    return max(math.ceil(max(rows, 0) / target_rows), 4 * workers, 1)

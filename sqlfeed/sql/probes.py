@@ -1,0 +1,195 @@
+"""Queries that look at a query's result without partitioning it.
+
+Its row count (:func:`count_sql`), a sample of its rows for statistics
+(:func:`sample_sql`), its output columns and types (:func:`schema_sql`), and the query
+under the names the engine gives its columns (:func:`relation_sql`).
+
+>>> q = parse("SELECT a, b FROM t WHERE a > 0 OR b < 0", "duckdb")
+>>> count_sql(q)
+'SELECT COUNT(*) FROM t WHERE a > 0 OR b < 0'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sqlglot import exp
+
+from dialects import Dialect, InvalidArgumentError, UnsupportedError
+from sqlfeed.sql.arguments import check_positive_int, normalize_key
+from sqlfeed.sql.frame import Frame, free_alias, pushdown_blocker, with_ctes
+from sqlfeed.sql.parse import ParsedQuery, parse
+from sqlfeed.sql.syntax import has_limit
+
+__all__ = [
+    "HASH_SAMPLE_BUCKETS",
+    "SAMPLE_METHODS",
+    "count_sql",
+    "relation_sql",
+    "sample_sql",
+    "schema_sql",
+]
+
+SAMPLE_METHODS = ("limit", "bernoulli", "hash")
+"""The sampling methods :func:`sample_sql` knows."""
+
+HASH_SAMPLE_BUCKETS = 10_000
+"""Resolution of ``method='hash'`` samples: fractions are rounded to 1 / this."""
+
+
+def count_sql(
+    query: str | ParsedQuery,
+    dialect: str | Dialect = "duckdb",
+    *,
+    columns: Sequence[str] | None = None,
+    pretty: bool = False,
+) -> str:
+    """``SELECT COUNT(*)`` of the query's result.
+
+    Where the query is a plain filter over one table, the count replaces its projection
+    (provably the same number); otherwise the query is wrapped, its ORDER BY dropped when
+    it has no LIMIT.
+
+    Args:
+        query: SQL text or a parsed query.
+        dialect: the engine (when ``query`` is text).
+        columns: the output column names as the engine reports them, when known; needed
+            only for queries whose output names repeat on engines such as MySQL.
+        pretty: render on several lines.
+
+    >>> count_sql("SELECT DISTINCT a FROM t ORDER BY a", "postgres")
+    'SELECT COUNT(*) FROM (SELECT DISTINCT a FROM t) AS _sqlfeed_q'
+    """
+    parsed = parse(query, dialect)
+    frame = Frame.build(parsed, columns, pushdown=True)
+    select = frame.select
+    select.set("expressions", [parsed.dialect.count_star()])
+    select.set("order", None)
+    return parsed.dialect.sql(select, pretty=pretty)
+
+
+def sample_sql(
+    query: str | ParsedQuery,
+    n: int | None = None,
+    *,
+    dialect: str | Dialect = "duckdb",
+    method: str = "limit",
+    fraction: float | None = None,
+    seed: int | None = 0,
+    key: str | Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    text_columns: Collection[str] = (),
+    pretty: bool = False,
+) -> str:
+    """A sample of the query's result, for statistics.
+
+    Methods:
+        ``limit``: the first ``n`` rows (cheap; not random).
+        ``bernoulli``: each row kept with probability ``fraction``, by the engine's
+            TABLESAMPLE (an error where the engine has none: never a silent full scan).
+        ``hash``: the rows whose bucket is below ``fraction``; deterministic, any engine.
+    ``n`` caps the number of rows for every method.
+
+    >>> sample_sql("SELECT a FROM t", 100)
+    'SELECT a FROM t LIMIT 100'
+    >>> sample_sql("SELECT a FROM t", dialect="postgres", method="bernoulli", fraction=0.1)
+    'SELECT a FROM t TABLESAMPLE BERNOULLI (10) REPEATABLE (0)'
+    """
+    parsed = parse(query, dialect)
+    engine = parsed.dialect
+    if method not in SAMPLE_METHODS:
+        raise InvalidArgumentError(
+            f"unknown sample method {method!r}; use one of {', '.join(SAMPLE_METHODS)}"
+        )
+    if n is not None:
+        check_positive_int(n, "the sample size n", allow_zero=True)
+    if method == "limit":
+        if n is None:
+            raise InvalidArgumentError("method='limit' needs n, the number of rows")
+        if fraction is not None:
+            raise InvalidArgumentError("method='limit' takes n, not fraction")
+        tree = parsed.tree
+        if isinstance(tree, (exp.Select, exp.SetOperation)) and not has_limit(tree):
+            return engine.sql(tree.copy().limit(n), pretty=pretty)
+        select = Frame.build(parsed, columns, pushdown=False).select
+        return engine.sql(select.limit(n), pretty=pretty)
+    if fraction is None or isinstance(fraction, bool) or not 0 < float(fraction) <= 1:
+        raise InvalidArgumentError(
+            f"method={method!r} needs fraction, the share of rows to keep, in (0, 1]; "
+            f"got {fraction!r}"
+        )
+    if method == "bernoulli":
+        select = _bernoulli_sample(parsed, columns, float(fraction), seed)
+    else:
+        keys = normalize_key(key)
+        frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+        frame.text_columns = frozenset(text_columns)
+        threshold = max(1, round(float(fraction) * HASH_SAMPLE_BUCKETS))
+        bucket = frame.bucket(keys, HASH_SAMPLE_BUCKETS)
+        select = frame.with_condition(exp.LT(this=bucket, expression=exp.Literal.number(threshold)))
+    if n is not None:
+        select = select.limit(n)
+    return engine.sql(select, pretty=pretty)
+
+
+def _bernoulli_sample(
+    parsed: ParsedQuery, columns: Sequence[str] | None, fraction: float, seed: int | None
+) -> exp.Select:
+    engine = parsed.dialect
+    percent = fraction * 100
+    tree = parsed.tree
+    if fraction >= 1:  # every row: no sample clause at all
+        return Frame.build(parsed, columns, pushdown=True).select
+    if isinstance(tree, exp.Select) and pushdown_blocker(tree) is None:
+        select = tree.copy()
+        table = select.args["from_"].this
+        engine.tablesample(table, percent, seed)
+        return select
+    if not engine.TABLESAMPLE_BERNOULLI:
+        raise UnsupportedError(
+            f"{engine.name} has no row-level TABLESAMPLE; use method='hash' (deterministic) "
+            "or method='limit'"
+        )
+    if not engine.SAMPLE_DERIVED_TABLES:
+        raise UnsupportedError(
+            f"{engine.name} samples base tables only, and this query is more than a filter "
+            "over one table; use method='hash' (deterministic) or method='limit'"
+        )
+    frame = Frame.build(parsed, columns, pushdown=False)
+    engine.tablesample(frame.select.args["from_"].this, percent, seed)
+    return frame.select
+
+
+def schema_sql(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> str:
+    """The query cut to no rows, to learn its output columns and types from the engine.
+
+    >>> schema_sql("SELECT a FROM t ORDER BY a")
+    'SELECT a FROM t ORDER BY a LIMIT 0'
+    """
+    parsed = parse(query, dialect)
+    tree = parsed.tree
+    if isinstance(tree, (exp.Select, exp.SetOperation)) and not has_limit(tree):
+        return parsed.dialect.sql(tree.copy().limit(0))
+    body = tree.copy()
+    ctes = body.args.get("with_")
+    body.set("with_", None)
+    alias = exp.TableAlias(this=exp.to_identifier(free_alias(tree)))
+    select = exp.select("*").from_(exp.Subquery(this=body, alias=alias)).limit(0)
+    if ctes is not None:
+        select = with_ctes(select, ctes)
+    return parsed.dialect.sql(select)
+
+
+def relation_sql(
+    query: str | ParsedQuery,
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> str:
+    """The query as a SELECT whose output names are exactly ``columns`` (or as written).
+
+    For code that wraps the query again and refers to its columns by name (statistics):
+    unnamed columns are renamed by position and given their engine names back.
+    """
+    parsed = parse(query, dialect)
+    return parsed.dialect.sql(Frame.build(parsed, columns, pushdown=False).select)

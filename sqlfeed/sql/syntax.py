@@ -1,0 +1,108 @@
+"""Read-only questions about a query's sqlglot tree, shared by the SQL layer's modules.
+
+What the query outputs (its projection and output names), whether it has a LIMIT, whether
+an output column computes an aggregate, and the name of a function call. Nothing here
+builds or changes a tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+__all__ = [
+    "ast_names",
+    "computes_aggregate",
+    "function_name",
+    "has_limit",
+    "is_star",
+    "item_names",
+    "projection",
+    "single_aggregate_row",
+]
+
+
+def _leftmost_select(tree: exp.Expr) -> exp.Select | None:
+    node = tree
+    while True:
+        if isinstance(node, exp.Select):
+            return node
+        if isinstance(node, (exp.SetOperation, exp.Subquery)):
+            node = node.this
+        else:
+            return None
+
+
+def projection(tree: exp.Expr) -> list[exp.Expr] | None:
+    """The output items of the query's leftmost SELECT (which names a set operation's columns).
+
+    Args:
+        tree: a query tree.
+
+    Returns:
+        The SELECT list, or None when the query has no SELECT (a VALUES list).
+    """
+    select = _leftmost_select(tree)
+    return None if select is None else list(select.expressions)
+
+
+def is_star(item: exp.Expr) -> bool:
+    """Whether an output item is ``*`` or ``t.*``, which hides the column names."""
+    return isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star)
+
+
+def item_names(items: Sequence[exp.Expr]) -> list[exp.Identifier | None]:
+    """The name each output item has as written: its alias or column name, else None."""
+    names: list[exp.Identifier | None] = []
+    for item in items:
+        if isinstance(item, exp.Alias):
+            names.append(item.args["alias"])
+        elif isinstance(item, exp.Column):
+            names.append(item.this if isinstance(item.this, exp.Identifier) else None)
+        else:
+            names.append(None)
+    return names
+
+
+def ast_names(tree: exp.Expr) -> list[exp.Identifier | None] | None:
+    """The query's output names as written (see :func:`item_names`); None behind a ``*``."""
+    items = projection(tree)
+    if items is None or any(is_star(item) for item in items):
+        return None
+    return item_names(items)
+
+
+def computes_aggregate(item: exp.Expr) -> bool:
+    """Whether an output item computes an aggregate or window (outside nested queries)."""
+
+    def nested_query(node: exp.Expr) -> bool:
+        return node is not item and isinstance(node, (exp.Subquery, exp.Query))
+
+    for node in item.walk(prune=nested_query):
+        if isinstance(node, (exp.AggFunc, exp.Window)):
+            return True
+    return False
+
+
+def single_aggregate_row(select: exp.Select) -> bool:
+    """Whether the SELECT aggregates without GROUP BY, so returns at most one row."""
+    return (
+        not select.args.get("group")
+        and bool(select.expressions)
+        and all(computes_aggregate(i) for i in select.expressions)
+    )
+
+
+def has_limit(tree: exp.Expr) -> bool:
+    """Whether the query node has its own LIMIT, OFFSET or FETCH."""
+    return any(tree.args.get(arg) for arg in ("limit", "offset", "fetch"))
+
+
+def function_name(node: exp.Expr) -> str:
+    """The lower-case name of a function call; empty for anything else."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return ""

@@ -1,0 +1,443 @@
+"""The Feed: a query's rows as a ``tf.data.Dataset``, and the functions that build one.
+
+Owns :class:`Feed` (the Feeder, the converter and the ``tf.data`` graph around them),
+:func:`dataset`, :func:`input_fn` and :func:`distributed_dataset`, and the checks of
+their options. TensorFlow is imported when a dataset is built, not before.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dialects import InvalidArgumentError, MissingDependencyError
+from sqlfeed.dispatch import Feeder, default_worker_id
+from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
+from sqlfeed.plans import Plan
+from sqlfeed.plans import plan as make_plan
+from sqlfeed.tf.convert import Converter
+from sqlfeed.tf.job import JobEpochs
+from sqlfeed.tf.types import (
+    ColumnMapping,
+    RaggedBuilder,
+    as_names,
+    check_options,
+    column_mappings,
+    flat_specs,
+    nest_element,
+)
+
+__all__ = ["AUTOTUNE", "Feed", "dataset", "distributed_dataset", "input_fn"]
+
+AUTOTUNE = -1
+"""``prefetch=AUTOTUNE`` lets tf.data size the prefetch buffer (``tf.data.AUTOTUNE``)."""
+
+
+def _tensorflow() -> Any:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise MissingDependencyError(
+            "tf.data pipelines need TensorFlow: pip install 'sqlfeed[tf]'"
+        ) from None
+    return tf
+
+
+class Feed:
+    """A query's rows as a ``tf.data.Dataset`` (:attr:`dataset`), and how they map.
+
+    :func:`dataset` returns ``Feed(...).dataset``; keep the Feed to see how each column
+    maps (:attr:`mappings`), the :attr:`plan` and :attr:`feeder`, or to :meth:`close` a
+    job's worker (give its lease back at once, e.g. on shutdown).
+
+    Args:
+        query: a SQL SELECT or a :class:`~sqlfeed.Plan`.
+        source: where it runs (anything :func:`sqlfeed.connect` takes).
+        batch_size: rows per element (per pipeline: with ``input_context`` this is the
+            per-replica batch size; :func:`input_fn` divides a global one).
+        label: the label column (element ``(features, label)``), a list of them (element
+            ``(features, {name: label})``), or None (element ``features``).
+        features: the feature columns in order (default: every column but the labels).
+        fill: per column, the value its NULLs become (default: see the module's table).
+        fill_nulls: False: a NULL in a column without a ``fill`` is an error.
+        masks: True, or feature names: add a boolean ``<name>_is_null`` feature.
+        float_dtype: what Arrow floats become, ``float32`` or ``float64``.
+        time_unit: the unit of timestamps, times and durations (``s``, ``ms``, ``us``,
+            ``ns``); dates are days.
+        drop_remainder: drop each epoch's last, smaller batch (static mode).
+        shuffle_buffer, seed, readers, read_batch_rows: as for :class:`~sqlfeed.Feeder`.
+            The k-th iteration of the dataset is the Feeder's epoch k (its own order).
+        prefetch: batches prefetched (``AUTOTUNE``: tf.data decides; 0: none). Default:
+            ``AUTOTUNE``, and 0 with ``job``: a job's batch counts as taken when the next
+            one is asked for, and a prefetch buffer asks early, so batches an abandoned
+            iteration prefetched would be acknowledged without being trained on.
+        input_context: a ``tf.distribute.InputContext``: read pipeline
+            ``input_pipeline_id``'s static share (or, with ``job``, be worker
+            ``<worker_id>/<input_pipeline_id>``, ``replicas`` defaulting to the number of
+            pipelines).
+        rank, world_size: a static share without an InputContext.
+        job, queue, worker_id, epochs, lease_ttl, order, even_batches, replicas: pull
+            partitions dynamically from a lease queue, as :class:`~sqlfeed.Feeder` does.
+            Each iteration of the dataset is the job's next epoch (an iteration stopped
+            early is continued by the next); a batch counts as taken (acknowledged) when
+            the next one is asked for.
+        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan`.
+
+    Raises:
+        InvalidArgumentError: bad arguments, unknown columns, unmappable types; raised
+            before any partition query runs (a SQL query's schema is read first).
+        MissingDependencyError: TensorFlow is not installed.
+    """
+
+    def __init__(
+        self,
+        query: str | Plan,
+        source: Any = None,
+        *,
+        batch_size: int,
+        label: str | Sequence[str] | None = None,
+        features: Sequence[str] | None = None,
+        fill: Mapping[str, Any] | None = None,
+        fill_nulls: bool = True,
+        masks: bool | Sequence[str] = False,
+        float_dtype: str = "float32",
+        time_unit: str = "us",
+        drop_remainder: bool = False,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        readers: int = 2,
+        read_batch_rows: int = DEFAULT_BATCH_ROWS,
+        prefetch: int | None = None,
+        input_context: Any = None,
+        rank: int = 0,
+        world_size: int = 1,
+        job: str | None = None,
+        queue: Any = None,
+        worker_id: str | None = None,
+        epochs: int = 1,
+        lease_ttl: float = 60.0,
+        order: str = "shuffle",
+        even_batches: bool = False,
+        replicas: int | None = None,
+        **plan_options: Any,
+    ) -> None:
+        _check_int(batch_size, "batch_size", 1)
+        mapping: dict[str, Any] = dict(
+            label=label, features=features, fill=fill, fill_nulls=fill_nulls, masks=masks,
+            float_dtype=float_dtype, time_unit=time_unit,
+        )  # fmt: skip
+        check_options(**mapping)
+        prefetch = _check_modes(prefetch, drop_remainder, job, even_batches)
+        if input_context is not None:
+            rank, world_size, worker_id, replicas = _pipeline_share(
+                input_context, rank, world_size, job, worker_id, even_batches, replicas
+            )
+        self.tf = _tensorflow()
+        self.source: Source = connect(source)
+        _check_plan_options(plan_options)
+        plan, schema = _plan_and_schema(query, self.source, plan_options, mapping, world_size)
+        self.mappings: list[ColumnMapping] = column_mappings(schema, **mapping)
+        self.plan = plan
+        self.batch_size = batch_size
+        self.drop_remainder = drop_remainder
+        self.prefetch = prefetch
+        self.labels = as_names(label, "label")
+        self._single_label = isinstance(label, str)
+        self._converter = Converter(self.mappings, time_unit)
+        self.ragged = any(m.ragged_rank for m in self.mappings)
+        dynamic = job is not None
+        self.feeder = Feeder(
+            plan, self.source, format="arrow",
+            # Dense columns are cut into batch_size rows by tf.data's rebatch; ragged ones
+            # and a job's batches (acknowledged one by one) are batched here.
+            batch_size=batch_size if (self.ragged or dynamic) else None,
+            drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, seed=seed,
+            readers=readers, read_batch_rows=read_batch_rows, rank=rank, world_size=world_size,
+            epochs=epochs, job=job, queue=queue, worker_id=worker_id, lease_ttl=lease_ttl,
+            order=order, even_batches=even_batches, replicas=replicas,
+        )  # fmt: skip
+        self._job = JobEpochs(self.feeder.worker) if dynamic else None
+        self._iterations = itertools.count()
+        self.dataset: Any = self._build()
+        """The ``tf.data.Dataset``."""
+
+    def __repr__(self) -> str:
+        return f"Feed({self.feeder!r}, {len(self.mappings)} columns)"
+
+    @property
+    def element_spec(self) -> Any:
+        """The dataset's ``element_spec``."""
+        return self.dataset.element_spec
+
+    def close(self) -> None:
+        """Give back a job's lease held now (dynamic mode); nothing otherwise."""
+        self.feeder.close()
+
+    # -- building -----------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        if self._job is not None:
+            return self._job.epoch_batches()
+        return self.feeder.epoch(next(self._iterations))
+
+    def _structure(self, flat: Sequence[Any], ragged: RaggedBuilder | None = None) -> Any:
+        return nest_element(
+            flat,
+            self.mappings,
+            labels=self.labels,
+            single_label=self._single_label,
+            ragged=ragged,
+        )
+
+    def _build(self) -> Any:
+        tf = self.tf
+        convert = self._converter.arrays
+        if self.ragged:
+            signature = tuple(flat_specs(tf, self.mappings))
+
+            def flat_batches() -> Iterator[tuple[np.ndarray, ...]]:
+                for batch in self._batches():
+                    if batch.num_rows:
+                        yield tuple(convert(batch))
+
+            ds = tf.data.Dataset.from_generator(flat_batches, output_signature=signature)
+
+            def assemble(*flat: Any) -> Any:
+                return self._structure(
+                    flat,
+                    lambda values, splits: tf.RaggedTensor.from_nested_row_splits(
+                        values, splits, validate=False
+                    ),
+                )
+
+            ds = ds.map(assemble)
+        else:
+            signature = self._structure(flat_specs(tf, self.mappings))
+
+            def batches() -> Iterator[Any]:
+                for batch in self._batches():
+                    if batch.num_rows:
+                        yield self._structure(convert(batch))
+
+            ds = tf.data.Dataset.from_generator(batches, output_signature=signature)
+            if self._job is None:
+                # Python once per read batch (64K rows); tf.data cuts the training batches.
+                ds = ds.rebatch(self.batch_size, drop_remainder=self.drop_remainder)
+        if self.prefetch:
+            ds = ds.prefetch(tf.data.AUTOTUNE if self.prefetch == AUTOTUNE else self.prefetch)
+        else:  # and no prefetch added behind our back either
+            options = tf.data.Options()
+            options.experimental_optimization.inject_prefetch = False
+            ds = ds.with_options(options)
+        return ds
+
+
+def _check_modes(
+    prefetch: int | None, drop_remainder: bool, job: str | None, even_batches: bool
+) -> int:
+    """Checks the options that depend on the mode (static or job); returns ``prefetch``."""
+    if prefetch is None:
+        prefetch = AUTOTUNE if job is None else 0
+    _check_int(prefetch, "prefetch", AUTOTUNE)
+    if not isinstance(drop_remainder, bool):
+        raise InvalidArgumentError("drop_remainder must be True or False")
+    if job is None:
+        if even_batches:
+            raise InvalidArgumentError(
+                "even_batches needs job=...: a static split cannot even out its shares"
+            )
+    elif drop_remainder:
+        raise InvalidArgumentError(
+            "drop_remainder works on the whole epoch; with job=..., batches end with their "
+            "partition: use even_batches=True for equal batch counts"
+        )
+    return prefetch
+
+
+def _pipeline_share(
+    input_context: Any,
+    rank: int,
+    world_size: int,
+    job: str | None,
+    worker_id: str | None,
+    even_batches: bool,
+    replicas: int | None,
+) -> tuple[int, int, str | None, int | None]:
+    """``(rank, world_size, worker_id, replicas)`` of an InputContext's pipeline.
+
+    Statically, pipeline ``i`` of ``n`` is rank ``i`` of ``n``; with a job it is worker
+    ``<worker_id>/<i>``, and ``even_batches`` counts the pipelines as the replicas.
+    """
+    if rank != 0 or world_size != 1:
+        raise InvalidArgumentError("give input_context or rank/world_size, not both")
+    pipelines = int(input_context.num_input_pipelines)
+    pipeline = int(input_context.input_pipeline_id)
+    if job is None:
+        rank, world_size = pipeline, pipelines
+    else:
+        worker_id = f"{worker_id or default_worker_id()}/{pipeline}"
+        if even_batches and replicas is None:
+            replicas = pipelines
+    return rank, world_size, worker_id, replicas
+
+
+def _plan_and_schema(
+    query: str | Plan,
+    source: Source,
+    plan_options: dict[str, Any],
+    mapping: Mapping[str, Any],
+    world_size: int,
+) -> tuple[Plan, pa.Schema]:
+    """The plan of ``query`` (planned here for SQL) and the Arrow schema of its rows.
+
+    A SQL query's columns are checked against ``mapping`` before planning, so a bad
+    column fails before any planning query runs.
+    """
+    if isinstance(query, Plan):
+        if plan_options:
+            raise InvalidArgumentError(
+                f"plan options ({', '.join(plan_options)}) need a SQL query, not a Plan"
+            )
+        return query, query.arrow_schema() or source.schema(query.sql)
+    schema = source.schema(query)  # check the columns before planning
+    column_mappings(schema, **mapping)
+    plan_options.setdefault("workers", world_size)
+    plan = make_plan(query, source, **plan_options)
+    return plan, plan.arrow_schema() or schema
+
+
+def dataset(query: str | Plan, source: Any = None, *, batch_size: int, **options: Any) -> Any:
+    """A ``tf.data.Dataset`` of the query's rows: ``Feed(query, source, ...).dataset``.
+
+    See :class:`Feed` for the options and the module docstring for the type mapping.
+
+    >>> ds = dataset("SELECT * FROM t", source, label="y", batch_size=1024)  # doctest: +SKIP
+    >>> model.fit(ds, epochs=3)  # doctest: +SKIP
+    """
+    return Feed(query, source, batch_size=batch_size, **options).dataset
+
+
+def input_fn(
+    query: str | Plan, source: Any = None, *, batch_size: int, **options: Any
+) -> Callable[..., Any]:
+    """An ``input_fn``: a function of an optional ``tf.distribute.InputContext``.
+
+    The query is planned and checked now, once; each call builds a dataset. Without a
+    context it reads everything in batches of ``batch_size``; with one (as
+    ``strategy.distribute_datasets_from_function`` passes) ``batch_size`` is the *global*
+    batch size and the pipeline reads its share in batches of
+    ``input_context.get_per_replica_batch_size(batch_size)``.
+
+    >>> train = input_fn("SELECT * FROM t", source, label="y", batch_size=256)  # doctest: +SKIP
+    >>> model.fit(train(), epochs=2)  # doctest: +SKIP
+    """
+    _check_int(batch_size, "batch_size", 1)
+    known = set(inspect.signature(Feed).parameters) - {"query", "source", "plan_options"}
+    _check_plan_options({k: v for k, v in options.items() if k not in known})
+    check_options(*(options.get(k, _OPTION_DEFAULTS[k]) for k in _OPTION_DEFAULTS))
+    _tensorflow()
+    src = connect(source)
+    if isinstance(query, str):
+        plan_options = {k: options.pop(k) for k in _PLAN_OPTIONS if k in options}
+        schema = src.schema(query)
+        _check_columns(schema, options)
+        query = make_plan(query, src, **plan_options)
+    _check_columns(query.arrow_schema() or src.schema(query.sql), options)
+    plan = query
+
+    def make(input_context: Any = None) -> Any:
+        size = batch_size
+        if input_context is not None:
+            replicas = int(input_context.num_replicas_in_sync)
+            if batch_size % replicas:
+                raise InvalidArgumentError(
+                    f"the global batch_size {batch_size} is not divisible by the "
+                    f"{replicas} replicas in sync"
+                )
+            size = int(input_context.get_per_replica_batch_size(batch_size))
+        return dataset(plan, src, batch_size=size, input_context=input_context, **options)
+
+    return make
+
+
+_PLAN_OPTIONS = (
+    "partitions", "strategy", "key", "target_rows", "workers", "scratch", "allow_unstable",
+    "sample_rows",
+)  # fmt: skip
+_OPTION_DEFAULTS: dict[str, Any] = {
+    "label": None, "features": None, "fill": None, "fill_nulls": True, "masks": False,
+    "float_dtype": "float32", "time_unit": "us",
+}  # fmt: skip
+_MAPPING_OPTIONS = (
+    "label", "features", "fill", "fill_nulls", "masks", "float_dtype", "time_unit",
+)  # fmt: skip
+
+
+def _check_plan_options(options: Mapping[str, Any]) -> None:
+    unknown = [name for name in options if name not in _PLAN_OPTIONS]
+    if unknown:
+        known = [*inspect.signature(Feed).parameters, *_PLAN_OPTIONS]
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidArgumentError(f"unknown option {unknown[0]!r}{hint}")
+
+
+def _check_columns(schema: pa.Schema, options: Mapping[str, Any]) -> None:
+    column_mappings(schema, **{k: v for k, v in options.items() if k in _MAPPING_OPTIONS})
+
+
+def distributed_dataset(
+    strategy: Any,
+    query: str | Plan,
+    source: Any = None,
+    *,
+    global_batch_size: int,
+    per_replica: bool = False,
+    **options: Any,
+) -> Any:
+    """``strategy.distribute_datasets_from_function`` over per-pipeline sqlfeed datasets.
+
+    Args:
+        strategy: a ``tf.distribute.Strategy``.
+        query, source: as for :func:`dataset`.
+        global_batch_size: rows per step over all replicas (divisible by their number).
+        per_replica: one input pipeline per replica (``InputReplicationMode.PER_REPLICA``,
+            MirroredStrategy only) instead of one per worker host. With ``job=...`` each
+            pipeline is an elastic worker of the job; ``even_batches=True`` keeps them in
+            lockstep, and elements are not prefetched to the devices (one per worker
+            host prefetches a batch per device, which a job counts as taken).
+        **options: as for :func:`dataset` (``label``, ``job``, ``even_batches``, ...).
+    """
+    tf = _tensorflow()
+    _check_int(global_batch_size, "global_batch_size", 1)
+    replicas = int(strategy.num_replicas_in_sync)
+    if global_batch_size % replicas:
+        raise InvalidArgumentError(
+            f"global_batch_size {global_batch_size} is not divisible by the {replicas} replicas"
+        )
+    make = input_fn(query, source, batch_size=global_batch_size, **options)
+    mode = (
+        tf.distribute.InputReplicationMode.PER_REPLICA
+        if per_replica
+        else tf.distribute.InputReplicationMode.PER_WORKER
+    )
+    # A job's batch is taken when the next is asked for: no device prefetch ahead of it
+    # (per replica, the pipeline's own iterator is used then).
+    fetch = not (per_replica and options.get("job") is not None)
+    return strategy.distribute_datasets_from_function(
+        make,
+        options=tf.distribute.InputOptions(
+            experimental_replication_mode=mode, experimental_fetch_to_device=fetch
+        ),
+    )
+
+
+def _check_int(value: object, what: str, lowest: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")
