@@ -59,7 +59,14 @@ class Dialect:
     """Whether a CTE may rename its columns: ``WITH t(c0, c1) AS (SELECT ...)``."""
 
     WHOLE_ROW_HASH: ClassVar[bool] = False
-    """Whether a whole row can be hashed through its table alias, without naming columns."""
+    """Whether a whole row can be hashed through its table alias, without naming columns.
+
+    Where it can (:meth:`whole_row_hash`: DuckDB ``hash(q)``, PostgreSQL
+    ``hash_record_extended(q, 0)``), a query whose output columns are hidden behind ``*``,
+    unnamed or repeated is partitioned by hashing the whole row of the wrapped query, and
+    an ORDER BY over such a query is completed with the row's hash; elsewhere sqlfeed
+    needs the output column names (a source, ``columns=``) or a key.
+    """
 
     ORDER_BY_IN_DERIVED_TABLE: ClassVar[bool] = True
     """Whether a derived table may keep an ORDER BY that has no LIMIT (T-SQL refuses it)."""
@@ -94,9 +101,23 @@ class Dialect:
         """``arg`` in a form the hash accepts, for a column whose type it cannot hash."""
         return exp.cast(arg, exp.DataType.Type.TEXT)
 
-    def whole_row_hash(self, alias: str) -> exp.Expr:
-        """An integer expression hashing every column of the relation named ``alias``."""
+    def whole_row_hash(self, alias: str | exp.Identifier) -> exp.Expr:
+        """An integer expression hashing every column of the relation named ``alias``.
+
+        Only where :attr:`WHOLE_ROW_HASH` is set. A string is quoted; an identifier is
+        used as written (so a relation named without quotes keeps the engine's case rule).
+        """
         raise UnsupportedError(f"{self.name} cannot hash a whole row without naming its columns")
+
+    def collation_tiebreak(self, arg: exp.Expr) -> exp.Expr | None:
+        """An extra ORDER BY key telling apart values the engine's ORDER BY holds equal.
+
+        A tie-breaker must separate any two different output rows. Engines that compare
+        text byte by byte (DuckDB, PostgreSQL's default collations, SQLite) need none
+        (None); MySQL/MariaDB's default collations hold ``'a' = 'A'`` and ``'a' = 'a '``,
+        so there the value's binary form is ordered on as well.
+        """
+        return None
 
     def bucket(self, args: list[exp.Expr], m: int) -> exp.Expr:
         """The partition number of a row, an integer in [0, m).

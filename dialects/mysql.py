@@ -22,6 +22,10 @@ class MySQL(Dialect):
     HASH_FUNCTION = "CRC32"
     HASH_IS_UNSIGNED = True
 
+    def collation_tiebreak(self, arg: exp.Expr) -> exp.Expr | None:
+        """``CAST(x AS BINARY)``: the default collations hold 'a' = 'A' = 'a ' in ORDER BY."""
+        return exp.cast(arg, exp.DataType.build("BINARY", dialect="mysql"))
+
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         parts: list[exp.Expr] = [exp.Literal.string("|")]
         for arg in args:

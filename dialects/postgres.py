@@ -44,8 +44,11 @@ class Postgres(Dialect):
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))
 
-    def whole_row_hash(self, alias: str) -> exp.Expr:
-        return self._hash_record(exp.column(exp.to_identifier(alias, quoted=True)))
+    def whole_row_hash(self, alias: str | exp.Identifier) -> exp.Expr:
+        """``hash_record_extended(q, 0)``: the row of relation ``q`` as a record (every
+        column's type needs a hash function: json, xml, point... fail)."""
+        ident = exp.to_identifier(alias, quoted=True) if isinstance(alias, str) else alias
+        return self._hash_record(exp.column(ident.copy()))
 
     def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
         points = exp.Array(expressions=[exp.Literal.number(repr(f)) for f in fractions])

@@ -1,16 +1,22 @@
 """The SQL layer: pure sqlglot rewriting, no I/O.
 
 Modules, bottom to top: ``syntax`` (read-only questions about a tree), ``arguments``
-(shared argument checks), ``parse`` (parsing and validation), ``stability`` (whether a
-query returns the same rows every run), ``frame`` (a SELECT over the query's rows that a
-WHERE can be added to), ``probes`` (count, sample and schema queries) and ``partition``
-(hash, range and physical partition queries). Import the public names from here.
+(shared argument checks), ``render`` (one render, many queries), ``parse`` (parsing and
+validation), ``keys`` (unique keys: which ORDER BYs are total), ``order`` (completing
+ORDER BYs that may tie), ``stability`` (whether a query returns the same rows every run),
+``frame`` (a SELECT over the query's rows that a WHERE can be added to), ``probes``
+(count, sample and schema queries) and ``partition`` (hash, range and physical partition
+queries). Import the public names from here.
 """
 
+from sqlfeed.sql.arguments import MAX_PARTITIONS, check_partition_count
 from sqlfeed.sql.frame import single_table
+from sqlfeed.sql.keys import only_base_table
+from sqlfeed.sql.order import OrderCompletion, complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.partition import (
     bounds_sql,
+    deterministic,
     literal,
     numbered_sql,
     partition_sql,
@@ -27,17 +33,27 @@ from sqlfeed.sql.probes import (
     sample_sql,
     schema_sql,
 )
+from sqlfeed.sql.render import Template
 from sqlfeed.sql.stability import check_stable, unstable_reasons
+from sqlfeed.sql.syntax import function_name
 
 __all__ = [
     "HASH_SAMPLE_BUCKETS",
+    "MAX_PARTITIONS",
     "SAMPLE_METHODS",
+    "OrderCompletion",
     "ParsedQuery",
+    "Template",
     "bounds_sql",
+    "check_partition_count",
     "check_stable",
+    "complete_orders",
     "count_sql",
+    "deterministic",
+    "function_name",
     "literal",
     "numbered_sql",
+    "only_base_table",
     "parse",
     "partition_sql",
     "partition_sqls",

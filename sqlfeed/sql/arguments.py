@@ -9,7 +9,17 @@ from collections.abc import Sequence
 
 from dialects import InvalidArgumentError
 
-__all__ = ["check_partition_index", "check_positive_int", "normalize_key"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "check_partition_count",
+    "check_partition_index",
+    "check_positive_int",
+    "normalize_key",
+]
+
+MAX_PARTITIONS = 100_000
+"""The most partitions one plan may have: beyond it a plan (its JSON, its lease table, the
+per-partition start-up cost) outweighs what finer partitions could bring."""
 
 
 def normalize_key(key: str | Sequence[str] | None) -> list[str] | None:
@@ -35,6 +45,21 @@ def check_positive_int(value: object, what: str, allow_zero: bool = False) -> No
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")
+
+
+def check_partition_count(m: object, what: str = "the number of partitions M") -> None:
+    """Refuse a partition count that is not an integer in [1, :data:`MAX_PARTITIONS`].
+
+    Raises:
+        InvalidArgumentError: naming ``what`` (``--partitions`` in the CLI) and the limit.
+    """
+    check_positive_int(m, what)
+    assert isinstance(m, int)
+    if m > MAX_PARTITIONS:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_PARTITIONS}, got {m}: partitions of a few "
+            "thousand rows or more are enough to balance any number of workers"
+        )
 
 
 def check_partition_index(k: object, m: int) -> None:

@@ -64,11 +64,17 @@ class Frame:
         pushdown: bool,
         hashing: bool = False,
         key: list[str] | None = None,
+        names: bool = True,
     ) -> Frame:
         """The cheapest frame; with ``hashing``, one that can hash ``key`` (or all columns).
 
         A pushed-down predicate may only hash plain columns: the engine may evaluate a
         computed one (``a / b``) on rows the query's own WHERE excludes (``b <> 0``).
+
+        Unnamed output columns (``SELECT a + 1``) whose engine names are not known stay as
+        the engine names them in a plain wrap where the engine can hash a whole row (and so
+        hashes them as part of it, without a key); elsewhere, with ``names=False`` (a COUNT,
+        which shows no column), they are renamed by position and never named back.
         """
         tree = parsed.tree
         engine = parsed.dialect
@@ -88,7 +94,8 @@ class Frame:
                 if args is None or not all(isinstance(a, exp.Column) for a in args):
                     frame = None
         if frame is None:
-            frame = cls._wrap(parsed, engine_columns, hashable)
+            whole_row = key is None and engine.WHOLE_ROW_HASH
+            frame = cls._wrap(parsed, engine_columns, hashable, whole_row, names, key is not None)
         return frame
 
     @classmethod
@@ -120,7 +127,13 @@ class Frame:
 
     @classmethod
     def _wrap(
-        cls, parsed: ParsedQuery, engine_columns: Sequence[str] | None, hashable: list[bool] | None
+        cls,
+        parsed: ParsedQuery,
+        engine_columns: Sequence[str] | None,
+        hashable: list[bool] | None,
+        whole_row: bool = False,
+        names_needed: bool = True,
+        keyed: bool = False,
     ) -> Frame:
         tree = parsed.tree
         engine = parsed.dialect
@@ -146,6 +159,14 @@ class Frame:
         if unique and idents is not None:
             folded = [i.name.casefold() for i in idents if i is not None]
             unique = len(set(folded)) == len(folded)
+        named = idents is not None and all(i is not None for i in idents)
+        if not unique and not named and engine_columns is None and items is not None:
+            # Unnamed columns, engine names unknown: hash the whole row of a plain wrap, or
+            # (with a key) hash the named key columns of it when no two names can clash.
+            texts = [i.alias_or_name or i.sql(engine.sqlglot_dialect) for i in items]
+            folded = [t.casefold() for t in texts]
+            if whole_row or (keyed and len(set(folded)) == len(folded)):
+                idents, unique = None if whole_row else idents, True
         if idents is None or unique:
             # Plain wrap: names unknown (a * the engine was not asked about) or unique.
             select = exp.select("*").from_(
@@ -154,11 +175,14 @@ class Frame:
             columns: list[exp.Expr] | None = None
             names: list[str | None] | None = None
             if idents is not None:
-                columns = [exp.column(i.copy(), table=alias) for i in idents if i is not None]
-                names = [i.name for i in idents if i is not None]
+                columns = [
+                    exp.column(i.copy(), table=alias) if i is not None else exp.null()
+                    for i in idents
+                ]
+                names = [i.name if i is not None else None for i in idents]
             frame = cls(select, engine, columns, names, hashable, alias=alias)
         else:
-            frame = cls._rename(engine, body, idents, hashable, alias, tree)
+            frame = cls._rename(engine, body, idents, hashable, alias, tree, names_needed)
         if ctes is not None:
             frame.select = with_ctes(frame.select, ctes)
         return frame
@@ -172,22 +196,23 @@ class Frame:
         hashable: list[bool] | None,
         alias: str,
         tree: exp.Expr,
+        names_needed: bool = True,
     ) -> Frame:
         for position, ident in enumerate(idents):
-            if ident is None:
+            if ident is None and names_needed:
                 item = projection(tree)
                 text = item[position].sql(engine.sqlglot_dialect) if item else "?"
                 raise QueryError(
-                    f"output column {position + 1} ({text}) has no name, and its name is needed "
-                    "to keep the output columns apart: give it an alias (AS name), or let "
-                    "sqlfeed read the names from the database (columns=..., or --db)"
+                    f"output column {position + 1} ({text}) has no name, and {engine.name} "
+                    "needs it to keep the output columns apart: give it an alias (AS name), "
+                    "let sqlfeed read the names from the database (a source or columns=..., "
+                    "--db), or name the key column(s) to hash (key=..., --key)"
                 )
         inner = [exp.to_identifier(f"{_COLUMN_PREFIX}{i}") for i in range(len(idents))]
         table_alias = exp.TableAlias(this=exp.to_identifier(alias), columns=inner)
         projections = [
-            exp.alias_(exp.column(inner[i].copy()), ident.copy())
+            exp.alias_(exp.column(inner[i].copy()), (ident or inner[i]).copy())
             for i, ident in enumerate(idents)
-            if ident is not None
         ]
         if engine.DERIVED_COLUMN_LIST:
             select = exp.select(*projections).from_(exp.Subquery(this=body, alias=table_alias))

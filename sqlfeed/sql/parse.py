@@ -18,6 +18,7 @@ from sqlglot.errors import TokenError
 
 from dialects import Dialect, ParseError, QueryError, UnsafeQueryError, get_dialect
 from sqlfeed.sql.syntax import ast_names, function_name, is_star, projection
+from sqlfeed.sql.wording import syntax_problem, unclosed
 
 __all__ = ["ParsedQuery", "parse"]
 
@@ -124,11 +125,14 @@ def _parse_statements(sql: str, engine: Dialect) -> list[exp.Expr]:
         parsed = sqlglot.parse(sql, read=engine.sqlglot_dialect)
     except SqlglotParseError as err:
         first = err.errors[0] if err.errors else {}
-        description = first.get("description") or "syntax error"
+        description = syntax_problem(first.get("description") or "syntax error")
         near = (first.get("highlight") or "").strip()
         message = f"cannot parse the SQL: {description}" + (f" near {near!r}" if near else "")
         raise ParseError(message, first.get("line"), first.get("col")) from None
     except TokenError as err:
+        open_part = unclosed(sql)
+        if open_part is not None:
+            raise ParseError(f"cannot parse the SQL: {open_part[0]}", *open_part[1:]) from None
         raise ParseError(f"cannot parse the SQL: {_first_line(str(err))}") from None
     finally:
         logger.setLevel(level)

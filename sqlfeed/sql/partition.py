@@ -8,7 +8,12 @@ of ``partition_sql(q, k, M)`` for ``k`` in ``0..M-1`` is exactly the result of `
 It rests on three facts: the bucket of a row is computed from the row's own values only,
 it is never NULL and always in [0, M) (see ``dialects.Dialect.bucket``), and ``q`` is
 stable, i.e. returns the same rows every time it runs (see
-:func:`sqlfeed.sql.stability.unstable_reasons`).
+:func:`sqlfeed.sql.stability.unstable_reasons`): an ORDER BY that may tie where it decides
+the rows (a LIMIT's, a window's) is completed with tie-breakers first
+(:func:`sqlfeed.sql.order.complete_orders`), unless ``strict``.
+
+The queries are rendered once per shape and filled in per partition
+(:class:`sqlfeed.sql.render.Template`), so M partitions cost about one render.
 
 >>> q = parse("SELECT a, b FROM t WHERE a > 0 OR b < 0", "duckdb")
 >>> partition_sql(q, 3, 8)
@@ -25,9 +30,17 @@ from collections.abc import Collection, Sequence
 from sqlglot import exp
 
 from dialects import Dialect, InvalidArgumentError, QueryError
-from sqlfeed.sql.arguments import check_partition_index, check_positive_int, normalize_key
+from sqlfeed.sql.arguments import (
+    check_partition_count,
+    check_partition_index,
+    check_positive_int,
+    normalize_key,
+)
 from sqlfeed.sql.frame import Frame, single_table
+from sqlfeed.sql.keys import TableKeys
+from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
+from sqlfeed.sql.render import Template, Value
 from sqlfeed.sql.stability import check_stable
 from sqlfeed.sql.syntax import single_aggregate_row
 
@@ -54,6 +67,8 @@ def partition_sql(
     text_columns: Collection[str] = (),
     allow_unstable: bool = False,
     pretty: bool = False,
+    strict: bool = False,
+    table_keys: TableKeys | None = None,
 ) -> str:
     """Partition ``k`` of ``m`` hash partitions of the query.
 
@@ -70,12 +85,16 @@ def partition_sql(
             xml, point, ...): they are hashed through their text form.
         allow_unstable: partition a query whose result may change between runs anyway.
         pretty: render on several lines.
+        strict: refuse an ORDER BY that may tie (LIMIT, window) instead of completing it
+            with tie-breakers (see :func:`~sqlfeed.sql.order.complete_orders`).
+        table_keys: the primary/unique keys of the query's only base table (catalog
+            facts: an ORDER BY over one needs no tie-breaker).
 
     Raises:
         UnstableQueryError: the query is not stable and ``allow_unstable`` is False.
         InvalidArgumentError: ``k``/``m`` out of range, or a key not in the output.
     """
-    check_positive_int(m, "the number of partitions M")
+    check_partition_count(m)
     check_partition_index(k, m)
     return partition_sqls(
         query,
@@ -87,6 +106,8 @@ def partition_sql(
         allow_unstable=allow_unstable,
         pretty=pretty,
         only=k,
+        strict=strict,
+        table_keys=table_keys,
     )[0]
 
 
@@ -101,20 +122,23 @@ def partition_sqls(
     allow_unstable: bool = False,
     pretty: bool = False,
     only: int | None = None,
+    strict: bool = False,
+    table_keys: TableKeys | None = None,
 ) -> list[str]:
     """All ``m`` hash partition queries (or just partition ``only``), in order.
 
-    With ``m == 1`` the single partition is the query itself.
+    With ``m == 1`` the single partition is the query itself (its ORDER BYs completed).
+    The arguments are those of :func:`partition_sql`.
 
     >>> partition_sqls("SELECT a FROM t UNION SELECT b FROM u", 2, dialect="postgres")[1]
     'SELECT * FROM (SELECT a FROM t UNION SELECT b FROM u) AS _sqlfeed_q WHERE ((HASH_RECORD_EXTENDED(ROW(_sqlfeed_q.a), 0) % 2) + 2) % 2 = 1'
     """  # noqa: E501
-    parsed = parse(query, dialect)
-    check_positive_int(m, "the number of partitions M")
+    parsed = deterministic(
+        query, dialect, columns, allow_unstable=allow_unstable, strict=strict, table_keys=table_keys
+    )
+    check_partition_count(m)
     if only is not None:
         check_partition_index(only, m)
-    if not allow_unstable:
-        check_stable(parsed)
     keys = normalize_key(key)
     indices = range(m) if only is None else [only]
     engine = parsed.dialect
@@ -123,19 +147,45 @@ def partition_sqls(
         # At most one row: partition 0 holds it, the others are the query cut to no rows.
         empty = tree.copy().limit(0)
         empty.set("offset", None)
-        return [engine.sql(tree if k == 0 else empty, pretty=pretty) for k in indices]
+        whole, none = engine.sql(tree, pretty=pretty), engine.sql(empty, pretty=pretty)
+        return [whole if k == 0 else none for k in indices]
     frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
     frame.text_columns = frozenset(text_columns)
     bucket = frame.bucket(keys, m)  # validates the key even when m == 1
     if m == 1:
         return [engine.sql(tree, pretty=pretty)]
-    return [
-        engine.sql(
-            frame.with_condition(exp.EQ(this=bucket.copy(), expression=exp.Literal.number(k))),
-            pretty=pretty,
-        )
-        for k in indices
-    ]
+    template = Template(
+        engine,
+        lambda slot: frame.with_condition(exp.EQ(this=bucket.copy(), expression=slot[0])),
+        pretty=pretty,
+    )
+    return [template.fill(k) for k in indices]
+
+
+def deterministic(
+    query: str | ParsedQuery,
+    dialect: str | Dialect,
+    columns: Sequence[str] | None,
+    *,
+    allow_unstable: bool,
+    strict: bool,
+    table_keys: TableKeys | None = None,
+) -> ParsedQuery:
+    """The query made to return the same rows every run, or an error saying why it cannot.
+
+    Refuses (unless ``allow_unstable``) what no rewrite fixes (volatile functions, unseeded
+    samples, unordered order-sensitive aggregates) and, with ``strict``, every ORDER BY
+    that may tie; without ``strict`` those ORDER BYs come back completed.
+
+    Raises:
+        UnstableQueryError: the query is not stable and ``allow_unstable`` is False.
+    """
+    parsed = parse(query, dialect)
+    if not allow_unstable:
+        check_stable(parsed, strict=strict, columns=columns, table_keys=table_keys)
+    if strict:
+        return parsed
+    return complete_orders(parsed, columns=columns, table_keys=table_keys).parsed
 
 
 def range_partition_sqls(
@@ -147,6 +197,8 @@ def range_partition_sqls(
     columns: Sequence[str] | None = None,
     null_partition: bool = True,
     allow_unstable: bool = False,
+    strict: bool = False,
+    table_keys: TableKeys | None = None,
 ) -> list[str]:
     """Range partitions of the query on one key column, split at ``bounds``.
 
@@ -155,14 +207,15 @@ def range_partition_sqls(
     maximum still land somewhere), plus a last ``key IS NULL`` partition when
     ``null_partition``. Adjacent ranges compare against the same literal, so every row is
     in exactly one partition whatever the literal's rounding. Integers are exact.
+    ``strict`` and ``table_keys`` are those of :func:`partition_sql`.
 
     >>> range_partition_sqls("SELECT id, v FROM t", "id", [10, 20], dialect="postgres")
     ['SELECT id, v FROM t WHERE id < 10', 'SELECT id, v FROM t WHERE id >= 10 AND id < 20', \
 'SELECT id, v FROM t WHERE id >= 20', 'SELECT id, v FROM t WHERE id IS NULL']
     """
-    parsed = parse(query, dialect)
-    if not allow_unstable:
-        check_stable(parsed)
+    parsed = deterministic(
+        query, dialect, columns, allow_unstable=allow_unstable, strict=strict, table_keys=table_keys
+    )
     keys = normalize_key(key)
     assert keys is not None
     if len(keys) != 1:
@@ -171,22 +224,44 @@ def range_partition_sqls(
     column = frame.hash_args(keys)
     assert column is not None
     target = column[0]
-    literals = [literal(value) for value in bounds]
-    conditions: list[exp.Expr] = []
-    if not literals:
-        conditions.append(exp.Not(this=exp.Is(this=target.copy(), expression=exp.null())))
-    for position in range(len(literals) + 1):
-        parts: list[exp.Expr] = []
-        if position > 0:
-            parts.append(exp.GTE(this=target.copy(), expression=literals[position - 1].copy()))
-        if position < len(literals):
-            parts.append(exp.LT(this=target.copy(), expression=literals[position].copy()))
-        if parts:
-            conditions.append(exp.and_(*parts) if len(parts) > 1 else parts[0])
-    if null_partition:
-        conditions.append(exp.Is(this=target.copy(), expression=exp.null()))
     engine = parsed.dialect
-    return [engine.sql(frame.with_condition(condition)) for condition in conditions]
+    values = [_bound_value(value) for value in bounds]
+
+    def ranges(low: bool, high: bool) -> Template:
+        """The query for ranges of one shape: ``key >= s0`` and/or ``key < s1``."""
+
+        def build(slots: list[exp.Expr]) -> exp.Select:
+            parts: list[exp.Expr] = []
+            if low:
+                parts.append(exp.GTE(this=target.copy(), expression=slots[0]))
+            if high:
+                parts.append(exp.LT(this=target.copy(), expression=slots[-1]))
+            return frame.with_condition(exp.and_(*parts) if len(parts) > 1 else parts[0])
+
+        return Template(engine, build, slots=int(low) + int(high))
+
+    sqls: list[str] = []
+    if not values:
+        not_null = exp.Not(this=exp.Is(this=target.copy(), expression=exp.null()))
+        sqls.append(engine.sql(frame.with_condition(not_null)))
+    else:
+        sqls.append(ranges(False, True).fill(values[0]))
+        if len(values) > 1:
+            middle = ranges(True, True)
+            sqls += [middle.fill(values[i - 1], values[i]) for i in range(1, len(values))]
+        sqls.append(ranges(True, False).fill(values[-1]))
+    if null_partition:
+        is_null = exp.Is(this=target.copy(), expression=exp.null())
+        sqls.append(engine.sql(frame.with_condition(is_null)))
+    return sqls
+
+
+def _bound_value(value: object) -> Value:
+    """A bound as a template value: integers and decimals as their exact text."""
+    expression = literal(value)  # validates: no NaN, no infinity, a supported type
+    if isinstance(value, int | decimal.Decimal) and not isinstance(value, bool):
+        return str(value)
+    return expression
 
 
 def bounds_sql(
@@ -236,11 +311,10 @@ def physical_partition_sqls(
     """The query's own WHERE extended with each of ``conditions`` (ctid or row ranges).
 
     Only for a plain filter over one table (see :func:`single_table`), where a condition on
-    the table's physical rows selects the same output rows.
+    the table's physical rows selects the same output rows. The query is rendered once;
+    each condition alone is rendered into it.
     """
-    parsed = parse(query, dialect)
-    if not allow_unstable:
-        check_stable(parsed)
+    parsed = deterministic(query, dialect, None, allow_unstable=allow_unstable, strict=False)
     if single_table(parsed) is None:
         raise InvalidArgumentError(
             "physical partitions need a plain filter over one table (no join, aggregate, "
@@ -249,7 +323,8 @@ def physical_partition_sqls(
     select = parsed.tree.copy()
     assert isinstance(select, exp.Select)
     frame = Frame(select, parsed.dialect, None, None, None, alias="")
-    return [parsed.dialect.sql(frame.with_condition(c.copy())) for c in conditions]
+    template = Template(parsed.dialect, lambda slot: frame.with_condition(slot[0]))
+    return [template.fill(exp.paren(c) if isinstance(c, exp.Or) else c) for c in conditions]
 
 
 def numbered_sql(

@@ -6,6 +6,8 @@ under the names the engine gives its columns (:func:`relation_sql`).
 
 >>> q = parse("SELECT a, b FROM t WHERE a > 0 OR b < 0", "duckdb")
 >>> count_sql(q)
+'SELECT COUNT(*) FROM (SELECT a, b FROM t WHERE a > 0 OR b < 0) AS _sqlfeed_q'
+>>> count_sql(q, columns=["a", "b"])
 'SELECT COUNT(*) FROM t WHERE a > 0 OR b < 0'
 """
 
@@ -18,6 +20,7 @@ from sqlglot import exp
 from dialects import Dialect, InvalidArgumentError, UnsupportedError
 from sqlfeed.sql.arguments import check_positive_int, normalize_key
 from sqlfeed.sql.frame import Frame, free_alias, pushdown_blocker, with_ctes
+from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import has_limit
 
@@ -44,28 +47,44 @@ def count_sql(
     columns: Sequence[str] | None = None,
     pretty: bool = False,
 ) -> str:
-    """``SELECT COUNT(*)`` of the query's result.
+    """``SELECT COUNT(*)`` of the query's result; it fails exactly when the query would.
 
-    Where the query is a plain filter over one table, the count replaces its projection
-    (provably the same number); otherwise the query is wrapped, its ORDER BY dropped when
-    it has no LIMIT.
+    The query is wrapped with its select list, so a wrong column fails the count as it
+    fails the query (its ORDER BY dropped when it has no LIMIT; repeated or unnamed output
+    columns renamed by position: a count needs no names). Only when ``columns`` is given,
+    i.e. the engine has already described the query (so it binds), does a plain filter over
+    one table count with its projection replaced (provably the same number).
 
     Args:
         query: SQL text or a parsed query.
         dialect: the engine (when ``query`` is text).
-        columns: the output column names as the engine reports them, when known; needed
-            only for queries whose output names repeat on engines such as MySQL.
+        columns: the output column names as the engine reported them, when known.
         pretty: render on several lines.
 
     >>> count_sql("SELECT DISTINCT a FROM t ORDER BY a", "postgres")
     'SELECT COUNT(*) FROM (SELECT DISTINCT a FROM t) AS _sqlfeed_q'
     """
     parsed = parse(query, dialect)
-    frame = Frame.build(parsed, columns, pushdown=True)
-    select = frame.select
+    select = _star_count(parsed.tree) if columns is None else None
+    if select is None:
+        select = Frame.build(parsed, columns, pushdown=columns is not None, names=False).select
     select.set("expressions", [parsed.dialect.count_star()])
     select.set("order", None)
     return parsed.dialect.sql(select, pretty=pretty)
+
+
+def _star_count(tree: exp.Expr) -> exp.Select | None:
+    """``SELECT *`` over joins and filters counts its rows without the ``*`` (which always
+    binds), so repeated names (MySQL refuses them in a derived table) need no renaming."""
+    if not isinstance(tree, exp.Select) or not tree.expressions:
+        return None
+    if not all(isinstance(item, exp.Star) for item in tree.expressions):
+        return None
+    if any(tree.args.get(a) for a in ("distinct", "group", "having", "qualify", "windows")):
+        return None
+    if has_limit(tree):
+        return None
+    return tree.copy()
 
 
 def sample_sql(
@@ -122,6 +141,7 @@ def sample_sql(
         select = _bernoulli_sample(parsed, columns, float(fraction), seed)
     else:
         keys = normalize_key(key)
+        parsed = complete_orders(parsed, columns=columns).parsed  # the same rows every run
         frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
         frame.text_columns = frozenset(text_columns)
         threshold = max(1, round(float(fraction) * HASH_SAMPLE_BUCKETS))
@@ -163,13 +183,21 @@ def _bernoulli_sample(
 def schema_sql(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> str:
     """The query cut to no rows, to learn its output columns and types from the engine.
 
+    Its own LIMIT/OFFSET becomes ``LIMIT 0`` (the columns do not depend on them): a
+    wrapped query could not repeat output names on MySQL.
+
     >>> schema_sql("SELECT a FROM t ORDER BY a")
+    'SELECT a FROM t ORDER BY a LIMIT 0'
+    >>> schema_sql("SELECT a FROM t ORDER BY a LIMIT 5 OFFSET 2")
     'SELECT a FROM t ORDER BY a LIMIT 0'
     """
     parsed = parse(query, dialect)
     tree = parsed.tree
-    if isinstance(tree, (exp.Select, exp.SetOperation)) and not has_limit(tree):
-        return parsed.dialect.sql(tree.copy().limit(0))
+    if isinstance(tree, (exp.Select, exp.SetOperation)):
+        cut = tree.copy()
+        for arg in ("limit", "offset", "fetch"):
+            cut.set(arg, None)
+        return parsed.dialect.sql(cut.limit(0))
     body = tree.copy()
     ctes = body.args.get("with_")
     body.set("with_", None)
