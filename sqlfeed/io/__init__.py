@@ -4,21 +4,29 @@
 (:mod:`sqlfeed.io.source`), with one module per engine family: :mod:`sqlfeed.io.duckdb`,
 :mod:`sqlfeed.io.sqlalchemy` (any SQLAlchemy engine, SQLite included),
 :mod:`sqlfeed.io.postgres` and :mod:`sqlfeed.io.mysql`. Engine-independent Arrow helpers
-are in :mod:`sqlfeed.io.arrow`. This layer imports only :mod:`sqlfeed.sql` and ``dialects``.
+are in :mod:`sqlfeed.io.arrow`, PostgreSQL's types and readers' reach in
+:mod:`sqlfeed.io.pgtypes`, file URLs (``duckdb:``, ``sqlite:``, ``dataset:``) in
+:mod:`sqlfeed.io.files`, the pieces of local files partition queries name (byte
+ranges, ORC stripes) in :mod:`sqlfeed.io.ranges`. This layer imports only
+:mod:`sqlfeed.sql` and ``dialects``.
 """
 
 from __future__ import annotations
 
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
 from sqlfeed.io.connect import connect, register_scheme
-from sqlfeed.io.duckdb import DuckDBSource
+from sqlfeed.io.duckdb import DuckDBSource, duckdb_file
+from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.mysql import MySQLSource
-from sqlfeed.io.postgres import PostgresSource
+from sqlfeed.io.postgres import READERS, PostgresSource
+from sqlfeed.io.ranges import range_url
 from sqlfeed.io.source import SnapshotHolder, Source, driver_message, redact_url
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 
 __all__ = [
     "DEFAULT_BATCH_ROWS",
+    "MEMORY",
+    "READERS",
     "DuckDBSource",
     "MySQLSource",
     "PostgresSource",
@@ -27,6 +35,10 @@ __all__ = [
     "Source",
     "connect",
     "driver_message",
+    "duckdb_file",
+    "range_url",
     "redact_url",
     "register_scheme",
+    "require_file",
+    "url_path",
 ]

@@ -58,10 +58,20 @@ def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
         return pa.nulls(len(values))
     if pa.types.is_floating(arrow_type) and any(isinstance(v, decimal.Decimal) for v in values):
         values = [None if v is None else float(v) for v in values]
+    if pa.types.is_list(arrow_type) and pa.types.is_floating(arrow_type.value_type):
+        values = [  # numeric[] without a declared precision: lists of floats
+            None if v is None else [float(x) if isinstance(x, decimal.Decimal) else x for x in v]
+            for v in values
+        ]
     if pa.types.is_string(arrow_type) and any(
         not isinstance(v, str) and v is not None for v in values
     ):
         values = [None if v is None else _text(v) for v in values]
+    if pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):
+        values = [  # uuid[] (psycopg: lists of UUID objects): lists of text
+            None if v is None else [x if x is None or isinstance(x, str) else _text(x) for x in v]
+            for v in values
+        ]
     return pa.array(values, type=arrow_type)
 
 

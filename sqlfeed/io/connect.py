@@ -41,14 +41,20 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
 
     Args:
         target: ``None`` or ``"duckdb://"`` (an in-memory DuckDB, the embedded default),
-            ``"duckdb:///path.duckdb"``, ``"dataset:///path/to/dataset"`` (a shardset
-            dataset as the view ``dataset``), a :class:`~sqlfeed.shards.datasets.Dataset`, any
-            SQLAlchemy URL (``postgresql+psycopg://...``, ``mysql+pymysql://...``,
-            ``sqlite:///file.db``), a DuckDB connection, or a SQLAlchemy engine.
+            ``"duckdb:///relative.duckdb"`` or ``"duckdb:////absolute/path.duckdb"`` (opened
+            read-only, so many processes read it at once; see :mod:`sqlfeed.io.duckdb`),
+            ``"dataset:///relative/folder"`` (a shardset dataset as the view ``dataset``),
+            a :class:`~sqlfeed.shards.datasets.Dataset`, any SQLAlchemy URL
+            (``postgresql+psycopg://...``, ``mysql+pymysql://...``, ``sqlite:///file.db``),
+            a DuckDB connection (read through as it is), or a SQLAlchemy engine. File URLs
+            follow SQLAlchemy's slashes (:mod:`sqlfeed.io.files`).
         dialect: force the dialect (for URLs whose backend name is not a dialect name).
 
     Raises:
         EngineError: the database cannot be reached.
+        InvalidArgumentError: a file URL names no file (reading never creates one), or is
+            malformed.
+        MissingDependencyError: the URL's driver is not installed.
         UnknownDialectError: the target's kind is not known.
     """
     if isinstance(target, Source):

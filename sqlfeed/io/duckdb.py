@@ -1,55 +1,202 @@
-"""DuckDB: :class:`DuckDBSource` (native Arrow, a cursor per thread), opening ``duckdb:`` URLs."""
+"""DuckDB: :class:`DuckDBSource` (native Arrow, a cursor per thread), opening ``duckdb:`` URLs.
+
+Beside plain DuckDB SQL, a query may name the pieces of local files that partitions read
+(:mod:`sqlfeed.io.ranges`): ``sqlfeedrange://`` byte ranges (served by a file system
+registered on the connection when a query names one) and ``read_orc(...)`` (ORC through
+pyarrow, registered as an Arrow stream on the cursor that runs the query). The planner
+asks the source about files through :meth:`DuckDBSource.expand_files`,
+:meth:`~DuckDBSource.describe_columns` and :meth:`~DuckDBSource.sniff_csv`.
+
+A DuckDB file is opened **read-only**, so any number of processes can read it at once
+(DuckDB lets either one process write a file or many read it). sqlfeed writes to a file
+only for a ``materialize`` plan's scratch table: :meth:`DuckDBSource.execute` reopens the
+file read-write for that statement and read-only again after it, so the file is locked
+for writing only while the statement runs (it fails, saying so, while another process
+has the file open). A process that already has the file open read-write (a connection
+of its own) shares that database. Every DuckDB connection sqlfeed opened is closed at
+interpreter exit.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import re
 import threading
-from collections.abc import Iterator
+import uuid
+import weakref
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
-from dialects import EngineError, get_dialect
+from dialects import EngineError, InvalidArgumentError, get_dialect
+from sqlfeed.io.files import MEMORY, require_file, url_path
+from sqlfeed.io.ranges import RANGE_PROTOCOL, RangeFileSystem, orc_reader
 from sqlfeed.io.source import Source, driver_message
+from sqlfeed.sql import function_name
 
-__all__ = ["DuckDBSource", "open_duckdb"]
+_ORC = re.compile(r"read_orc\s*\(|\.orc['\"]", re.IGNORECASE)
+_REGISTER_LOCK = threading.Lock()
+
+__all__ = ["DuckDBSource", "duckdb_file", "open_duckdb"]
+
+_OPEN: weakref.WeakSet[DuckDBSource] = weakref.WeakSet()
+"""The sources whose connection sqlfeed opened, closed at exit (see :func:`_close_all`)."""
 
 
 class DuckDBSource(Source):
-    """DuckDB through its own Python API: native Arrow, a cursor per thread."""
+    """DuckDB through its own Python API: native Arrow, a cursor per thread.
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, *, owned: bool, label: str) -> None:
+    Args:
+        connection: the DuckDB connection to read through.
+        owned: close it with the source (and at interpreter exit).
+        label: how messages and ``repr`` name the source.
+        path: the database file, when sqlfeed opened it read-only and reopens it
+            read-write for a statement (see :meth:`execute`); None otherwise.
+    """
+
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        *,
+        owned: bool,
+        label: str,
+        path: str | None = None,
+    ) -> None:
         self.dialect = get_dialect("duckdb")
         self.connection = connection
         self._owned = owned
         self.label = label
+        self.path = path
+        self._swap = threading.RLock()
+        if owned:
+            _OPEN.add(self)
 
     def close(self) -> None:
         if self._owned:
-            self.connection.close()
+            with self._swap:
+                self.connection.close()
+            _OPEN.discard(self)
 
     def _cursor(self, sql: str = "") -> duckdb.DuckDBPyConnection:
         """A cursor (its own DuckDB connection) to run ``sql`` on."""
-        return self.connection.cursor()
+        with self._swap:
+            return self.connection.cursor()
+
+    @contextlib.contextmanager
+    def _writable(self) -> Iterator[None]:
+        """The file reopened read-write for a statement, then read-only again."""
+        if self.path is None:  # in memory, or a connection sqlfeed did not open
+            yield
+            return
+        with self._swap:
+            self.connection.close()
+            try:
+                self.connection = _connect(self.path, read_only=False)
+            except EngineError:
+                self.connection = _connect(self.path, read_only=True)
+                raise
+            try:
+                yield
+            finally:
+                self.connection.close()
+                self.connection = _connect(self.path, read_only=True)
+
+    def _local_sql(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
+        """``sql`` as DuckDB runs it on ``cursor``: byte-range files readable, ``read_orc``
+        calls replaced by Arrow streams registered on the cursor."""
+        if RANGE_PROTOCOL in sql:
+            with _REGISTER_LOCK:
+                if not self.connection.filesystem_is_registered(RANGE_PROTOCOL):
+                    self.connection.register_filesystem(RangeFileSystem())
+        if not _ORC.search(sql):
+            return sql
+        tree: exp.Expr = exp.maybe_parse(sql, dialect="duckdb")
+        for table in list(tree.find_all(exp.Table)):
+            call = table.this
+            if isinstance(call, exp.Identifier) and call.quoted and call.name.endswith(".orc"):
+                patterns: list[str] = [call.name]
+                options: dict[str, Any] = {}
+            elif function_name(call) == "read_orc":
+                patterns, options = _orc_arguments(call)
+            else:
+                continue
+            files = self.expand_files(patterns, cursor=cursor)
+            only = options.get("files")
+            stripes = options.get("stripes")
+            name = f"sqlfeed_orc_{uuid.uuid4().hex[:12]}"
+            cursor.register(
+                name, orc_reader(files, only=only, stripes=tuple(stripes) if stripes else None)
+            )
+            alias = table.args.get("alias") or exp.TableAlias(
+                this=exp.to_identifier("read_orc" if isinstance(call, exp.Func) else "orc")
+            )
+            table.replace(exp.Table(this=exp.to_identifier(name), alias=alias))
+        return tree.sql(dialect="duckdb")
+
+    # -- what the planner asks about files (sqlfeed.plans.files.FileSource) ---------------
+
+    def expand_files(
+        self, patterns: Sequence[str], *, cursor: duckdb.DuckDBPyConnection | None = None
+    ) -> list[str]:
+        """The files ``patterns`` (paths or globs) name, expanded as DuckDB expands them.
+
+        Raises:
+            InvalidArgumentError: a pattern matches no file.
+        """
+        files: list[str] = []
+        own = cursor is None
+        run = cursor if cursor is not None else self.connection.cursor()
+        try:
+            for pattern in patterns:
+                found = [str(r[0]) for r in run.execute("SELECT file FROM glob(?)", [pattern])
+                         .fetchall()]  # fmt: skip
+                if not found:
+                    raise InvalidArgumentError(f"no file matches {pattern!r}")
+                files.extend(found)
+        except duckdb.Error as err:
+            raise EngineError(f"duckdb failed listing {patterns}: {driver_message(err)}") from None
+        finally:
+            if own:
+                run.close()
+        return files
+
+    def describe_columns(self, sql: str) -> list[tuple[str, str]]:
+        """``(name, DuckDB type)`` of every output column of the query ``sql``."""
+        rows = self.rows(f"DESCRIBE {sql}", what="schema query")
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def sniff_csv(self, file: str, options: str) -> str:
+        """The ``read_csv(...)`` call DuckDB's sniffer finds for ``file`` read with the
+        ``read_csv`` ``options`` (SQL, may be empty): every option explicit."""
+        extra = f", {options}" if options else ""
+        literal = exp.Literal.string(file).sql(dialect="duckdb")
+        prompt = str(
+            self.scalar(f"SELECT prompt FROM sniff_csv({literal}{extra})", what="csv sniff")
+        )
+        return prompt.strip().removeprefix("FROM").strip().rstrip(";").strip()
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         with self._cursor(sql) as cursor:
-            return cursor.execute(sql).fetchall()
+            return cursor.execute(self._local_sql(cursor, sql)).fetchall()
 
     def _execute(self, sql: str) -> None:
-        with self._cursor(sql) as cursor:
-            cursor.execute(sql)
+        with self._writable(), self._cursor(sql) as cursor:
+            cursor.execute(self._local_sql(cursor, sql))
 
     def _arrow(self, sql: str) -> pa.Table:
         with self._cursor(sql) as cursor:
-            relation = cursor.sql(sql)
+            relation = cursor.sql(self._local_sql(cursor, sql))
             to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
             table: pa.Table = to_table()
         return table
 
     def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
         with self._cursor(sql) as cursor:
-            relation = cursor.sql(sql)
+            relation = cursor.sql(self._local_sql(cursor, sql))
             # DuckDB 2 renamed arrow() / fetch_record_batch() to to_arrow_table/_reader().
             to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
             table = to_table()
@@ -66,7 +213,7 @@ class DuckDBSource(Source):
     ) -> Iterator[pa.RecordBatch]:
         # DuckDB preserves insertion order by default: reads are ordered already.
         with self._cursor(sql) as cursor:
-            relation = cursor.sql(sql)
+            relation = cursor.sql(self._local_sql(cursor, sql))
             to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
             reader = to_reader(batch_rows)
             while stop is None or not stop.is_set():
@@ -82,21 +229,103 @@ class DuckDBSource(Source):
                 yield batch
 
 
+def _orc_arguments(call: exp.Expr) -> tuple[list[str], dict[str, Any]]:
+    """The patterns and named options (``files``, ``stripes``) of a ``read_orc(...)`` call."""
+    patterns: list[str] = []
+    options: dict[str, Any] = {}
+    arguments = [call.this] if not isinstance(call, exp.Anonymous) and call.this else []
+    for argument in [*arguments, *call.expressions]:
+        if isinstance(argument, exp.EQ | exp.PropertyEQ):
+            options[argument.this.name.lower()] = _literal(argument.expression)
+        elif not patterns:
+            value = _literal(argument)
+            patterns = value if isinstance(value, list) else [value]
+        else:
+            raise InvalidArgumentError(
+                "read_orc takes one path, glob or list of them, and the options files and stripes"
+            )
+    if not patterns or not all(isinstance(p, str) for p in patterns):
+        raise InvalidArgumentError("read_orc needs a path, a glob or a list of them (strings)")
+    unknown = set(options) - {"files", "stripes"}
+    if unknown:
+        raise InvalidArgumentError(f"read_orc has no option {', '.join(sorted(unknown))}")
+    return patterns, options
+
+
+def _literal(node: exp.Expr) -> Any:
+    if isinstance(node, exp.Array):
+        return [_literal(item) for item in node.expressions]
+    if isinstance(node, exp.Literal):
+        return node.this if node.is_string else int(node.this)
+    raise InvalidArgumentError(f"read_orc arguments must be literals, not {node.sql()}")
+
+
 def open_duckdb(url: str) -> DuckDBSource:
     """Open a DuckDB database named by a URL, owned by the returned source.
 
     Args:
-        url: ``duckdb://`` (in memory), ``duckdb:///path.duckdb``, or a bare path
-            (``path.duckdb``, ``:memory:``); a ``?query`` part is ignored.
+        url: ``duckdb://`` (in memory), ``duckdb:///relative.duckdb``,
+            ``duckdb:////absolute/path.duckdb``, or a bare path (``path.duckdb``,
+            ``:memory:``); a ``?query`` part is ignored. A file is opened read-only (see
+            the module's description).
 
     Raises:
+        InvalidArgumentError: a malformed ``duckdb:`` URL, or no database file at its path
+            (reading never creates one).
         EngineError: DuckDB cannot open the database.
     """
-    path = url.partition("://")[2] if "://" in url else url
-    path = path[1:] if path.startswith("/") else path  # duckdb:///x.duckdb -> x.duckdb
-    path = path.split("?", 1)[0] or ":memory:"
+    path = duckdb_file(url)
+    if path == MEMORY:
+        try:
+            conn = duckdb.connect(MEMORY)
+        except duckdb.Error as err:
+            raise EngineError(f"cannot open an in-memory DuckDB: {driver_message(err)}") from None
+        return DuckDBSource(conn, owned=True, label="duckdb:memory")
+    require_file(path, url, "DuckDB database")
+    return DuckDBSource(
+        _connect(path, read_only=True), owned=True, label=f"duckdb:{path}", path=path
+    )
+
+
+def duckdb_file(url: str) -> str:
+    """The database file a DuckDB URL or bare path names (``:memory:`` for none).
+
+    Raises:
+        InvalidArgumentError: a ``duckdb:`` URL not of the form ``duckdb://[/path][?...]``.
+    """
+    if url.partition(":")[0].lower() == "duckdb":
+        return url_path(url, "duckdb")
+    return url.split("?", 1)[0] or MEMORY
+
+
+def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection to the file ``path``; read-only, unless this process has it open
+    read-write already (DuckDB shares one database per file and process)."""
     try:
-        conn = duckdb.connect(path)
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.ConnectionException as err:
+        if read_only and "different configuration" in str(err):
+            return _connect(path, read_only=False)
+        message = driver_message(err)
     except duckdb.Error as err:
-        raise EngineError(f"cannot open DuckDB database {path!r}: {driver_message(err)}") from None
-    return DuckDBSource(conn, owned=True, label=f"duckdb:{path}")
+        message = driver_message(err)
+    if "lock" in message.lower() and read_only:
+        raise EngineError(
+            f"cannot read DuckDB database {path!r}: another process has it open for writing "
+            f"({message}); read it once that process is done"
+        ) from None
+    if "lock" in message.lower() or "different configuration" in message:
+        raise EngineError(
+            f"cannot write the scratch table into DuckDB database {path!r}: another process "
+            f"or connection has it open ({message}); plan it while nothing else reads the file"
+        ) from None
+    raise EngineError(f"cannot open DuckDB database {path!r}: {message}") from None
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close every connection sqlfeed opened before the interpreter tears DuckDB down
+    (a connection still alive then makes DuckDB print "nanobind: leaked N instances")."""
+    for source in list(_OPEN):
+        with contextlib.suppress(Exception):
+            source.close()

@@ -26,6 +26,7 @@ from sqlfeed.io.arrow import (
     merge_schemas,
     rows_table,
 )
+from sqlfeed.io.pgtypes import libpq_message
 from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
 __all__ = ["SCHEMA_SAMPLE_ROWS", "SnapshotHolder", "Source", "driver_message", "redact_url"]
@@ -140,10 +141,16 @@ class Source:
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
         with self._errors("partition query"):
             yielded = False
-            for batch in self._read(sql, schema, batch_rows, stop, ordered, snapshot):
-                if batch.num_rows:
-                    yielded = True
-                    yield conform(batch, schema)
+            try:
+                for batch in self._read(sql, schema, batch_rows, stop, ordered, snapshot):
+                    if batch.num_rows:
+                        yielded = True
+                        yield conform(batch, schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+                raise EngineError(
+                    f"{self.dialect.name} returned a value that does not fit its column's "
+                    f"Arrow type ({driver_message(err)}): cast the column in the query"
+                ) from None
             if not yielded:
                 yield empty_batch(schema)
 
@@ -250,8 +257,11 @@ def driver_message(err: BaseException) -> str:
     """
     inner = getattr(err, "orig", None) or err
     args: tuple[Any, ...] = tuple(getattr(inner, "args", ()))
-    if type(inner).__module__.split(".")[0] == "pymysql" and len(args) >= 2:
+    module = type(inner).__module__.split(".")[0]
+    if module == "pymysql" and len(args) >= 2:
         text = str(args[1])
+    elif module.startswith("adbc_driver"):  # "INVALID_DATA: [libpq] ...: ERROR:  message"
+        text = libpq_message(str(inner))
     else:
         text = str(inner)
     text = re.sub(r"\(Background on this error at: [^)]*\)", "", text)

@@ -9,6 +9,7 @@ faster or server-side readers subclass :class:`SQLAlchemySource` and override it
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -18,9 +19,10 @@ import sqlalchemy
 
 from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
 from sqlfeed.io.arrow import iterate_rows
+from sqlfeed.io.files import MEMORY, require_file
 from sqlfeed.io.source import Source, driver_message, redact_url
 
-__all__ = ["SQLAlchemySource", "create_engine", "install_session_hooks"]
+__all__ = ["SQLAlchemySource", "create_engine", "driver_hint", "install_session_hooks"]
 
 
 class SQLAlchemySource(Source):
@@ -43,10 +45,13 @@ class SQLAlchemySource(Source):
         """A source owning a new engine for ``url``, checked by connecting once.
 
         Raises:
-            InvalidArgumentError: SQLAlchemy does not accept the URL.
+            InvalidArgumentError: SQLAlchemy does not accept the URL, or a SQLite URL names
+                a file that does not exist (reading never creates one).
             MissingDependencyError: the URL's driver is not installed.
             EngineError: the database cannot be reached.
         """
+        if dialect.name == "sqlite":
+            _require_sqlite_file(url)
         engine = create_engine(url, dialect)
         install_session_hooks(engine, dialect, cls.session_settings)
         try:
@@ -139,6 +144,7 @@ class SQLAlchemySource(Source):
             setup.close()
             cursor = self._streaming_cursor(connection, batch_rows)
             try:
+                self._prepare_cursor(cursor, sql, schema)
                 cursor.execute(sql)
                 yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
             finally:
@@ -151,6 +157,9 @@ class SQLAlchemySource(Source):
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         """The cursor a read fetches its rows from (here the connection's plain cursor)."""
         return connection.cursor()
+
+    def _prepare_cursor(self, cursor: Any, sql: str, schema: pa.Schema) -> None:
+        """Set up a read's cursor before it runs ``sql`` (nothing here)."""
 
 
 def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
@@ -166,11 +175,43 @@ def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as err:
         raise InvalidArgumentError(f"bad database URL {redact_url(url)!r}: {err}") from None
     except ImportError as err:
-        extra = {"postgres": "postgres", "mysql": "mysql"}.get(dialect.name)
-        hint = f"pip install 'sqlfeed[{extra}]'" if extra else "install the driver the URL names"
         raise MissingDependencyError(
-            f"the driver for {redact_url(url)} is not installed ({err.name or err}): {hint}"
+            f"the driver for {redact_url(url)} is not installed ({err.name or err}): "
+            f"{driver_hint(url, dialect.name)}"
         ) from None
+
+
+_DRIVERS = {"postgres": ("postgresql+psycopg", "psycopg"), "mysql": ("mysql+pymysql", "pymysql")}
+"""Per dialect: the URL scheme of the driver sqlfeed's extra installs, and its module."""
+
+
+def driver_hint(url: str, dialect_name: str) -> str:
+    """What to do when the driver a URL names is missing: name the installed driver's
+    URL scheme (``mysql://`` asks for MySQLdb; ``mysql+pymysql://`` is what the ``mysql``
+    extra installs), or the extra to install."""
+    scheme, module = _DRIVERS.get(dialect_name, (None, None))
+    if scheme is None or module is None:
+        return "install the driver the URL names"
+    rest = redact_url(url).partition("://")[2]
+    if importlib.util.find_spec(module) is not None:
+        return f"use {scheme}://{rest} ({module} is installed)"
+    extra = "postgres" if dialect_name == "postgres" else "mysql"
+    return f"pip install 'sqlfeed[{extra}]' and use {scheme}://..."
+
+
+def _require_sqlite_file(url: str) -> None:
+    """A SQLite URL's file must exist: reading never creates a database."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return  # create_engine says what is wrong with the URL
+    path = parsed.database or ""
+    if parsed.query.get("uri") in ("true", "1") or path.startswith("file:"):
+        if "mode=memory" in path or "mode=memory" in str(parsed.query):
+            return
+        path = path.removeprefix("file:").split("?", 1)[0]
+    if path and path != MEMORY:
+        require_file(path, redact_url(url), "SQLite database")
 
 
 def install_session_hooks(engine: Any, dialect: Dialect, settings: Sequence[str] = ()) -> None:
