@@ -13,7 +13,7 @@ A strategy is a module (:mod:`sqlfeed.plans.hash`, :mod:`~sqlfeed.plans.range`,
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 from sqlglot import exp
@@ -22,7 +22,7 @@ from sqlfeed.io import Source
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery, single_table
 
-__all__ = ["Built", "PlanContext", "Strategy", "expensive"]
+__all__ = ["Built", "PlanContext", "Strategy", "expensive", "unique_keys"]
 
 Built = tuple[list[Partition], str | None]
 """What a strategy builds: the partitions, and the scratch table they read (or None)."""
@@ -48,6 +48,11 @@ class Strategy(Protocol):
 
 class PlanContext:
     """What the planner knows about one query on one source."""
+
+    strict: bool = False
+    """Keep ORDER BYs that may tie as written (``plan(strict=True)``): no tie-breakers."""
+    table_keys: list[list[str]] | None = None
+    """The unique keys of the query's only base table, when the planner read them."""
 
     def __init__(
         self,
@@ -79,6 +84,8 @@ class PlanContext:
         self.scratch = scratch
         self.engine = source.dialect
         self.table = single_table(parsed)
+        self.memo: dict[str, Any] = {}
+        """What a strategy looked up once and keeps for its other steps (by its own keys)."""
 
     def quoted_table_name(self) -> str:
         """The query's one table as the engine spells it, without its alias."""
@@ -184,3 +191,67 @@ def expensive(parsed: ParsedQuery) -> str:
         if tree.find(node) is not None:
             return what
     return ""
+
+
+def unique_keys(source: Source, table: exp.Table) -> list[list[str]]:
+    """The primary and unique keys of ``table`` whose columns are all NOT NULL, from the
+    catalog (PostgreSQL, MySQL/MariaDB, SQLite, DuckDB; none elsewhere).
+
+    A key with a nullable column is left out: NULLs tie in an ORDER BY. Partial,
+    expression and prefix indexes are left out too; INCLUDE columns are not key columns.
+    """
+    sql = _unique_keys_sql(source.dialect.name, table)
+    if sql is None:
+        return []
+    keys: dict[str, list[str]] = {}
+    nullable: set[str] = set()
+    for index, column, not_null in source.rows(sql, what="catalog query"):
+        keys.setdefault(str(index), []).append(str(column))
+        if not not_null or str(not_null).upper() in ("YES", "0", "FALSE"):
+            nullable.add(str(index))
+    return [columns for index, columns in keys.items() if index not in nullable]
+
+
+def _unique_keys_sql(engine: str, table: exp.Table) -> str | None:
+    """The catalog query for (index, column, not null) of ``table``'s unique keys."""
+    plain = table.copy()
+    plain.set("alias", None)
+    name = exp.Literal.string(table.name).sql(engine)
+    if engine == "postgres":
+        qualified = exp.Literal.string(plain.sql("postgres")).sql("postgres")
+        return (
+            "SELECT i.indexrelid::regclass::text, a.attname, a.attnotnull FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = "
+            "ANY((i.indkey::int2[])[0:i.indnkeyatts - 1]) "
+            f"WHERE i.indrelid = to_regclass({qualified}) AND i.indisunique "
+            "AND i.indpred IS NULL AND i.indexprs IS NULL"
+        )
+    if engine == "duckdb":
+        schema = exp.Literal.string(table.db).sql("duckdb") if table.db else "current_schema()"
+        return (
+            "SELECT k.constraint_index, u.column_name, NOT c.is_nullable "
+            "FROM duckdb_constraints() k, unnest(k.constraint_column_names) AS u(column_name) "
+            "JOIN duckdb_columns() c ON c.database_name = k.database_name AND c.schema_name = "
+            "k.schema_name AND c.table_name = k.table_name AND c.column_name = u.column_name "
+            "WHERE k.constraint_type IN ('PRIMARY KEY', 'UNIQUE') AND lower(k.table_name) = "
+            f"lower({name}) AND lower(k.schema_name) = lower({schema})"
+        )
+    if engine == "mysql":
+        schema = exp.Literal.string(table.db).sql("mysql") if table.db else "DATABASE()"
+        return (
+            "SELECT INDEX_NAME, COLUMN_NAME, CASE WHEN NULLABLE = 'YES' OR SUB_PART IS NOT "
+            "NULL THEN 0 ELSE 1 END FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 "
+            f"AND TABLE_SCHEMA = {schema} AND TABLE_NAME = {name}"
+        )
+    if engine == "sqlite":
+        return (
+            'SELECT il.name, ii.name, ti."notnull" OR (ti.pk = 1 AND lower(ti.type) = '
+            "'integer' AND (SELECT COUNT(*) FROM pragma_table_info(" + name + ") WHERE pk > 0) "
+            f"= 1) FROM pragma_index_list({name}) il, pragma_index_info(il.name) ii "
+            f"JOIN pragma_table_info({name}) ti ON ti.name = ii.name "
+            'WHERE il."unique" = 1 AND il.partial = 0 UNION ALL '
+            "SELECT 'primary key', name, \"notnull\" OR (lower(type) = 'integer' AND "
+            f"(SELECT COUNT(*) FROM pragma_table_info({name}) WHERE pk > 0) = 1) "
+            f"FROM pragma_table_info({name}) WHERE pk > 0"
+        )
+    return None

@@ -1,10 +1,18 @@
 """The ``fragments`` strategy: each partition reads its own stored fragment of the data.
 
-A source that stores its rows in fragments (a shardset dataset's shard files, Parquet
-row groups, ORC stripes, CSV/JSONL byte ranges) offers them through the
-:class:`FragmentSource` capability; the planner asks the source, it does not know what
-kind of source it is. :func:`fragment_problem` is the pure SQL analysis that says
-whether a query's result is the union of the query over fragments.
+Two kinds of sources store their rows in fragments:
+
+* a source with the :class:`FragmentSource` capability (a shardset dataset: shard files,
+  Parquet row groups, ORC stripes, CSV/JSONL byte ranges) offers them for its view;
+* a query over plain files on DuckDB (``read_parquet``, ``read_csv``, ``read_json``,
+  ``read_orc``, ``FROM 'x.parquet'``) is cut into pieces of those files by
+  :mod:`sqlfeed.plans.fileplan`, through the :class:`~sqlfeed.plans.fileplan.FileSource`
+  capability.
+
+The planner asks the source; it does not know what kind of source it is.
+:func:`fragment_problem` (a dataset's view) and :func:`sqlfeed.plans.files.table_problem`
+(any table reference) are the pure SQL analysis that says whether a query's result is
+the union of the query over fragments.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ from typing import Protocol, runtime_checkable
 
 from sqlglot import exp
 
+from sqlfeed.plans import fileplan
 from sqlfeed.plans.context import Built, PlanContext
+from sqlfeed.plans.files import file_tables, table_problem
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery
 
@@ -23,6 +33,7 @@ __all__ = [
     "FragmentSource",
     "build",
     "fragment_problem",
+    "notes",
     "problem",
     "reason",
     "stored_rows",
@@ -63,23 +74,47 @@ class FragmentSource(Protocol):
         storage order: the query with the view replaced by one fragment."""
 
 
-def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Fragments need a fragment source, no key, and a row-by-row query over its view."""
+def _dataset(ctx: PlanContext) -> bool:
+    """Whether the query reads a shardset dataset's view (else: plain files, if any)."""
     source = ctx.source
     if not isinstance(source, FragmentSource):
-        why = "the source is not a shardset dataset (open one with sqlfeed.shards.datasets)"
-    elif ctx.keys:
-        why = "a key was given"
+        return False
+    return view_reference(ctx.parsed.tree, source.view) is not None or not file_tables(ctx.parsed)
+
+
+def problem(ctx: PlanContext, auto: bool = False) -> str | None:
+    """Fragments need no key and a row-by-row query over a shardset dataset's view or
+    over one table of plain files (Parquet, CSV, JSON, ORC) on DuckDB."""
+    source = ctx.source
+    if ctx.keys:
+        why: str | None = "a key was given"
+    elif _dataset(ctx):
+        assert isinstance(source, FragmentSource)
+        why = fragment_problem(ctx.parsed, source.view)
     else:
-        found = fragment_problem(ctx.parsed, source.view)
-        if found is None:
-            return None
-        why = found
-    return f"strategy fragments: {why}"
+        why = fileplan.problem(ctx)
+    return None if why is None else f"strategy fragments: {why}"
 
 
 def reason(ctx: PlanContext, auto: bool = False) -> str:
     """What the partitions read."""
+    if not _dataset(ctx):
+        found = fileplan.layout(ctx)
+        kind = {"csv": "CSV", "json": "JSON", "ndjson": "JSON", "orc": "ORC"}.get(
+            found.table.fmt, "Parquet"
+        )
+        count = len(found.files)
+        files = f"{count} {kind} file{'s' if count != 1 else ''}"
+        pieces = {
+            "Parquet": "row groups",
+            "ORC": "stripes",
+        }.get(kind, "line-aligned byte ranges")
+        if auto:
+            return (
+                f"a row-by-row query over {files}, so each partition reads its own files "
+                f"(or {pieces} of one): one read in all"
+            )
+        return f"the {files}, whole or in {pieces}"
     if auto:
         return (
             "a row-by-row query over a shardset dataset, so each partition reads its "
@@ -88,15 +123,24 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
     return "the dataset's shard files, row groups and stripes"
 
 
+def notes(ctx: PlanContext) -> str:
+    """After :func:`build`: what it left whole and why (``; ...``), empty if nothing."""
+    return "" if _dataset(ctx) else fileplan.notes(ctx)
+
+
 def stored_rows(ctx: PlanContext) -> int:
     """Rows the source stores, by the files' own counts: fragment plans are sized by it
     instead of a COUNT(*) scan."""
+    if not _dataset(ctx):
+        return fileplan.stored_rows(ctx)
     assert isinstance(ctx.source, FragmentSource)
     return ctx.source.stored_rows()
 
 
 def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     """The source's fragments, cut to about ``stored rows / m`` rows each."""
+    if not _dataset(ctx):
+        return fileplan.build(ctx, m), None
     assert isinstance(ctx.source, FragmentSource)
     target = max(1, -(-max(stored_rows(ctx), 1) // m))
     built = ctx.source.fragment_partitions(ctx.parsed, target)
@@ -121,30 +165,11 @@ def fragment_problem(parsed: ParsedQuery, view: str) -> str | None:
     if len(references) != 1:
         times = len(references)
         return f"the query must read the view {view!r} exactly once (it reads it {times} times)"
-    for arg in ("group", "having", "qualify", "distinct", "limit", "offset", "fetch", "windows"):
-        if tree.args.get(arg):
-            return f"the query has {arg.upper()}, which needs rows from several fragments"
     with_ = tree.args.get("with_")
     for cte in with_.expressions if with_ is not None else []:
         if cte.alias_or_name == view:
             return f"a CTE is named {view!r} too"
-    for item in tree.expressions:
-        for node in item.walk():
-            if isinstance(node, exp.AggFunc | exp.Window) and node.parent_select is tree:
-                return "the query computes aggregates or window functions across rows"
-    table = references[0]
-    parent = table.parent
-    joins = tree.args.get("joins") or []
-    if isinstance(parent, exp.From) and parent.parent is tree:
-        for join in joins:
-            if join.side in ("RIGHT", "FULL"):
-                return f"a {join.side} JOIN keeps rows of another table in every fragment"
-        return None
-    if isinstance(parent, exp.Join) and parent.parent is tree:
-        if parent.side or any(j.side for j in joins):
-            return "the view is on the outer side of an outer join"
-        return None
-    return "the view is read inside a subquery or CTE"
+    return table_problem(parsed, references[0])
 
 
 def _is_view(table: exp.Table, view: str) -> bool:

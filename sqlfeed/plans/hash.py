@@ -37,5 +37,7 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
         columns=ctx.columns,
         text_columns=ctx.text_columns,
         allow_unstable=allow_unstable,
+        strict=ctx.strict,
+        table_keys=ctx.table_keys,
     )
     return [Partition(k, sql, None, f"hash bucket {k} of {m}") for k, sql in enumerate(sqls)], None

@@ -4,13 +4,17 @@ The query runs once into a scratch table with a row number (indexed where the en
 needs it), and the partitions read row-number ranges of it: the choice for expensive
 queries (joins, aggregations). It needs ``scratch``, a schema sqlfeed may create tables
 in. :func:`drop_scratch` drops a plan's table; scratch tables older than
-:data:`SCRATCH_TTL_SECONDS` are dropped by the next ``materialize`` plan.
+:data:`SCRATCH_TTL_SECONDS` are dropped by the next ``materialize`` plan;
+:func:`list_scratch` and :func:`drop_scratch_tables` list and drop them by name
+(``sqlfeed scratch list|drop``).
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -19,16 +23,20 @@ from dialects import InvalidArgumentError
 from sqlfeed.io import Source, connect
 from sqlfeed.plans.context import Built, PlanContext, expensive
 from sqlfeed.plans.model import Partition, Plan
-from sqlfeed.sql import numbered_sql
+from sqlfeed.sql import Template, numbered_sql
 
 __all__ = [
     "SCRATCH_PREFIX",
     "SCRATCH_TTL_SECONDS",
+    "ScratchTable",
     "build",
     "drop_expired_scratch",
     "drop_scratch",
+    "drop_scratch_tables",
+    "list_scratch",
     "problem",
     "reason",
+    "scratch_created",
 ]
 
 SCRATCH_PREFIX = "sqlfeed_"
@@ -36,6 +44,7 @@ SCRATCH_PREFIX = "sqlfeed_"
 SCRATCH_TTL_SECONDS = 24 * 3600
 """Scratch tables older than this are dropped by the next ``materialize`` plan."""
 _ROW_NUMBER = "_sqlfeed_rn"
+_SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
@@ -80,20 +89,23 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     cuts = [rows * i // parts for i in range(parts + 1)]
     projection = [exp.column(exp.to_identifier(c, quoted=True)) for c in ctx.columns]
     built = []
+
+    def rows_after(bounded: bool) -> Template:
+        """``row number > s0`` (and ``<= s1``), rendered once for all partitions."""
+
+        def build(slots: list[exp.Expr]) -> exp.Select:
+            number = exp.column(_ROW_NUMBER)
+            condition: exp.Expr = exp.GT(this=number, expression=slots[0])
+            if bounded:
+                condition = exp.and_(condition, exp.LTE(this=number.copy(), expression=slots[1]))
+            return exp.select(*[p.copy() for p in projection]).from_(table.copy()).where(condition)
+
+        return Template(engine, build, slots=2 if bounded else 1)
+
+    middle, last = rows_after(True), rows_after(False)
     for i in range(parts):
-        number = exp.column(_ROW_NUMBER)
-        condition: exp.Expr = exp.GT(this=number, expression=exp.Literal.number(cuts[i]))
-        if i < parts - 1:
-            condition = exp.and_(
-                condition,
-                exp.LTE(this=number.copy(), expression=exp.Literal.number(cuts[i + 1])),
-            )
-        select = exp.select(*[p.copy() for p in projection]).from_(table.copy()).where(condition)
-        built.append(
-            Partition(
-                i, engine.sql(select), cuts[i + 1] - cuts[i], f"rows ({cuts[i]}, {cuts[i + 1]}]"
-            )
-        )
+        sql = middle.fill(cuts[i], cuts[i + 1]) if i < parts - 1 else last.fill(cuts[i])
+        built.append(Partition(i, sql, cuts[i + 1] - cuts[i], f"rows ({cuts[i]}, {cuts[i + 1]}]"))
     return built, engine.sql(table)
 
 
@@ -141,6 +153,97 @@ def drop_scratch(plan_: Plan, source: Any) -> None:
     src.execute(src.dialect.sql(_drop(table)), what="scratch clean-up")
 
 
+def scratch_created(name: str) -> int | None:
+    """The unix time a scratch table named ``name`` was created; None: not a scratch table."""
+    match = _SCRATCH_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class ScratchTable:
+    """One of sqlfeed's scratch tables, as the engine's catalog describes it."""
+
+    schema: str
+    name: str
+    created: int
+    """Unix time of its creation (from its name)."""
+    bytes: int | None = None
+    """Its size on disk with its indexes, where the engine tells (PostgreSQL, MySQL)."""
+    rows: int | None = None
+    """The engine's row estimate, where it keeps one (PostgreSQL, MySQL, DuckDB)."""
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since it was created."""
+        return (time.time() if now is None else now) - self.created
+
+
+def _catalog_sql(source: Source, scratch: str) -> str:
+    """Name, bytes and rows of every table in ``scratch`` (NULL where the engine keeps none)."""
+    engine = source.dialect
+    schema = exp.Literal.string(scratch).sql(engine.sqlglot_dialect)
+    if engine.name == "sqlite":
+        return (
+            f"SELECT name, NULL, NULL FROM {engine.sql(exp.to_identifier(scratch))}"
+            ".sqlite_master WHERE type = 'table'"
+        )
+    if engine.name == "postgres":
+        return (
+            "SELECT c.relname, pg_total_relation_size(c.oid), GREATEST(c.reltuples, 0)::bigint "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE n.nspname = {schema} AND c.relkind IN ('r', 'p')"
+        )
+    if engine.name == "mysql":
+        return (
+            "SELECT table_name, data_length + index_length, table_rows "
+            f"FROM information_schema.tables WHERE table_schema = {schema}"
+        )
+    if engine.name == "duckdb":
+        return (
+            "SELECT table_name, NULL, estimated_size FROM duckdb_tables() "
+            f"WHERE schema_name = {schema}"
+        )
+    return (
+        "SELECT table_name, NULL, NULL FROM information_schema.tables "
+        f"WHERE table_schema = {schema}"
+    )
+
+
+def list_scratch(source: Source, scratch: str) -> list[ScratchTable]:
+    """sqlfeed's scratch tables in the schema ``scratch``, oldest first."""
+    found = []
+    for name, size, rows in source.rows(_catalog_sql(source, scratch), what="catalog query"):
+        created = scratch_created(str(name))
+        if created is not None:
+            found.append(
+                ScratchTable(
+                    scratch,
+                    str(name),
+                    created,
+                    None if size is None else int(size),
+                    None if rows is None else int(rows),
+                )
+            )
+    return sorted(found, key=lambda t: (t.created, t.name))
+
+
+def drop_scratch_tables(source: Source, scratch: str, names: list[str]) -> None:
+    """Drop the scratch tables ``names`` of the schema ``scratch``.
+
+    Raises:
+        InvalidArgumentError: a name is not a sqlfeed scratch table name (nothing else is
+            ever dropped).
+    """
+    for name in names:
+        if scratch_created(name) is None:
+            raise InvalidArgumentError(
+                f"{name!r} is not a sqlfeed scratch table name ({SCRATCH_PREFIX}<unix time>"
+                "_<hex>): sqlfeed drops only its own tables"
+            )
+    for name in names:
+        table = exp.table_(exp.to_identifier(name), db=exp.to_identifier(scratch))
+        source.execute(source.dialect.sql(_drop(table)), what="scratch clean-up")
+
+
 def drop_expired_scratch(
     source: Source, scratch: str, older_than: float = SCRATCH_TTL_SECONDS
 ) -> list[str]:
@@ -154,10 +257,8 @@ def drop_expired_scratch(
     dropped = []
     cutoff = time.time() - older_than
     for (name,) in source.rows(sql, what="catalog query"):
-        parts = str(name).split("_")
-        if not str(name).startswith(SCRATCH_PREFIX) or len(parts) < 3 or not parts[1].isdigit():
-            continue
-        if int(parts[1]) < cutoff:
+        created = scratch_created(str(name))
+        if created is not None and created < cutoff:
             table = exp.table_(str(name), db=scratch)
             source.execute(engine.sql(_drop(table)), what="scratch clean-up")
             dropped.append(str(name))

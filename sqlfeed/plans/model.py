@@ -63,6 +63,10 @@ class Plan:
     """The Arrow schema every partition yields, serialized (IPC); see ``arrow_schema()``."""
     scratch_table: str | None = None
     """The table a ``materialize`` plan wrote, dropped by :func:`sqlfeed.plans.drop_scratch`."""
+    cost: float | None = None
+    """What reading all the partitions costs, in reads of the whole query (estimated by
+    the planner: 1 when each row is read once, M for M hash partitions); not part of the
+    fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -113,6 +117,7 @@ class Plan:
             "count_sql": self.count_sql,
             "sample_sql": self.sample_sql,
             "scratch_table": self.scratch_table,
+            "cost": self.cost,
             "schema": base64.b64encode(self.schema).decode() if self.schema else None,
             "partitions": [
                 {
@@ -147,6 +152,7 @@ class Plan:
             count_sql=data.get("count_sql", ""),
             sample_sql=data.get("sample_sql", ""),
             scratch_table=data.get("scratch_table"),
+            cost=data.get("cost"),
             schema=base64.b64decode(data["schema"]) if data.get("schema") else None,
             partitions=tuple(
                 Partition(

@@ -3,8 +3,9 @@
 Each strategy is a module with the :class:`~sqlfeed.plans.context.Strategy` functions
 (every one keeps the invariant: the partitions add up to exactly the query's rows):
 
-* ``fragments`` (:mod:`sqlfeed.plans.fragments`): a fragment source's own stored pieces
-  (a shardset dataset's shard files, row groups, stripes, byte ranges).
+* ``fragments`` (:mod:`sqlfeed.plans.fragments`): stored pieces: a shardset dataset's
+  shard files, or the files a DuckDB query reads (whole files, row groups, stripes, byte
+  ranges).
 * ``hash`` (:mod:`sqlfeed.plans.hash`): ``bucket(key or all columns) = k``; works for any
   stable query, but every partition re-runs the query.
 * ``range`` (:mod:`sqlfeed.plans.range`): ranges of one numeric/date/timestamp key, with a
@@ -30,9 +31,18 @@ from sqlfeed.plans import hash as hash_strategy
 from sqlfeed.plans import range as range_strategy
 from sqlfeed.plans.context import PlanContext, Strategy
 from sqlfeed.plans.model import STRATEGIES, Plan
-from sqlfeed.sql import ParsedQuery, check_stable, count_sql, partitions_for, sample_sql
+from sqlfeed.plans.prepare import deterministic_query, notes, partition_count
+from sqlfeed.sql import ParsedQuery, check_partition_count, check_stable, count_sql, sample_sql
 
-__all__ = ["AUTO_ORDER", "DEFAULT_TARGET_ROWS", "STRATEGY_MODULES", "plan"]
+__all__ = [
+    "AUTO_ORDER",
+    "DEFAULT_TARGET_ROWS",
+    "REREAD_WARNING",
+    "STRATEGY_MODULES",
+    "plan",
+    "rereads",
+    "scan_cost",
+]
 
 DEFAULT_TARGET_ROWS = 100_000
 """Rows per partition when neither ``partitions`` nor ``target_rows`` is given."""
@@ -49,6 +59,10 @@ STRATEGY_MODULES: dict[str, Strategy] = {
 AUTO_ORDER = ("fragments", "ctid", "range", "materialize", "hash")
 """The strategies ``auto`` tries, cheapest first; hash splits every query."""
 
+REREAD_WARNING = 2.0
+"""An auto plan that costs more reads of the query than this says so in its reason (and
+the CLI prints a warning): a silent M-fold re-read is never what the user wanted."""
+
 
 def plan(
     query: str | ParsedQuery,
@@ -62,6 +76,7 @@ def plan(
     scratch: str | None = None,
     allow_unstable: bool = False,
     sample_rows: int = 10_000,
+    strict: bool = False,
 ) -> Plan:
     """Split ``query`` into partitions on ``source``.
 
@@ -72,12 +87,13 @@ def plan(
             least 4 x workers.
         target_rows: rows per partition when M is not given.
         strategy: one of ``auto``, ``hash``, ``range``, ``ctid``, ``materialize``,
-            ``fragments`` (a shardset dataset's files, row groups, stripes, byte ranges).
+            ``fragments`` (pieces of a shardset dataset's or a DuckDB query's files).
         key: the column(s) to hash, or the one column to range-partition on.
         workers: the expected number of workers.
         scratch: a schema sqlfeed may create tables in (``materialize``).
         allow_unstable: partition a query whose result may change between runs anyway.
         sample_rows: rows in the plan's sample query.
+        strict: refuse an ORDER BY that may tie instead of completing it (see the reason).
 
     Returns:
         A frozen, picklable :class:`Plan`; the chosen strategy and why are in it.
@@ -93,23 +109,25 @@ def plan(
     src = connect(source)
     parsed = src.parse(query)
     if not allow_unstable:
-        check_stable(parsed)  # before anything runs on the database
+        check_stable(parsed, orders=False)  # before anything runs on the database
     columns = src.output_columns(parsed)
     if keys is not None:
         keys = [_resolve(name, columns) for name in keys]
     schema = src.schema(parsed)
-    context = PlanContext(src, parsed, columns, schema, src.text_columns(parsed), keys, scratch)
+    ready = deterministic_query(src, parsed, columns, strict=strict, allow_unstable=allow_unstable)
+    context = ready.context(src, columns, schema, keys, scratch)
 
     chosen, reason = choose(context, strategy)
-    if chosen == "fragments":  # sized by the files' own row counts: no COUNT(*) scan
-        rows = None
-        m = partitions or partitions_for(fragments.stored_rows(context), target_rows, workers or 1)
-    else:
-        rows = None if partitions is not None else src.count(parsed, columns=columns)
-        m = partitions or partitions_for(rows or 0, target_rows, workers or 1)
+    rows, m, capped = partition_count(context, chosen, partitions, target_rows, workers or 1)
     built, scratch_table = STRATEGY_MODULES[chosen].build(context, m, allow_unstable)
     if not built:
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
+    reason += notes(ready.tiebreaks, capped, m, len(built), chosen)
+    if chosen == "fragments":
+        reason += fragments.notes(context)  # what stayed whole, and why
+    cost = scan_cost(chosen, len(built))
+    if strategy == "auto" and cost > REREAD_WARNING:
+        reason += rereads(cost)
     return Plan(
         sql=parsed.sql,
         dialect=src.dialect.name,
@@ -120,9 +138,10 @@ def plan(
         key=tuple(keys) if keys else None,
         rows=rows,
         count_sql=count_sql(parsed, columns=columns),
-        sample_sql=sample_sql(parsed, sample_rows, columns=columns),
+        sample_sql=sample_sql(context.parsed, sample_rows, columns=columns),
         schema=schema.serialize().to_pybytes(),
         scratch_table=scratch_table,
+        cost=cost,
     )
 
 
@@ -143,6 +162,28 @@ def choose(ctx: PlanContext, strategy: str) -> tuple[str, str]:
     raise AssertionError("hash partitions every query")
 
 
+def scan_cost(strategy: str, partitions: int) -> float:
+    """What reading all the partitions costs, in reads of the whole query (estimated).
+
+    ``hash`` partitions each re-run the query (M reads); ``materialize`` runs it once
+    into a scratch table and reads that once (2); the others read each row once (1:
+    ``range`` assuming an index or sorted data, as on a primary key).
+    """
+    if strategy == "hash":
+        return float(partitions)
+    return 2.0 if strategy == "materialize" else 1.0
+
+
+def rereads(cost: float) -> str:
+    """The warning ``plan.reason`` gets when an auto plan reads the query ``cost`` times."""
+    return (
+        f"; WARNING: this plan reads the whole query about {cost:g} times (every hash "
+        "partition re-runs it): give a key column (range partitions), a scratch schema "
+        "(--scratch: materialize, one run), or write the rows as a shardset dataset "
+        "(fragments) to read them once"
+    )
+
+
 def _resolve(name: str, columns: list[str]) -> str:
     exact = [c for c in columns if c == name]
     matches = exact or [c for c in columns if c.casefold() == name.casefold()]
@@ -161,3 +202,5 @@ def _check_count(value: object, what: str, optional: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(f"{what} must be an integer >= 1, got {value!r}")
+    if what == "partitions":
+        check_partition_count(value, what)

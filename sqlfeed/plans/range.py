@@ -73,6 +73,8 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
         columns=ctx.columns,
         null_partition=total > non_null,
         allow_unstable=allow_unstable,
+        strict=ctx.strict,
+        table_keys=ctx.table_keys,
     )
     ranges = len(bounds) + 1
     labels = _range_labels(key, bounds)

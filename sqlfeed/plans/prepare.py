@@ -1,0 +1,133 @@
+"""What the planner does to a query before a strategy splits it, and says in ``plan.reason``.
+
+* :func:`deterministic_query`: every partition re-runs the query, so it must return the
+  same rows every run. ORDER BYs that may tie (a LIMIT's, a window's) are completed with
+  tie-breakers (:func:`sqlfeed.sql.complete_orders`), after asking the catalog for the
+  unique keys of the query's only base table (an ORDER BY over one needs none); with
+  ``strict`` they are refused instead, as are volatile functions unless ``allow_unstable``.
+* :func:`partition_count`: M from the row count (or the files' own counts), capped at
+  :data:`~sqlfeed.sql.MAX_PARTITIONS`.
+* :func:`notes`: what the reason adds: which ORDER BY was completed with what, and that M
+  was capped (by the limit, or because the strategy could not cut the data finer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sqlfeed.io import Source
+from sqlfeed.plans import fragments
+from sqlfeed.plans.context import PlanContext, unique_keys
+from sqlfeed.sql import (
+    MAX_PARTITIONS,
+    ParsedQuery,
+    check_stable,
+    complete_orders,
+    only_base_table,
+    partitions_for,
+)
+
+__all__ = ["Deterministic", "deterministic_query", "notes", "partition_count"]
+
+
+@dataclass(frozen=True)
+class Deterministic:
+    """A query made to return the same rows every run (see :func:`deterministic_query`)."""
+
+    parsed: ParsedQuery
+    """The query, its ORDER BYs completed (as given with ``strict``)."""
+    tiebreaks: list[str]
+    """One line per completed ORDER BY: which one, with what."""
+    table_keys: list[list[str]] | None
+    """The unique keys of the query's only base table, when the catalog was asked."""
+    strict: bool = False
+    """Whether ORDER BYs that may tie were refused rather than completed."""
+
+    def context(
+        self,
+        source: Source,
+        columns: list[str],
+        schema: pa.Schema,
+        keys: list[str] | None,
+        scratch: str | None,
+    ) -> PlanContext:
+        """The strategies' :class:`PlanContext` for this query (see its arguments)."""
+        text_columns = source.text_columns(self.parsed)
+        context = PlanContext(source, self.parsed, columns, schema, text_columns, keys, scratch)
+        context.strict, context.table_keys = self.strict, self.table_keys
+        return context
+
+
+def deterministic_query(
+    source: Source,
+    parsed: ParsedQuery,
+    columns: Sequence[str],
+    *,
+    strict: bool,
+    allow_unstable: bool,
+) -> Deterministic:
+    """The query with its ORDER BYs completed (or, with ``strict``, checked).
+
+    The catalog is asked for keys only when an ORDER BY may tie without them.
+
+    Raises:
+        UnstableQueryError: it cannot return the same rows every run, and not
+            ``allow_unstable``.
+    """
+    completion = complete_orders(parsed, columns=columns)
+    table_keys = None
+    if completion.ties:
+        table = only_base_table(parsed.tree)
+        if table is not None:
+            table_keys = unique_keys(source, table) or None
+        if table_keys is not None:
+            completion = complete_orders(parsed, columns=columns, table_keys=table_keys)
+    if not allow_unstable:
+        check_stable(parsed, strict=strict, columns=columns, table_keys=table_keys)
+    if strict:
+        return Deterministic(parsed, [], table_keys, strict=True)
+    return Deterministic(completion.parsed, list(completion.completed), table_keys)
+
+
+def partition_count(
+    context: PlanContext, chosen: str, partitions: int | None, target_rows: int, workers: int
+) -> tuple[int | None, int, str]:
+    """(rows counted or None, M, a note when M was capped at :data:`MAX_PARTITIONS`)."""
+    if partitions is not None:
+        return None, partitions, ""
+    if chosen == "fragments":  # sized by the files' own row counts: no COUNT(*) scan
+        rows = None
+        m = partitions_for(fragments.stored_rows(context), target_rows, workers)
+    else:
+        rows = context.source.count(context.parsed, columns=context.columns)
+        m = partitions_for(rows, target_rows, workers)
+    if m <= MAX_PARTITIONS:
+        return rows, m, ""
+    return (
+        rows,
+        MAX_PARTITIONS,
+        (
+            f"M capped at {MAX_PARTITIONS} (the most a plan may have) instead of {m}; raise "
+            "target_rows (--target-rows)"
+        ),
+    )
+
+
+def notes(tiebreaks: Sequence[str], capped: str, m: int, built: int, strategy: str) -> str:
+    """What ``plan.reason`` adds after the strategy's own reason (empty, or ``; ...``)."""
+    parts = []
+    if tiebreaks:
+        parts.append(
+            "tie-breakers added so every run returns the same rows: " + "; ".join(tiebreaks)
+        )
+    if capped:
+        parts.append(capped)
+    if built < m:
+        parts.append(
+            f"{built} partitions instead of the {m} asked for: {strategy} cannot cut this "
+            "data finer"
+        )
+    return "".join(f"; {p}" for p in parts)
