@@ -4,7 +4,13 @@ the accumulators merge into the statistics of the whole query.
 Exact as long as the data fits the sketches (``SKETCH_VALUES`` values per numeric column,
 ``KMV_SIZE`` distinct values, ``VOCABULARY_CAPACITY`` distinct categories); beyond, the
 quantiles, distinct counts and vocabulary counts become approximate, and say so
-(``boundaries_exact``, ``distinct_exact``).
+(``boundaries_exact``, ``distinct_exact``); a distinct estimate never exceeds the
+non-NULL count.
+
+The rules are the pushdown's (see :mod:`stats.pushdown`): boundary positions in integer
+arithmetic, NaN counted and left out, infinities counted and left out of the moments,
+moments scaled by powers of two so that finite values never overflow, -0.0 and 0.0 one
+value, dates and timestamps with moments in days / microseconds (:mod:`stats.units`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import pyarrow.compute as pc
 
 from dialects import InvalidArgumentError
 from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import kinds_of
+from stats.pushdown import kinds_of, positions, scale_exponent
+from stats.units import PER_SECOND, unit_of
 
 __all__ = ["StatsAccumulator", "accumulate"]
 
@@ -72,19 +79,142 @@ def _text_hash(value: Any) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+class _Moments:
+    """Count, mean and sum of squared deviations of finite values, merged with Chan et
+    al.'s pairwise update.
+
+    Kept as deviations from an ``origin`` (the first value seen) scaled by ``2**-scale``:
+    integer ticks are differenced exactly, so a partition's mean is exact to the spread of
+    its values, not to their size (timestamps in microseconds are ~1.7e15 with spreads of
+    seconds), and the power-of-two scaling (exact) keeps sums and squares from overflowing.
+    The true mean is ``origin + mean * 2**scale``, the true sum of squares
+    ``m2 * 2**(2 * scale)``.
+    """
+
+    def __init__(self) -> None:
+        self.n = self.scale = 0
+        self.origin: int | float = 0
+        self.mean = self.m2 = 0.0
+
+    def add(self, values: np.ndarray, integral: bool) -> None:
+        """Add finite values (integers as their own NumPy integer type)."""
+        if not len(values):
+            return
+        other = _Moments()
+        other.n, other.origin = len(values), values[0].item()
+        if integral:
+            deviations = _int_deviations(values, int(other.origin))
+            other.scale = scale_exponent(float(deviations.min()), float(deviations.max()))
+            scaled = np.ldexp(deviations, -other.scale)
+        else:
+            other.scale = scale_exponent(float(values.min()), float(values.max()))
+            scaled = np.ldexp(values, -other.scale) - math.ldexp(other.origin, -other.scale)
+        other.mean = float(scaled.mean())
+        other.m2 = float(((scaled - other.mean) ** 2).sum())
+        self.merge(other)
+
+    def merge(self, other: _Moments) -> None:
+        if not other.n:
+            return
+        if not self.n:
+            self.n, self.scale, self.origin = other.n, other.scale, other.origin
+            self.mean, self.m2 = other.mean, other.m2
+            return
+        if isinstance(self.origin, int) and isinstance(other.origin, int):
+            gap = float(other.origin - self.origin)  # exact difference, then rounded once
+            scale = max(self.scale, other.scale, math.frexp(gap)[1])
+            shift = math.ldexp(gap, -scale)
+        else:  # floats: scaled first, so that the difference cannot overflow
+            bound = max(abs(float(self.origin)), abs(float(other.origin)))
+            scale = max(self.scale, other.scale, math.frexp(bound)[1] + 1)
+            shift = math.ldexp(float(other.origin), -scale) - math.ldexp(float(self.origin), -scale)
+        mean_a, m2_a = _rescaled(self.mean, self.m2, self.scale - scale)
+        mean_b, m2_b = _rescaled(other.mean, other.m2, other.scale - scale)
+        mean_b += shift
+        total = self.n + other.n
+        delta = mean_b - mean_a
+        self.m2 = m2_a + m2_b + delta * delta * (self.n * other.n / total)
+        self.mean = mean_a + delta * (other.n / total)
+        self.n, self.scale = total, scale
+
+    def result(self, low: float, high: float) -> tuple[float | None, float | None]:
+        """(mean, population variance); the mean kept within the values' range."""
+        if not self.n:
+            return None, None
+        if low == high:
+            return float(low), 0.0
+        if isinstance(self.origin, int):
+            mean = float(self.origin) + math.ldexp(self.mean, self.scale)
+        else:
+            mean = math.ldexp(math.ldexp(self.origin, -self.scale) + self.mean, self.scale)
+        try:
+            variance = math.ldexp(self.m2 / self.n, 2 * self.scale)
+        except OverflowError:
+            variance = math.inf
+        return min(max(mean, float(low)), float(high)), variance
+
+
+def _int_deviations(values: np.ndarray, origin: int) -> np.ndarray:
+    """``values - origin`` as float64: exact in integers where the spread fits int64."""
+    low, high = int(values.min()), int(values.max())
+    if max(abs(low - origin), abs(high - origin)) < 2**63:
+        with np.errstate(over="ignore"):  # wraps around, and the int64 view unwraps it
+            wrapped = values - np.array(origin).astype(values.dtype)
+        exact: np.ndarray = wrapped.view(np.int64).astype(np.float64)
+        return exact
+    rounded: np.ndarray = values.astype(np.float64) - float(origin)
+    return rounded
+
+
+def _rescaled(mean: float, m2: float, shift: int) -> tuple[float, float]:
+    """A (mean, m2) pair scaled by ``2**shift`` (``shift <= 0``: never overflows)."""
+    return math.ldexp(mean, shift), math.ldexp(m2, 2 * shift)
+
+
+_NAN_HASH = 0x7FF8000000000000
+"""The bits of the canonical NaN: every NaN counts as this one distinct value."""
+
+
 class _Numeric:
     def __init__(self, arrow_type: pa.DataType) -> None:
         self.arrow_type = arrow_type
         self.temporal = bool(pa.types.is_temporal(arrow_type))
-        # Integers and dates stay int64 (exact to the int64 limits); the rest is float64.
-        self.integral = self.temporal or bool(pa.types.is_integer(arrow_type))
-        self.count = self.nulls = self.n = 0
-        self.mean = self.m2 = 0.0
+        self.floating = bool(pa.types.is_floating(arrow_type) or pa.types.is_decimal(arrow_type))
+        self.unit = unit_of(arrow_type)
+        # Integers and times stay integers (exact to their limits); the rest is float64.
+        self.dtype = (
+            np.float64 if self.floating
+            else np.uint64 if pa.types.is_uint64(arrow_type)
+            else np.int64
+        )  # fmt: skip
+        self.count = self.nulls = self.nans = self.infinities = self.n = 0
+        self.moments = _Moments()
         self.low: Any = None
         self.high: Any = None
-        self.values = np.empty(0, dtype=np.int64 if self.integral else np.float64)
+        self.finite_low: float = math.inf
+        self.finite_high: float = -math.inf
+        self.values = np.empty(0, dtype=self.dtype)
         self.weight = 1
         self.distinct = _Distinct()
+
+    def _numbers(self, present: pa.Array) -> np.ndarray:
+        """The non-NULL values as NumPy numbers (time values as int64 ticks)."""
+        kind = self.arrow_type
+        if pa.types.is_date(kind):
+            days = present.cast(pa.date32()) if pa.types.is_date64(kind) else present
+            numbers = days.cast(pa.int32()).cast(pa.int64())
+        elif pa.types.is_time32(kind):
+            numbers = present.cast(pa.int32()).cast(pa.int64())
+        elif self.temporal:
+            numbers = present.cast(pa.int64())
+        elif pa.types.is_decimal(kind):
+            # Arrow's decimal-to-double cast is not correctly rounded (99819.01 becomes
+            # 99819.01000000001); parsing the exact decimal text is.
+            numbers = present.cast(pa.string()).cast(pa.float64())
+        else:
+            numbers = present.cast(pa.from_numpy_dtype(self.dtype))
+        values: np.ndarray = numbers.to_numpy()
+        return values
 
     def update(self, column: pa.Array) -> None:
         self.count += len(column)
@@ -92,31 +222,38 @@ class _Numeric:
         present = pc.drop_null(column)
         if not len(present):
             return
-        if pa.types.is_date32(self.arrow_type):
-            values = present.cast(pa.int32()).cast(pa.int64()).to_numpy()
-        elif self.integral:
-            values = present.cast(pa.int64(), safe=False).to_numpy()
-        elif pa.types.is_decimal(self.arrow_type):
-            # Arrow's decimal-to-double cast is not correctly rounded (99819.01 becomes
-            # 99819.01000000001); parsing the exact decimal text is.
-            values = present.cast(pa.string()).cast(pa.float64()).to_numpy()
+        values = self._numbers(present)
+        if self.floating:
+            nan = np.isnan(values)
+            if nan.any():
+                self.nans += int(nan.sum())
+                self.distinct.add([_NAN_HASH])
+                values = values[~nan]
+            if not len(values):
+                return
+            # -0.0 + 0.0 is 0.0: the two zeros hash as one value.
+            self.distinct.add(_splitmix((values + 0.0).view(np.uint64)))
         else:
-            values = present.cast(pa.float64(), safe=False).to_numpy()
-        self.distinct.add(_splitmix(values.view(np.uint64)))
-        numbers = values.astype(np.float64)
-        mean = float(numbers.mean())
-        m2 = float(((numbers - mean) ** 2).sum())
-        self._combine(len(values), mean, m2, values.min().item(), values.max().item())
-        self._add_values(values, 1)
-
-    def _combine(self, n: int, mean: float, m2: float, low: Any, high: Any) -> None:
-        total = self.n + n
-        delta = mean - self.mean
-        self.m2 += m2 + delta * delta * self.n * n / total
-        self.mean += delta * n / total
-        self.n = total
+            self.distinct.add(_splitmix(values.view(np.uint64)))
+        self.n += len(values)
+        low, high = values.min().item(), values.max().item()
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
+        self._add_moments(values)
+        self._add_values(values, 1)
+
+    def _add_moments(self, values: np.ndarray) -> None:
+        """Moments of the finite values (time columns in their own ticks until the result)."""
+        if self.temporal and self.unit is None:
+            return  # times of day and durations have no moments
+        if self.floating:
+            finite = np.isfinite(values)
+            self.infinities += int(len(values) - finite.sum())
+            values = values[finite]
+        if len(values):
+            self.finite_low = min(self.finite_low, values.min().item())
+            self.finite_high = max(self.finite_high, values.max().item())
+            self.moments.add(values, integral=not self.floating)
 
     def _add_values(self, values: np.ndarray, weight: int) -> None:
         while weight < self.weight:  # bring the lighter side to this sketch's weight
@@ -130,26 +267,39 @@ class _Numeric:
     def merge(self, other: _Numeric) -> None:
         self.count += other.count
         self.nulls += other.nulls
+        self.nans += other.nans
+        self.infinities += other.infinities
         if other.n:
-            self._combine(other.n, other.mean, other.m2, other.low, other.high)
+            self.n += other.n
+            self.low = other.low if self.low is None else min(self.low, other.low)
+            self.high = other.high if self.high is None else max(self.high, other.high)
+            self.finite_low = min(self.finite_low, other.finite_low)
+            self.finite_high = max(self.finite_high, other.finite_high)
+            self.moments.merge(other.moments)
             self._add_values(other.values, other.weight)
         self.distinct.merge(other.distinct)
 
     def result(self, name: str, spec: StatsSpec) -> ColumnStats:
         distinct, exact = self.distinct.estimate()
+        present = self.count - self.nulls
         stats = ColumnStats(name, "numeric", str(self.arrow_type), count=self.count,
-                            nulls=self.nulls, distinct=distinct, distinct_exact=exact)  # fmt: skip
+                            nulls=self.nulls, nans=self.nans, infinities=self.infinities,
+                            distinct=min(distinct, present), distinct_exact=exact,
+                            unit=self.unit)  # fmt: skip
         if not self.n:
             return stats
         stats.min, stats.max = self._back(self.low), self._back(self.high)
-        if not self.temporal:
-            stats.mean, stats.variance = self.mean, self.m2 / self.n
+        mean, variance = self.moments.result(self.finite_low, self.finite_high)
+        if mean is not None and variance is not None and pa.types.is_timestamp(self.arrow_type):
+            per_tick = PER_SECOND["us"] / PER_SECOND[self.arrow_type.unit]  # to microseconds
+            mean, variance = mean * per_tick, variance * per_tick * per_tick
+        stats.mean, stats.variance = mean, variance
         ordered = np.sort(self.values)
-        positions = [max(1, math.ceil(f * len(ordered))) - 1 for f in spec.fractions]
-        stats.boundaries = [self._back(ordered[p].item()) for p in positions]
+        picked = [p - 1 for p in positions(len(ordered), spec.buckets)]
+        stats.boundaries = [self._back(ordered[p].item()) for p in picked]
         stats.boundaries_exact = self.weight == 1
-        buckets = np.searchsorted(ordered[positions], ordered, side="right")
-        counts = np.bincount(buckets, minlength=len(positions) + 1)
+        buckets = np.searchsorted(ordered[picked], ordered, side="right")
+        counts = np.bincount(buckets, minlength=len(picked) + 1)
         stats.histogram = [int(c) * self.weight for c in counts]
         return stats
 
@@ -157,11 +307,14 @@ class _Numeric:
         """A number in the column's own type (ints stay ints, dates stay dates)."""
         if value is None:
             return None
-        if pa.types.is_date32(self.arrow_type):
+        if pa.types.is_date(self.arrow_type):
             return dt.date(1970, 1, 1) + dt.timedelta(days=int(value))
-        if pa.types.is_timestamp(self.arrow_type):
-            return pa.scalar(int(value), type=pa.int64()).cast(self.arrow_type).as_py()
-        return int(value) if self.integral else float(value)
+        if self.temporal:
+            ticks = pa.array([int(value)], pa.int64())
+            if self.arrow_type.bit_width == 32:
+                ticks = ticks.cast(pa.int32())
+            return ticks.cast(self.arrow_type)[0].as_py()
+        return float(value) if self.floating else int(value)
 
 
 class _Categorical:
@@ -178,10 +331,14 @@ class _Categorical:
         present = pc.drop_null(column)
         if not len(present):
             return
-        table = pa.table({"v": present}).group_by("v").aggregate([("v", "count")])
-        values = table.column("v").to_pylist()
-        self.counts.update(dict(zip(values, table.column("v_count").to_pylist(), strict=True)))
-        self.distinct.add(_text_hash(v) for v in values)
+        try:
+            table = pa.table({"v": present}).group_by("v").aggregate([("v", "count")])
+            counted = dict(zip(table.column("v").to_pylist(), table.column("v_count").to_pylist(),
+                               strict=True))  # fmt: skip
+        except pa.ArrowNotImplementedError:  # lists and structs: Arrow cannot group them
+            counted = dict(Counter(_hashable(v) for v in present.to_pylist()))
+        self.counts.update(counted)
+        self.distinct.add(_text_hash(v) for v in counted)
         self._prune()
 
     def _prune(self) -> None:
@@ -205,10 +362,25 @@ class _Categorical:
         present = self.count - self.nulls
         return ColumnStats(
             name, "categorical", str(self.arrow_type), count=self.count, nulls=self.nulls,
-            distinct=distinct, distinct_exact=exact, vocabulary=[v for v, _ in top],
+            distinct=min(distinct, present), distinct_exact=exact,
+            vocabulary=[_listed(v) for v, _ in top],
             vocabulary_counts=[c for _, c in top],
             other_count=present - sum(c for _, c in top),
         )  # fmt: skip
+
+
+def _hashable(value: Any) -> Any:
+    """A list or struct value as nested tuples (a vocabulary key)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
+
+
+def _listed(value: Any) -> Any:
+    """A vocabulary key back as the list it was (:func:`_hashable`'s tuples as lists)."""
+    return [_listed(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _order_key(value: Any) -> tuple[str, Any]:
@@ -242,7 +414,12 @@ class StatsAccumulator:
     def update(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
         for name, column in self.columns.items():
-            column.update(batch.column(name))
+            values = batch.column(name)
+            if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
+                # views have no filter kernel
+                values = values.cast(pa.binary() if pa.types.is_binary_view(values.type)
+                                     else pa.string())  # fmt: skip
+            column.update(values)
 
     def merge(self, other: StatsAccumulator) -> StatsAccumulator:
         if other.schema.names != self.schema.names:

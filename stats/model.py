@@ -79,14 +79,24 @@ class ColumnStats:
     count: int = 0
     """Rows, NULLs included."""
     nulls: int = 0
+    nans: int = 0
+    """NaN values (floating-point columns): counted here, left out of min, max, mean,
+    variance, boundaries and histogram."""
+    infinities: int = 0
+    """Infinite values: in min, max, boundaries and histogram, left out of mean and variance."""
     distinct: int | None = None
-    """Distinct non-NULL values (exact for pushdown, approximate for accumulators)."""
+    """Distinct non-NULL values, at most ``count - nulls`` (exact for pushdown, approximate
+    for accumulators beyond their sketch); NaN counts as one value, -0.0 and 0.0 as one."""
     distinct_exact: bool = True
     min: Any = None
     max: Any = None
     mean: float | None = None
+    """The mean of the finite values (of a date or timestamp column: in ``unit``)."""
     variance: float | None = None
-    """Population variance."""
+    """Population variance of the finite values (of a time column: in ``unit`` squared)."""
+    unit: str | None = None
+    """A time column's numeric unit: ``days`` (dates) or ``us`` (timestamps), counted from
+    1970-01-01, the int64 values :mod:`sqlfeed.tf` feeds (see :mod:`stats.units`)."""
     boundaries: list[Any] = field(default_factory=list)
     """Quantile bucket boundaries (numeric): ``buckets - 1`` increasing values."""
     boundaries_exact: bool = True

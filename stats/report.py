@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dialects import MissingDependencyError
 from stats.model import ColumnStats, FeatureStats
+from stats.units import DAYS, MICROSECONDS, from_units, to_units
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -123,10 +124,11 @@ def _header(stats: FeatureStats) -> str:
 
 def _summary(stats: FeatureStats) -> str:
     """One table row per column: type, counts, NULLs, distinct values and moments."""
+    non_finite = any(c.nans or c.infinities for c in stats.columns.values())
     head = (
         "<thead><tr><th>Column</th><th>Kind</th><th>Arrow type</th><th>Count</th>"
         "<th>NULLs</th><th>Distinct</th><th>Min</th><th>Max</th><th>Mean</th>"
-        "<th>Std dev</th></tr></thead>"
+        "<th>Std dev</th>" + ("<th>NaN</th><th>±inf</th>" if non_finite else "") + "</tr></thead>"
     )
     rows = []
     for index, c in enumerate(stats.columns.values()):
@@ -141,7 +143,9 @@ def _summary(stats: FeatureStats) -> str:
         if c.distinct is not None and not c.distinct_exact:
             distinct = "≈" + distinct
         nulls = f"{_fmt(c.nulls)} ({c.null_rate:.1%})" if c.count else _fmt(c.nulls)
-        cells = [_cell(v) for v in (c.min, c.max, c.mean, c.stddev)]
+        cells = [_cell(v) for v in (c.min, c.max, *_moments(c))]
+        if non_finite:
+            cells += [_cell(c.nans), _cell(c.infinities)]
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         rows.append(
             f"{tr}<td>{name}</td><td>{_esc(c.kind)}</td><td>{_esc(c.arrow_type)}</td>"
@@ -158,6 +162,8 @@ def _section(figure_cls: type[Figure], index: int, c: ColumnStats, label: bool) 
     if c.kind == "numeric":
         if not c.histogram or sum(c.histogram) == 0:
             note = "No histogram: the column has no non-NULL values."
+            if c.nans:
+                note = "No histogram: the column has no values but NULL and NaN."
             return f'{head}<p class="none">{note}</p></section>'
         png, note = _histogram(figure_cls, c)
         alt = f"Histogram of {c.name}"
@@ -187,23 +193,20 @@ def _histogram(figure_cls: type[Figure], c: ColumnStats) -> tuple[bytes, str]:
     raw_edges = [c.min, *c.boundaries, c.max]
     edges, dates = _numbers(raw_edges)
     approx = "" if c.boundaries_exact else " (approximate quantiles)"
-    proportional = (
-        edges is not None
-        and len(edges) == len(counts) + 1
-        and all(b > a for a, b in itertools.pairwise(edges))
-    )
+    widths = [b - a for a, b in itertools.pairwise(edges)] if edges is not None else []
+    proportional = len(widths) == len(counts) and all(0 < w < math.inf for w in widths)
     if proportional and edges is not None:
-        widths = [b - a for a, b in itertools.pairwise(edges)]
         heights = [n / w for n, w in zip(counts, widths, strict=True)]
         ax.bar(edges[:-1], heights, width=widths, align="edge", color=_BAR, edgecolor="white")
+        ax.set_xlim(edges[0], edges[-1])
         ax.set_ylabel("rows per unit" if not dates else "rows per day")
-        if dates:
-            from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+        if dates:  # days since 1970 on the axis, labelled here: matplotlib's own date
+            # axis fails for years outside 1..9999, which its margins reach from 0001-01-01
+            from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-            locator = AutoDateLocator(maxticks=7)  # type: ignore[no-untyped-call]
-            ax.xaxis.set_major_locator(locator)
-            formatter = ConciseDateFormatter(locator)  # type: ignore[no-untyped-call]
-            ax.xaxis.set_major_formatter(formatter)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+            span = edges[-1] - edges[0]
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _day_label(x, span)))
         note = f"{len(counts)} quantile buckets, bar area proportional to rows{approx}."
     else:
         positions = list(range(len(counts)))
@@ -217,6 +220,8 @@ def _histogram(figure_cls: type[Figure], c: ColumnStats) -> tuple[bytes, str]:
             ax.set_xticks([])
         ax.set_ylabel("rows")
         note = f"{len(counts)} quantile buckets drawn with equal width{approx}."
+    if c.nans:
+        note += f" {_fmt(c.nans)} NaN values are not drawn."
     ax.set_title(c.name, parse_math=False)
     _tidy(ax)
     return _png(fig), note
@@ -275,14 +280,12 @@ def _png(fig: Figure) -> bytes:
 
 
 def _numbers(values: list[Any]) -> tuple[list[float] | None, bool]:
-    """Values as floats for plotting (dates as matplotlib day numbers), or None if not all are.
+    """Values as floats for plotting (dates as days since 1970), or None if not all are.
 
     Returns:
         The floats (None when a value is missing, not finite or not a number or date) and
         whether the values were dates.
     """
-    from matplotlib.dates import date2num
-
     out: list[float] = []
     dates = False
     for value in values:
@@ -293,7 +296,7 @@ def _numbers(values: list[Any]) -> tuple[list[float] | None, bool]:
                 return None, False
         if isinstance(value, dt.date):
             dates = True
-            out.append(float(date2num(value)))  # type: ignore[no-untyped-call]
+            out.append(to_units(value, MICROSECONDS) / 86_400e6)
         elif isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool):
             out.append(float(value))
         elif hasattr(value, "item") and isinstance(value.item(), int | float):  # numpy
@@ -303,6 +306,24 @@ def _numbers(values: list[Any]) -> tuple[list[float] | None, bool]:
     if not all(math.isfinite(x) for x in out):
         return None, False
     return out, dates
+
+
+def _moments(c: ColumnStats) -> tuple[Any, Any]:
+    """Mean and standard deviation as shown: a time column's as a moment and a duration."""
+    if c.unit is None or c.mean is None or c.stddev is None:
+        return c.mean, c.stddev
+    mean = from_units(c.mean, c.unit)
+    if c.unit == DAYS:
+        return (mean.date() if mean else c.mean), f"{c.stddev:.6g} days"
+    return (mean or c.mean), f"{c.stddev / 1e6:.6g} s"
+
+
+def _day_label(days: float, span: float) -> str:
+    """An axis label for ``days`` since 1970 (blank outside the years 1..9999)."""
+    moment = from_units(days, DAYS)
+    if moment is None:
+        return ""
+    return moment.date().isoformat() if span > 3 else moment.strftime("%m-%d %H:%M")
 
 
 def _null_class(rate: float) -> str:

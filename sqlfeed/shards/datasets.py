@@ -46,13 +46,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.shards.join import join_on_uid
 from sqlfeed.shards.manifest import FORMATS, Manifest, ShardEntry, shard_file_name
 from sqlfeed.shards.paths import remove_path
 from sqlfeed.shards.shardset import DATASET_FILE, Shardset, load_layout, oldest_first
 from sqlfeed.shards.source import DatasetSource
 from sqlfeed.shards.validation import check_shardsets, uid_placements
-from sqlfeed.shards.writer import ShardWriter, tar_schema
+from sqlfeed.shards.writer import ShardWriter, file_schema
 
 __all__ = ["DEFAULT_SHARD_ROWS", "Dataset", "create_dataset", "open_dataset"]
 
@@ -116,7 +117,8 @@ class Dataset:
         fields = [self.main.manifest.schema.field(self.uid)]
         for shardset in self.shardsets:
             fields.extend(f for f in shardset.manifest.schema if f.name != self.uid)
-        return pa.schema(fields)
+        # As the shards are read: view types plain, no text-encoding marks.
+        return plain_schema(pa.schema([f.remove_metadata() for f in fields]))
 
     @property
     def shard_indices(self) -> list[int]:
@@ -228,10 +230,12 @@ class Dataset:
             left behind) if it breaks a rule.
         """
         self._check_new(name, format, shard_rows, overwrite)
+        # View types (string_view, ...) have no take/filter/join kernels: plain forms.
+        data = {i: plain(t) for i, t in data.items()} if isinstance(data, Mapping) else plain(data)
         shards = data if isinstance(data, Mapping) else self._layout(data, shard_rows)
         schema = _common_schema(shards, self.uid, name)
         self._check_clash(name, schema)
-        written_schema = tar_schema(schema, self.uid) if format == "tar" else schema
+        written_schema = file_schema(schema, format, self.uid)
         target = self.path / name
         temporary = self.path / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
         temporary.mkdir()
@@ -356,7 +360,8 @@ def _write_shards(
             folder / file, fmt, schema, uid=uid, row_group_rows=row_group_rows
         ) as writer:
             writer.write(table.select(list(columns)))
-        entries.append(ShardEntry(index, file, table.num_rows, writer.close()))
+        size = writer.close()
+        entries.append(ShardEntry(index, file, table.num_rows, size, writer.uid_digest))
     return entries
 
 

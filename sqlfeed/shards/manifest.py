@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError, ShardsetError
@@ -35,6 +37,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "Manifest",
     "ShardEntry",
+    "UidDigest",
     "check_format",
     "iter_shard_files",
     "shard_file_name",
@@ -79,6 +82,64 @@ class ShardEntry:
     file: str
     rows: int
     bytes: int
+    uid_digest: str | None = None
+    """A digest of the shard's uid values in file order (:class:`UidDigest`): two shards
+    with the same digest hold the same samples in the same order, so their rows pair up
+    by position. None in manifests written before sqlfeed recorded it."""
+
+
+class UidDigest:
+    """A digest of a uid column's values in order, whatever batches they come in.
+
+    Integers hash as int64; anything else as its text (lengths and bytes apart, so the
+    batch boundaries do not matter). A NULL uid leaves no digest.
+
+    >>> a, b = UidDigest(), UidDigest()
+    >>> a.update(pa.array([1, 2, 3]))
+    >>> b.update(pa.array([1])); b.update(pa.array([2, 3], pa.int32()))
+    >>> a.hexdigest() == b.hexdigest()
+    True
+    """
+
+    def __init__(self) -> None:
+        self._lengths = hashlib.blake2b(digest_size=16)
+        self._data = hashlib.blake2b(digest_size=16)
+        self._kind = ""
+        self._broken = False
+
+    def update(self, values: pa.Array | pa.ChunkedArray) -> None:
+        """Add the next values (in file order)."""
+        chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+        for chunk in chunks:
+            if chunk.null_count:
+                self._broken = True
+            if self._broken or not len(chunk):
+                continue
+            kind = "int" if pa.types.is_integer(chunk.type) else "text"
+            if self._kind and kind != self._kind:
+                self._broken = True
+                continue
+            self._kind = kind
+            if kind == "int":
+                self._data.update(chunk.cast(pa.int64()).to_numpy().tobytes())
+                continue
+            try:
+                text = chunk.cast(pa.large_string())
+            except pa.ArrowException:
+                self._broken = True
+                continue
+            offsets = np.frombuffer(text.buffers()[1], np.int64)[
+                text.offset : text.offset + len(text) + 1
+            ]
+            self._lengths.update(np.diff(offsets).tobytes())
+            data = text.buffers()[2]
+            self._data.update(b"" if data is None else data[int(offsets[0]) : int(offsets[-1])])
+
+    def hexdigest(self) -> str | None:
+        """The digest (None after a NULL uid or a value that has no text)."""
+        if self._broken:
+            return None
+        return self._kind + ":" + self._lengths.hexdigest() + self._data.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -125,7 +186,13 @@ class Manifest:
             "columns": [{"name": f.name, "type": str(f.type)} for f in self.schema],
             "arrow_schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
             "shards": [
-                {"index": s.index, "file": s.file, "rows": s.rows, "bytes": s.bytes}
+                {
+                    "index": s.index,
+                    "file": s.file,
+                    "rows": s.rows,
+                    "bytes": s.bytes,
+                    **({"uid_digest": s.uid_digest} if s.uid_digest else {}),
+                }
                 for s in self.shards
             ],
             "properties": dict(self.properties),
@@ -143,7 +210,13 @@ class Manifest:
                 )
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["arrow_schema"])))
             shards = tuple(
-                ShardEntry(int(s["index"]), str(s["file"]), int(s["rows"]), int(s["bytes"]))
+                ShardEntry(
+                    int(s["index"]),
+                    str(s["file"]),
+                    int(s["rows"]),
+                    int(s["bytes"]),
+                    str(s["uid_digest"]) if s.get("uid_digest") else None,
+                )
                 for s in data["shards"]
             )
             manifest = cls(

@@ -24,7 +24,9 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.io.views import plain, plain_schema, plain_type
 from sqlfeed.shards.manifest import check_format
+from sqlfeed.shards.textforms import base64_encoded, csv_type, is_binary, json_type
 
 __all__ = ["TAR_KEY", "lines_are_rows", "read_shard", "read_text_range"]
 
@@ -67,8 +69,7 @@ def read_shard(
             f"cannot read {fmt} shard {file}: {message} (the file is truncated or corrupt; "
             "rewrite it or remove the shardset)"
         ) from None
-    if schema is not None:
-        table = _conform(table, schema, file)
+    table = _conform(table, schema, file) if schema is not None else plain(table)
     if columns is not None:
         missing = [name for name in columns if name not in table.column_names]
         if missing:
@@ -78,6 +79,8 @@ def read_shard(
 
 
 def _conform(table: pa.Table, schema: pa.Schema, file: Path) -> pa.Table:
+    """The table in the manifest's types (view types plain, text encodings undone)."""
+    schema = pa.schema([f.remove_metadata() for f in plain_schema(schema)])
     arrays = []
     for target in schema:
         if target.name not in table.column_names:
@@ -106,11 +109,28 @@ def _read_orc(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:
 
 
 def _read_csv(file: Path | io.BytesIO, schema: pa.Schema | None, key: str) -> pa.Table:
+    # NULL is an empty unquoted field only: "" is the empty string, and "NULL", "NA" or
+    # "nan" are values (see sqlfeed.shards.textforms).
     convert = pacsv.ConvertOptions(
-        column_types={f.name: _text_type(f.type) for f in schema} if schema is not None else None,
+        column_types={f.name: csv_type(f) for f in schema} if schema is not None else None,
         strings_can_be_null=True,
+        quoted_strings_can_be_null=False,
+        null_values=[""],
     )
-    return pacsv.read_csv(file, convert_options=convert)
+    table = pacsv.read_csv(file, convert_options=convert)
+    for field in schema or []:
+        if base64_encoded(field):
+            position = table.schema.get_field_index(field.name)
+            values = _unbase64(table.column(position))
+            table = table.set_column(position, field.name, values)
+    return table
+
+
+def _unbase64(column: pa.ChunkedArray) -> pa.Array:
+    return pa.array(
+        [None if text is None else base64.b64decode(text) for text in column.to_pylist()],
+        pa.binary(),
+    )
 
 
 def _read_jsonl(file: Path | io.BytesIO, schema: pa.Schema | None, key: str) -> pa.Table:
@@ -123,17 +143,14 @@ def _read_jsonl(file: Path | io.BytesIO, schema: pa.Schema | None, key: str) -> 
         return schema.empty_table()
     text_schema = None
     if schema is not None:
-        text_schema = pa.schema([(f.name, _text_type(f.type)) for f in schema])
+        text_schema = pa.schema([(f.name, json_type(plain_type(f.type))) for f in schema])
     parse = pajson.ParseOptions(explicit_schema=text_schema, newlines_in_values=False)
     table = pajson.read_json(file, parse_options=parse)
     if schema is not None:  # binary values are written as base64 text
         for position, target in enumerate(schema):
-            if pa.types.is_binary(target.type) or pa.types.is_large_binary(target.type):
-                values = [
-                    None if text is None else base64.b64decode(text)
-                    for text in table.column(target.name).to_pylist()
-                ]
-                table = table.set_column(position, target.name, pa.array(values, target.type))
+            if is_binary(target.type):
+                values = _unbase64(table.column(target.name))
+                table = table.set_column(position, target.name, values)
     return table
 
 
@@ -190,15 +207,6 @@ def lines_are_rows(path: str | os.PathLike[str], fmt: str, rows: int) -> bool:
             last = block[-1:]
     lines = newlines + (1 if last not in (b"", b"\n") else 0)
     return lines == rows + (1 if fmt == "csv" else 0)
-
-
-def _text_type(arrow_type: pa.DataType) -> pa.DataType:
-    """The type a text format is parsed as before the cast to ``arrow_type``."""
-    if pa.types.is_decimal(arrow_type) or pa.types.is_binary(arrow_type):
-        return pa.string()
-    if pa.types.is_large_binary(arrow_type) or pa.types.is_temporal(arrow_type):
-        return pa.string()
-    return arrow_type
 
 
 def _read_tar(file: Path, schema: pa.Schema | None, key: str) -> pa.Table:

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.orc as orc
 import pyarrow.parquet as pq
 from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError, get_dialect
 from sqlfeed.io import DEFAULT_BATCH_ROWS, DuckDBSource
+from sqlfeed.plans.filemeta import even_runs, orc_open, orc_stripes, parquet_row_groups
 from sqlfeed.plans.fragments import fragment_problem, view_reference
 from sqlfeed.shards.join import join_on_uid
 from sqlfeed.shards.reader import lines_are_rows, read_shard, read_text_range
@@ -180,30 +180,47 @@ class DatasetSource(DuckDBSource):
         return pa.RecordBatchReader.from_batches(schema, batches())
 
     def _joined(self, fragment: Fragment) -> Iterator[pa.Table]:
-        """The fragment's main rows joined with the other shardsets' shard (Arrow)."""
-        others = [
-            other.read_shard(fragment.shard) if other.shard(fragment.shard) else None
-            for other in self._others
-        ]
+        """The fragment's main rows joined with the other shardsets' shard (Arrow).
+
+        A shardset without this shard index joins as an empty table of its columns: its
+        samples are missing, so the fragment's rows are skipped, and the columns are there.
+        """
+        others = [other.read_shard(fragment.shard) for other in self._others]
         for table in _main_pieces(self._main, fragment, self.trace):
             for other in others:
-                if other is None:
-                    table = table.slice(0, 0)
-                    continue
                 table = join_on_uid(table, other, self.dataset.uid)
             yield table
 
     # -- the native (all Parquet) view ------------------------------------------------------
 
+    def _aligned(self, shard: int | None) -> bool:
+        """Whether the other shardsets' shard ``shard`` (None: every shard) holds the main
+        shard's uids in the same order (equal uid digests in the manifests), so rows pair
+        up by position: a POSITIONAL JOIN, no hash join and no sort."""
+        indices = self._main.shard_indices if shard is None else [shard]
+        for other in self._others:
+            if shard is None and other.shard_indices != indices:
+                return False
+            for index in indices:
+                main, entry = self._main.shard(index), other.shard(index)
+                if main is None or entry is None or main.uid_digest is None:
+                    return False
+                if entry.uid_digest != main.uid_digest or entry.rows != main.rows:
+                    return False
+        return True
+
     def _create_views(self) -> None:
+        positional = bool(self._others) and self._aligned(None)
         relations = {
             s.name: _parquet_list(
-                [str(s.path / e.file) for e in s.manifest.shards],
+                [str(s.shard_path(index)) for index in s.shard_indices]
+                if positional
+                else [str(s.path / e.file) for e in s.manifest.shards],
                 trace=self.trace and s is self._main,
             )
             for s in self.dataset.shardsets
         }
-        sql = self._native_select(relations, ordered=False)
+        sql = self._native_select(relations, ordered=False, positional=positional)
         with self.connection.cursor() as cursor:
             if self.trace:
                 cursor.register("sqlfeed_rg_arrow", self._row_group_table())
@@ -218,7 +235,7 @@ class DatasetSource(DuckDBSource):
         files, groups, firsts = [], [], []
         for entry in self._main.manifest.shards:
             path = str(self._main.path / entry.file)
-            for group, (first, _rows) in enumerate(_parquet_row_groups(Path(path))):
+            for group, (first, _rows) in enumerate(parquet_row_groups(Path(path))):
                 files.append(path)
                 groups.append(group)
                 firsts.append(first)
@@ -236,6 +253,7 @@ class DatasetSource(DuckDBSource):
         *,
         ordered: bool,
         fragment: Fragment | None = None,
+        positional: bool = False,
     ) -> str:
         uid = _q(self.dataset.uid)
         aliases = {s.name: f"s{number}" for number, s in enumerate(self.dataset.shardsets)}
@@ -256,13 +274,16 @@ class DatasetSource(DuckDBSource):
         sql = f"SELECT {', '.join(items)} FROM {relations[self._main.name]} AS {main}"
         for other in self._others:
             alias = aliases[other.name]
+            if positional:  # aligned shards: the rows pair up in file order
+                sql += f" POSITIONAL JOIN {relations[other.name]} AS {alias}"
+                continue
             sql += f" JOIN {relations[other.name]} AS {alias} ON {main}.{uid} = {alias}.{uid}"
         if self.trace and fragment is None:
             sql += (
                 f' ASOF LEFT JOIN "{self._rowgroup_table}" AS g ON g.file = {main}.filename '
                 f"AND {main}.file_row_number >= g.first_row"
             )
-        if ordered and self._others:
+        if ordered and self._others and not positional:
             sql += f" ORDER BY {main}.file_row_number"
         return sql
 
@@ -276,15 +297,24 @@ class DatasetSource(DuckDBSource):
                 f"AND file_row_number < {fragment.end})"
             )
         relations = {self._main.name: scan}
+        positional = bool(self._others) and self._aligned(fragment.shard)
         for other in self._others:
-            if other.shard(fragment.shard) is None:
+            if positional and fragment.kind == "rows":  # the same rows of the other file
+                relations[other.name] = (
+                    f"(SELECT * FROM read_parquet({_lit(str(other.shard_path(fragment.shard)))}, "
+                    f"file_row_number = true) WHERE file_row_number >= {fragment.start} "
+                    f"AND file_row_number < {fragment.end})"
+                )
+            elif other.shard(fragment.shard) is None:
                 any_file = str(other.path / other.manifest.shards[0].file)
                 relations[other.name] = f"(SELECT * FROM read_parquet({_lit(any_file)}) LIMIT 0)"
             else:
                 relations[other.name] = (
                     f"read_parquet({_lit(str(other.shard_path(fragment.shard)))})"
                 )
-        return self._native_select(relations, ordered=True, fragment=fragment)
+        return self._native_select(
+            relations, ordered=True, fragment=fragment, positional=positional
+        )
 
     # -- fragments (the sqlfeed.plans.fragments.FragmentSource capability) -------------------
 
@@ -342,7 +372,7 @@ def _main_pieces(shardset: Shardset, fragment: Fragment, trace: bool) -> Iterato
     if shardset.shard(fragment.shard) is None:
         return
     if fmt == "orc":
-        orc_file = _orc_open(path)
+        orc_file = orc_open(path)
         first, last = (
             (fragment.start, fragment.end) if fragment.kind == "stripes" else (0, orc_file.nstripes)
         )
@@ -353,7 +383,7 @@ def _main_pieces(shardset: Shardset, fragment: Fragment, trace: bool) -> Iterato
             row += table.num_rows
         return
     if fmt == "parquet":
-        groups = _parquet_row_groups(path)
+        groups = parquet_row_groups(path)
         wanted = [
             g
             for g, (first, rows) in enumerate(groups)
@@ -406,12 +436,16 @@ def _split(
     whole = [Fragment(index, "shard", 0, 0, rows, str(file))]
     if rows <= target_rows:
         return whole
-    if fmt == "parquet":
-        return _grouped(index, file, "rows", _parquet_row_groups(file), target_rows, by_rows=True)
-    if fmt == "orc":
-        orc_file = _orc_open(file)
-        sizes = [(s, _stripe_rows(orc_file, s)) for s in range(orc_file.nstripes)]
-        return _grouped(index, file, "stripes", sizes, target_rows, by_rows=False)
+    if fmt in ("parquet", "orc"):
+        kind = "rows" if fmt == "parquet" else "stripes"
+        units = parquet_row_groups(file) if fmt == "parquet" else orc_stripes(file)
+        runs = even_runs(str(file), kind, units, target_rows, by_rows=fmt == "parquet")
+        return [
+            Fragment(
+                index, "shard" if p.kind == "file" else kind, p.start, p.end, p.rows, str(file)
+            )
+            for p in runs
+        ]
     if fmt in ("csv", "jsonl"):
         if not lines_are_rows(file, fmt, rows):  # a byte range could cut a row in two
             note = "one partition: the CSV has quoted newlines, so it cannot be cut at lines"
@@ -427,57 +461,13 @@ def _split(
     return [Fragment(index, "shard", 0, 0, rows, str(file), note)]
 
 
-def _grouped(
-    index: int,
-    file: Path,
-    kind: str,
-    units: Sequence[tuple[int, int]],
-    target_rows: int,
-    *,
-    by_rows: bool,
-) -> list[Fragment]:
-    """Consecutive row groups / stripes gathered into fragments of about ``target_rows``."""
-    out: list[Fragment] = []
-    start_unit, start_row, rows_in, row = 0, 0, 0, 0
-    for number, (_first, rows) in enumerate(units):
-        if rows_in and rows_in + rows > target_rows:
-            start, end = (start_row, row) if by_rows else (start_unit, number)
-            out.append(Fragment(index, kind, start, end, rows_in, str(file)))
-            start_unit, start_row, rows_in = number, row, 0
-        rows_in += rows
-        row += rows
-    start, end = (start_row, row) if by_rows else (start_unit, len(units))
-    out.append(Fragment(index, kind, start, end, rows_in, str(file)))
-    if len(out) == 1:  # one row group / stripe: the whole shard
-        return [Fragment(index, "shard", 0, 0, rows_in, str(file))]
-    return out
-
-
-def _parquet_row_groups(path: Path) -> list[tuple[int, int]]:
-    """(first row, rows) of every row group of a Parquet file."""
-    meta = pq.ParquetFile(path).metadata
-    out, first = [], 0
-    for group in range(meta.num_row_groups):
-        rows = meta.row_group(group).num_rows
-        out.append((first, rows))
-        first += rows
-    return out
-
-
-def _orc_open(path: Path) -> Any:
-    try:
-        return orc.ORCFile(path)
-    except (OSError, pa.ArrowException) as err:
-        raise ShardsetError(f"cannot read orc shard {path}: {str(err).splitlines()[0]}") from None
-
-
 def _stripe_rows(orc_file: Any, stripe: int) -> int:
     """Rows in one ORC stripe (pyarrow exposes no per-stripe count without reading it)."""
     return int(orc_file.read_stripe(stripe, columns=[0]).num_rows)
 
 
 def _row_group_case(path: Path, row: str) -> str:
-    groups = _parquet_row_groups(path)
+    groups = parquet_row_groups(path)
     if len(groups) <= 1:
         return "0"
     whens = " ".join(

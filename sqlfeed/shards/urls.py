@@ -9,7 +9,7 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from dialects import InvalidArgumentError
-from sqlfeed.io import Source
+from sqlfeed.io import MEMORY, Source, require_file, url_path
 from sqlfeed.shards.datasets import open_dataset
 
 __all__ = ["SCHEME", "open_dataset_url"]
@@ -19,17 +19,18 @@ SCHEME = "dataset"
 
 
 def open_dataset_url(url: str) -> Source:
-    """``dataset:///abs/folder`` or ``dataset://rel/folder``, with ``?view=NAME&trace=true``."""
-
-    rest = url.split(":", 1)[1]
-    rest = rest[2:] if rest.startswith("//") else rest
-    path, _, query = rest.partition("?")
+    """``dataset:///relative/folder`` or ``dataset:////absolute/folder`` (SQLAlchemy's slash
+    convention, as ``duckdb:`` and ``sqlite:`` URLs), with ``?view=NAME&trace=true``."""
+    path = url_path(url, SCHEME)
+    query = url.partition("?")[2]
     options = {key: values[-1] for key, values in parse_qs(query).items()}
     unknown = sorted(set(options) - {"view", "trace", "validate"})
-    if unknown or not path:
+    if unknown or path == MEMORY:
         raise InvalidArgumentError(
-            f"{url!r}: expected dataset:///path/to/dataset[?view=NAME&trace=true&validate=false]"
+            f"{url!r}: expected dataset:///relative/folder or dataset:////absolute/folder"
+            "[?view=NAME&trace=true&validate=false]"
         )
+    require_file(path, url, "dataset folder", folder=True)
     flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
              (("trace", "false"), ("validate", "true"))}  # fmt: skip
     dataset = open_dataset(path, validate=flags["validate"])

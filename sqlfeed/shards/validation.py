@@ -27,7 +27,13 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from dialects import ShardsetError
-from sqlfeed.shards.manifest import Manifest, iter_shard_files, shard_file_name, shard_index_of
+from sqlfeed.shards.manifest import (
+    Manifest,
+    UidDigest,
+    iter_shard_files,
+    shard_file_name,
+    shard_index_of,
+)
 from sqlfeed.shards.reader import read_shard
 from sqlfeed.shards.shardset import Shardset, load_layout, oldest_first
 
@@ -158,6 +164,8 @@ def check_shardsets(
         report.problems.extend(_check_files(shardset, deep))
     if deep and not report.problems:
         report.problems.extend(_check_uids(uid, shardsets))
+    if deep and not report.problems:
+        report.problems.extend(_check_digests(shardsets))
     return report
 
 
@@ -216,6 +224,30 @@ def _check_files(shardset: Shardset, deep: bool) -> list[Problem]:
                     shard.index,
                 )
             )
+    return problems
+
+
+def _check_digests(shardsets: Sequence[Shardset]) -> list[Problem]:
+    """Shards whose uids are not the ones, in the order, their manifest's digest says
+    (aligned shards are joined by position: a shard rewritten behind the manifest's back
+    would pair the wrong rows)."""
+    problems = []
+    for shardset in shardsets:
+        uid = shardset.manifest.uid
+        for shard in shardset.manifest.shards:
+            if not shard.uid_digest:
+                continue
+            digest = UidDigest()
+            digest.update(shardset.read_shard(shard.index, [uid]).column(uid))
+            if digest.hexdigest() != shard.uid_digest:
+                problems.append(
+                    Problem(
+                        shardset.name,
+                        f"{shard.file} does not hold the uids the manifest's digest says, in "
+                        "that order (rewritten outside sqlfeed?): rewrite the shardset",
+                        shard.index,
+                    )
+                )
     return problems
 
 

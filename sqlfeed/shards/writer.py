@@ -5,6 +5,18 @@ Arrow with the uid column as the record key and every other column as a member
 ``<key>.<column>``: binary values as they are, strings as UTF-8, anything else as JSON
 text; NULLs are left out. Members carry no time stamps or owners, so the same rows give
 byte-identical files.
+
+Text shards hold every value exactly, and NULL apart from every value:
+
+* CSV: strings always quoted (``""`` is the empty string), NULL an empty unquoted field,
+  floats in shortest round-trip form with ``nan``/``inf``/``-inf``; binary columns as
+  base64 text, which the manifest schema records (field metadata set by
+  :func:`file_schema`); lists, structs and maps cannot be CSV.
+* JSONL: one JSON object per row; NaN and infinities as ``NaN``/``Infinity``; binary as
+  base64; dates and timestamps as ISO text; decimals as exact text; times and durations
+  as integer ticks of their unit; lists of those as JSON arrays.
+
+View types (``string_view``, ``list_view``, ...) are written as their plain forms.
 """
 
 from __future__ import annotations
@@ -24,13 +36,66 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError
-from sqlfeed.shards.manifest import check_format
+from sqlfeed.io.views import plain, plain_schema
+from sqlfeed.shards.manifest import UidDigest, check_format
+from sqlfeed.shards.textforms import TEXT_ENCODING, base64_encoded, is_binary, json_type
 
-__all__ = ["ROW_GROUP_ROWS", "ShardWriter", "tar_schema"]
+__all__ = ["ROW_GROUP_ROWS", "ShardWriter", "file_schema", "tar_schema"]
 
 ROW_GROUP_ROWS = 122_880
 """Default rows per Parquet row group (DuckDB's own row group size): big shards can then
 be cut into several ``fragments`` partitions."""
+
+
+def file_schema(schema: pa.Schema, fmt: str, uid: str) -> pa.Schema:
+    """The schema a shardset of ``fmt`` records for rows of ``schema``: view types plain;
+    tar: see :func:`tar_schema`; CSV: binary columns marked as base64 text.
+
+    Raises:
+        InvalidArgumentError: a column the format cannot hold.
+    """
+    schema = plain_schema(schema)
+    if fmt == "tar":
+        return tar_schema(schema, uid)
+    if fmt == "csv":
+        fields = []
+        for field in schema:
+            if pa.types.is_nested(field.type):
+                raise InvalidArgumentError(
+                    f"column {field.name!r} is {field.type}, which CSV cannot hold: use "
+                    "parquet, orc or jsonl, or turn it into text"
+                )
+            if is_binary(field.type):
+                field = field.with_metadata({TEXT_ENCODING: b"base64"})  # see textforms
+            fields.append(field)
+        return pa.schema(fields, metadata=schema.metadata)
+    if fmt == "jsonl":
+        for field in schema:
+            problem = _jsonl_problem(field.type)
+            if problem:
+                raise InvalidArgumentError(
+                    f"column {field.name!r} is {field.type}: JSONL cannot hold {problem} "
+                    "exactly; use parquet or orc"
+                )
+    return schema
+
+
+def _jsonl_problem(arrow_type: pa.DataType, nested: bool = False) -> str | None:
+    """What JSONL cannot hold exactly in ``arrow_type``: maps and unions; binary values,
+    times and durations inside lists or structs (their JSON forms would not be cast back)."""
+    t = pa.types
+    if t.is_dictionary(arrow_type):
+        return _jsonl_problem(arrow_type.value_type, nested)
+    if t.is_map(arrow_type) or t.is_union(arrow_type):
+        return "maps or unions"
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        return _jsonl_problem(arrow_type.value_type, True)
+    if t.is_struct(arrow_type):
+        problems = [_jsonl_problem(f.type, True) for f in arrow_type]
+        return next((p for p in problems if p), None)
+    if nested and (is_binary(arrow_type) or t.is_time(arrow_type) or t.is_duration(arrow_type)):
+        return f"{arrow_type} inside a list or struct"
+    return None
 
 
 def tar_schema(schema: pa.Schema, uid: str) -> pa.Schema:
@@ -73,15 +138,24 @@ class ShardWriter:
         """Open ``path`` for writing; ``row_group_rows`` sets Parquet row groups and ORC
         stripes (default: the writer's own sizes); ``uid`` is a tar shard's key column."""
         check_format(fmt)
+        schema = plain_schema(schema)
         self.path, self.format, self.schema = Path(path), fmt, schema
         self.rows = 0
         self._row_group_rows = row_group_rows
         self._closed = False
+        self._uid_column = uid
+        self._digest = UidDigest()
         self._pending: list[pa.RecordBatch] = []
+        if fmt in ("csv", "jsonl"):
+            file_schema(schema, fmt, uid or "")  # a column the format cannot hold
         if fmt == "parquet":
             self._parquet = pq.ParquetWriter(self.path, schema)
         elif fmt == "csv":
-            self._csv = pacsv.CSVWriter(self.path, schema)
+            self._text_schema = pa.schema(
+                [f.with_type(pa.string()) if base64_encoded(f) else f for f in schema]
+            )
+            options = pacsv.WriteOptions(quoting_style="needed")
+            self._csv = pacsv.CSVWriter(self.path, self._text_schema, write_options=options)
         elif fmt == "orc":
             # A tiny stripe size makes every write its own stripe: row_group_rows apply.
             stripe = {"stripe_size": 1024} if row_group_rows else {}
@@ -105,11 +179,14 @@ class ShardWriter:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if table.num_rows == 0:
             return
+        table = plain(table)
         self.rows += table.num_rows
+        if self._uid_column in table.column_names:
+            self._digest.update(table.column(self._uid_column))
         if self.format == "parquet":
             self._parquet.write_table(table, row_group_size=self._row_group_rows or ROW_GROUP_ROWS)
         elif self.format == "csv":
-            self._csv.write_table(table)
+            self._csv.write_table(self._csv_text(table))
         elif self.format == "orc":
             if self._row_group_rows:
                 for chunk in table.to_batches(max_chunksize=self._row_group_rows):
@@ -117,11 +194,23 @@ class ShardWriter:
             else:
                 self._orc.write(table)
         elif self.format == "jsonl":
-            for row in table.to_pylist():
+            for row in _json_ready(table).to_pylist():
                 self._text.write(json.dumps(row, default=_json_default, ensure_ascii=False))
                 self._text.write("\n")
         else:
             self._write_tar(table)
+
+    def _csv_text(self, table: pa.Table) -> pa.Table:
+        """The table with its base64 columns encoded (see :mod:`sqlfeed.shards.textforms`)."""
+        columns = []
+        for field, column in zip(self.schema, table.columns, strict=True):
+            if base64_encoded(field):
+                column = pa.array(
+                    [None if v is None else base64.b64encode(v).decode() for v in
+                     column.to_pylist()], pa.string(),
+                )  # fmt: skip
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=self._text_schema)
 
     def _write_tar(self, table: pa.Table) -> None:
         names = [name for name in table.column_names if name != self._uid]
@@ -148,6 +237,12 @@ class ShardWriter:
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
                 self._tar.addfile(info, io.BytesIO(data))
 
+    @property
+    def uid_digest(self) -> str | None:
+        """The digest of the uid values written so far, in order (see
+        :class:`~sqlfeed.shards.manifest.UidDigest`); None without a uid column."""
+        return self._digest.hexdigest() if self._uid_column in self.schema.names else None
+
     def close(self) -> int:
         """Finish the file; returns its size in bytes."""
         if not self._closed:
@@ -165,6 +260,23 @@ class ShardWriter:
             else:
                 self._tar.close()
         return self.path.stat().st_size
+
+
+def _json_ready(table: pa.Table) -> pa.Table:
+    """Columns in their JSON forms (binary as base64 text, see :func:`json_type`)."""
+    columns = {}
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_dictionary(field.type):
+            column = column.cast(field.type.value_type)
+        if is_binary(column.type):
+            column = pa.array(
+                [None if v is None else base64.b64encode(v).decode() for v in column.to_pylist()],
+                pa.string(),
+            )
+        elif column.type != json_type(column.type):
+            column = column.cast(json_type(column.type))
+        columns[field.name] = column
+    return pa.table(columns)
 
 
 def _member_bytes(value: Any) -> bytes:

@@ -15,6 +15,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import InvalidArgumentError
+from sqlfeed.io.views import plain, plain_type
 from sqlfeed.shards.reader import TAR_KEY
 from sqlfeed.shards.reshard.engine import col, engine_errors, render
 from sqlfeed.shards.reshard.options import ReshardOptions, SortKey
@@ -114,14 +115,8 @@ def _column(name: str, names: list[str], what: str) -> str:
 
 
 def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
-    """The type a shard holds: dictionaries decoded, view types as their plain types."""
-    if pa.types.is_dictionary(arrow_type):
-        return _plain_type(arrow_type.value_type)
-    if pa.types.is_string_view(arrow_type):
-        return pa.string()
-    if pa.types.is_binary_view(arrow_type):
-        return pa.binary()
-    return arrow_type
+    """The type a shard holds: dictionaries decoded, view types (also nested) plain."""
+    return plain_type(arrow_type, decode_dictionaries=True)
 
 
 def _csv_problem(arrow_type: pa.DataType) -> str | None:
@@ -137,7 +132,7 @@ def _csv_problem(arrow_type: pa.DataType) -> str | None:
 
 
 def check_uid(
-    engine: duckdb.DuckDBPyConnection, table: exp.Table, columns: Columns, fmt: str
+    engine: duckdb.DuckDBPyConnection, table: exp.Expr, columns: Columns, fmt: str
 ) -> None:
     """The uid column's values are unique, not NULL, and (tar) usable as record keys.
 
@@ -176,7 +171,7 @@ def check_uid(
 
 
 def _check_tar_keys(
-    engine: duckdb.DuckDBPyConnection, table: exp.Table, column: exp.Column, uid: str
+    engine: duckdb.DuckDBPyConnection, table: exp.Expr, column: exp.Column, uid: str
 ) -> None:
     text = exp.cast(column.copy(), "VARCHAR")
     bad = exp.not_(exp.func("regexp_full_match", text, exp.Literal.string(r"([^/]+/)*[^/.]+")))
@@ -202,7 +197,7 @@ def converter(columns: Columns) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
     def convert(batch: pa.RecordBatch) -> pa.RecordBatch:
         arrays = []
         for i in range(width):
-            array = batch.column(i)
+            array = plain(batch.column(i))  # Arrow's list_view cast is broken: rebuilt
             if array.type != fields[i].type:
                 array = array.cast(fields[i].type)
             arrays.append(array)

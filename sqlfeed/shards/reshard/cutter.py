@@ -264,7 +264,7 @@ class Cutter:
                 self._closing = max(0, size - before_close)
             self._data_rows += written
             self._data_bytes += max(size - self._empty, 0)
-        self.entries.append(ShardEntry(index, path.name, written, size))
+        self.entries.append(ShardEntry(index, path.name, written, size, writer.uid_digest))
 
     def _write(self, writer: ShardWriter, rows: Rows, n: int, *, last: bool, started: bool) -> int:
         """Write the next ``n`` rows, chunk by chunk; when ``last``, end the shard there.

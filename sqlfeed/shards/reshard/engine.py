@@ -148,7 +148,10 @@ def session(
             if spill is None:
                 row = engine.execute("SELECT current_setting('temp_directory')").fetchall()
                 spill = Path(str(row[0][0])) if row and row[0][0] else None
-            engine.execute(f"ATTACH {literal(str(work / 'extract.duckdb'))} AS {alias}")
+            # READ_WRITE: the source's own database may be a file sqlfeed opened read-only.
+            engine.execute(
+                f"ATTACH {literal(str(work / 'extract.duckdb'))} AS {alias} (READ_WRITE)"
+            )
             attached = True
         monitor = Monitor(engine, spill, reporter)
         yield engine, monitor

@@ -20,7 +20,7 @@ _ROWID = "_sqlfeed_rowid"
 _FIRST = "_sqlfeed_first"
 
 
-def order_sql(columns: Columns, seed: int | None, table: exp.Table) -> str:
+def order_sql(columns: Columns, seed: int | None, table: exp.Expr) -> str:
     """The SELECT of the work table's rows in the run's order (plus the group hash, if any).
 
     Args:
@@ -80,7 +80,7 @@ def order_sql(columns: Columns, seed: int | None, table: exp.Table) -> str:
     return render(outer)
 
 
-def arrow_bytes_per_row(engine: duckdb.DuckDBPyConnection, table: exp.Table, width: int) -> float:
+def arrow_bytes_per_row(engine: duckdb.DuckDBPyConnection, table: exp.Expr, width: int) -> float:
     """Arrow bytes per row of a sample of the work table's ``width`` columns (at least 1)."""
     names = [col(f"c{i}") for i in range(width)]
     sample_sql = exp.select(*names).from_(table.copy()).limit(100)

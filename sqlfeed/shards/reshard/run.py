@@ -25,6 +25,7 @@ from sqlfeed.io import DuckDBSource, Source, connect
 from sqlfeed.shards.manifest import Manifest, ShardEntry
 from sqlfeed.shards.reshard.columns import Columns, check_columns, check_uid, converter
 from sqlfeed.shards.reshard.cutter import Cutter, Prefetch, Rows
+from sqlfeed.shards.reshard.direct import direct_relation
 from sqlfeed.shards.reshard.engine import (
     Monitor,
     ProgressCallback,
@@ -203,7 +204,9 @@ class Run:
         self.phases: dict[str, float] = {}
         self._phase_started = started
         self.alias = f"_sqlfeed_reshard_{uuid.uuid4().hex[:10]}"
-        self.table = exp.Table(this=ident("rows"), db=ident(self.alias))
+        self.work_table = exp.Table(this=ident("rows"), db=ident(self.alias))
+        self.table: exp.Expr = self.work_table
+        """The rows to order: the work table, or a relation over the query's Parquet files."""
 
     def run(self) -> ReshardMetrics:
         """Check the columns, write the shardset aside and rename it into place."""
@@ -294,11 +297,18 @@ class Run:
         self, engine: duckdb.DuckDBPyConnection, monitor: Monitor, work: Path
     ) -> _Extracted:
         self._phase("extract")
-        extractor = Extractor(
-            self.parsed, self.source, self.tars, self.columns.schema, self.table, self.alias,
-            self.reporter,
+        direct = None if self.tars else direct_relation(
+            self.parsed, self.source, len(self.columns.schema)
         )  # fmt: skip
-        bytes_in, bytes_in_from = extractor.run(engine, monitor)
+        if direct is not None:  # Parquet files: sorted as they are read, no copy
+            self.table, bytes_in = direct
+            bytes_in_from = "files"
+        else:
+            extractor = Extractor(
+                self.parsed, self.source, self.tars, self.columns.schema, self.work_table,
+                self.alias, self.reporter,
+            )  # fmt: skip
+            bytes_in, bytes_in_from = extractor.run(engine, monitor)
         percent = isinstance(self.source, DuckDBSource) and not self.tars
         with engine_errors("counting the extracted rows"):
             total = int(engine.execute(render(exp.select("COUNT(*)").from_(
@@ -306,7 +316,9 @@ class Run:
         self.reporter.report("extract", *((100, 100) if percent else (total, total)))
         if not self.columns.uid_generated:
             check_uid(engine, self.table, self.columns, self.options.fmt)
-        extracted = sum(p.stat().st_size for p in work.glob("extract.duckdb*") if p.is_file())
+        extracted = 0
+        if direct is None:
+            extracted = sum(p.stat().st_size for p in work.glob("extract.duckdb*") if p.is_file())
         self._done("extract")
         return _Extracted(total, bytes_in, bytes_in_from, extracted)
 

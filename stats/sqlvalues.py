@@ -1,0 +1,134 @@
+"""Values and expressions the statistics' SQL needs, written the way each engine reads them.
+
+* Float literals: a finite float as its shortest exact decimal text; NaN and the
+  infinities as SQL values (``CAST('NaN' AS DOUBLE PRECISION)`` on PostgreSQL,
+  ``CAST('Infinity' AS DOUBLE)`` on DuckDB, ``9e999`` on SQLite), never as bare words an
+  engine would read as column names.
+* Which engines can hold NaN or infinities in a float column at all (MySQL/MariaDB cannot;
+  SQLite has infinities and stores NaN as NULL), and the predicates that tell them apart
+  whatever the engine's NaN ordering (PostgreSQL and DuckDB sort NaN above every number
+  and call it equal to itself; IEEE engines compare it false).
+* Dates and timestamps as numbers in the units of :mod:`stats.units` (days, microseconds
+  since 1970), on the engines where sqlfeed knows how.
+
+>>> from dialects import get_dialect
+>>> from sqlglot import exp
+>>> [float_literal(v, get_dialect("postgres")).sql("postgres") for v in (0.5, float("nan"))]
+['0.5', "CAST('NaN' AS DOUBLE PRECISION)"]
+>>> float_literal(float("-inf"), get_dialect("sqlite")).sql("sqlite")
+'-9e999'
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dialects import Dialect, UnsupportedError
+from stats.units import DAYS, unit_of
+
+__all__ = [
+    "epoch_units",
+    "finite",
+    "float_literal",
+    "holds_non_finite",
+    "not_nan",
+    "raises_on_underflow",
+]
+
+_NO_NON_FINITE = frozenset({"mysql"})
+"""Engines whose floating-point columns hold neither NaN nor infinities."""
+_NO_NAN = frozenset({"mysql", "sqlite"})
+"""Engines with no NaN (SQLite stores a NaN as NULL)."""
+
+
+def raises_on_underflow(engine: Dialect) -> bool:
+    """Whether a float product that rounds to zero is an error (PostgreSQL's "value out of
+    range: underflow") rather than zero."""
+    return engine.name == "postgres"
+
+
+def holds_non_finite(engine: Dialect) -> bool:
+    """Whether a float column of this engine may hold NaN or an infinity."""
+    return engine.name not in _NO_NON_FINITE
+
+
+def float_literal(value: float, engine: Dialect) -> exp.Expr:
+    """``value`` as a SQL value of this engine (NaN and infinities included).
+
+    Raises:
+        UnsupportedError: the engine has no such value (NaN on MySQL or SQLite).
+    """
+    if math.isfinite(value):
+        number = exp.Literal.number(repr(float(value)).lstrip("-"))
+        return exp.Neg(this=number) if math.copysign(1.0, value) < 0 else number
+    if math.isnan(value):
+        if engine.name in _NO_NAN:
+            raise UnsupportedError(f"{engine.name} has no NaN value")
+        return exp.cast(exp.Literal.string("NaN"), exp.DataType.Type.DOUBLE)
+    if engine.name in _NO_NON_FINITE:
+        raise UnsupportedError(f"{engine.name} has no infinite value")
+    literal: exp.Expr
+    if engine.name == "sqlite":  # SQLite reads an overflowing literal as infinity
+        literal = exp.Literal.number("9e999")
+    else:
+        literal = exp.cast(exp.Literal.string("Infinity"), exp.DataType.Type.DOUBLE)
+    return exp.Neg(this=literal) if value < 0 else literal
+
+
+def not_nan(column: exp.Expr, engine: Dialect) -> exp.Expr:
+    """True for a number (infinities included), false for NaN, NULL for NULL.
+
+    ``-inf <= x <= inf`` holds for every number and for no NaN, both where NaN sorts above
+    every number (PostgreSQL, DuckDB) and where comparisons with NaN are false (IEEE).
+    """
+    low, high = float_literal(-math.inf, engine), float_literal(math.inf, engine)
+    return exp.and_(
+        exp.GTE(this=column.copy(), expression=low), exp.LTE(this=column.copy(), expression=high)
+    )
+
+
+def finite(column: exp.Expr, engine: Dialect) -> exp.Expr:
+    """True for a finite number, false for NaN and the infinities, NULL for NULL."""
+    low, high = float_literal(-math.inf, engine), float_literal(math.inf, engine)
+    return exp.and_(
+        exp.GT(this=column.copy(), expression=low), exp.LT(this=column.copy(), expression=high)
+    )
+
+
+def epoch_units(column: exp.Expr, arrow_type: pa.DataType, engine: Dialect) -> exp.Expr | None:
+    """A date as days, a timestamp as microseconds since 1970 (an integer or exact number).
+
+    None for other types, and on engines where sqlfeed does not know the arithmetic (the
+    statistics then have no mean or variance for the column).
+    """
+    unit = unit_of(arrow_type)
+    if unit is None:
+        return None
+    name = engine.name
+    if name in ("duckdb", "postgres") and unit == DAYS:
+        epoch = exp.cast(exp.Literal.string("1970-01-01"), exp.DataType.Type.DATE)
+        return exp.cast(
+            exp.paren(exp.Sub(this=column.copy(), expression=epoch)), exp.DataType.Type.BIGINT
+        )
+    if name == "duckdb":
+        return exp.Anonymous(this="epoch_us", expressions=[column.copy()])
+    if name == "postgres":  # EXTRACT(EPOCH ...) is an exact numeric (PostgreSQL 14+)
+        seconds = exp.Extract(this=exp.var("EPOCH"), expression=column.copy())
+        return exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000))
+    if name == "mysql" and unit == DAYS:
+        return exp.Anonymous(
+            this="DATEDIFF", expressions=[column.copy(), exp.Literal.string("1970-01-01")]
+        )
+    if name == "mysql":
+        return exp.Anonymous(
+            this="TIMESTAMPDIFF",
+            expressions=[
+                exp.var("MICROSECOND"),
+                exp.Literal.string("1970-01-01 00:00:00"),
+                column.copy(),
+            ],
+        )
+    return None
