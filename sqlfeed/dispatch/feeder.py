@@ -7,7 +7,7 @@ of that job as its leased partitions; without, it is that Feeder reading its sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +63,10 @@ class Feeder(feeder.Feeder):
             replicas stay in lockstep; the rows left over are dropped (a batch may be
             short at the end of a partition).
         replicas: the number of synchronous replicas, for ``even_batches``.
+        state: static mode: resume from what :meth:`state_dict` returned (the rows after
+            the restore are exactly those the uninterrupted run would have delivered).
         **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
-            strategy, key, target_rows, workers, scratch, allow_unstable).
+            strategy, key, target_rows, workers, scratch, allow_unstable, strict).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class Feeder(feeder.Feeder):
         even_batches: bool = False,
         replicas: int | None = None,
         shuffle_window: int | None = None,
+        state: Mapping[str, Any] | None = None,
         **plan_options: Any,
     ) -> None:
         job_options = None
@@ -128,6 +131,7 @@ class Feeder(feeder.Feeder):
             progress=progress,
             shuffle_window=shuffle_window,
             leased=None if job_options is None else job_options.join,
+            state=state,
             **plan_options,
         )
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlfeed.dispatch.ledger import LedgerEntry, check_rewind, rewind_summary, states_at
 from sqlfeed.dispatch.queue import (
     FINISHED,
     STATES,
@@ -51,6 +53,8 @@ class MemoryQueue(LeaseQueue):
         self._tasks: dict[str, dict[tuple[int, int], _Task]] = {}
         self._workers: dict[str, dict[str, dict[str, Any]]] = {}
         self._shares: dict[str, set[tuple[int, str]]] = {}
+        self._ledger: dict[str, dict[tuple[int, str], list[LedgerEntry]]] = {}
+        """Per job: (checkpoint, worker) -> what it recorded."""
 
     def create_job(self, spec: JobSpec) -> JobSpec:
         check_spec(spec)
@@ -97,8 +101,8 @@ class MemoryQueue(LeaseQueue):
                     return Wait(epoch, 0.0)  # the next epoch is open now: ask again
                 if worker in shares:
                     return Wait(epoch, 0.05)
-            candidates = [
-                (t.position, part, t)
+            candidates = [  # expired leases first, then pending tasks; in position order
+                (t.state == "pending", t.position, part, t)
                 for (e, part), t in tasks.items()
                 if e == epoch
                 and (t.state == "pending" or (t.state == "leased" and t.expires < now))
@@ -109,7 +113,7 @@ class MemoryQueue(LeaseQueue):
                     t.expires for (e, _), t in tasks.items() if e == epoch and t.state == "leased"
                 )
                 return Wait(epoch, max(0.0, soonest - now))
-            _, part, task = min(candidates, key=lambda c: c[0])
+            _, _, part, task = min(candidates, key=lambda c: c[:2])
             task.state, task.worker, task.token = "leased", worker, uuid.uuid4().hex
             task.expires = now + spec.lease_ttl
             task.attempts += 1
@@ -141,24 +145,31 @@ class MemoryQueue(LeaseQueue):
             task.expires = time.monotonic() + self._jobs[lease.job].lease_ttl
             return True
 
-    def ack(self, lease: Lease, offset: int, rows: int) -> bool:
+    def ack(self, lease: Lease, offset: int, rows: int, batches: int = 1) -> bool:
         with self._lock:
             task = self._held(lease)
             if task is None:
                 return False
             task.expires = time.monotonic() + self._jobs[lease.job].lease_ttl
-            if offset > task.acked:
-                record = self._seen(lease.job, lease.worker, time.monotonic())
-                record["batches"] += offset - task.acked
-                record["rows"] += rows
-                task.acked, task.rows = offset, task.rows + rows
+            self._record(lease, task, offset, rows, batches)
             return True
 
-    def complete(self, lease: Lease) -> bool:
+    def _record(self, lease: Lease, task: _Task, offset: int, rows: int, batches: int) -> None:
+        if offset > task.acked:
+            record = self._seen(lease.job, lease.worker, time.monotonic())
+            record["batches"] += batches
+            record["rows"] += rows
+            task.acked, task.rows = offset, task.rows + rows
+
+    def complete(
+        self, lease: Lease, *, offset: int | None = None, rows: int = 0, batches: int = 0
+    ) -> bool:
         with self._lock:
             task = self._held(lease)
             if task is None:
                 return False
+            if offset is not None and batches:
+                self._record(lease, task, offset, rows, batches)
             task.state, task.token = "done", None
             task.completions += 1
             return True
@@ -200,3 +211,34 @@ class MemoryQueue(LeaseQueue):
             self._tasks.pop(job, None)
             self._workers.pop(job, None)
             self._shares.pop(job, None)
+            self._ledger.pop(job, None)
+
+    def record(self, job: str, checkpoint: int, worker: str, entries: Sequence[Any]) -> None:
+        with self._lock:
+            self._job(job)
+            ledger = self._ledger.setdefault(job, {})
+            ledger.setdefault((checkpoint, worker), []).extend(entries)
+
+    def checkpoints(self, job: str) -> list[int]:
+        with self._lock:
+            self._job(job)
+            return sorted({at for at, _ in self._ledger.get(job, {})})
+
+    def rewind(self, job: str, checkpoint: int) -> dict[str, int]:
+        with self._lock:
+            spec = self._job(job)
+            ledger = self._ledger.get(job, {})
+            check_rewind(spec, checkpoint, sorted({at for at, _ in ledger}))
+            pairs = [(at, e) for (at, _), entries in ledger.items() for e in entries]
+            states = states_at(pairs, checkpoint)
+            for key, task in self._tasks[job].items():
+                state = states.get(key)
+                task.state = "done" if state is not None and state.done else "pending"
+                task.worker = task.token = None
+                task.expires = 0.0
+                task.acked = state.acked if state is not None else 0
+                task.rows = state.rows if state is not None else 0
+                task.completions = int(task.state == "done")
+            self._ledger[job] = {k: v for k, v in ledger.items() if k[0] <= checkpoint}
+            self._shares[job] = set()
+        return rewind_summary(states)

@@ -15,20 +15,23 @@ batches its consumer acknowledged. Guarantees:
   machines cannot expire or extend a lease.
 
 Backends: a SQL database through SQLAlchemy (:class:`sqlfeed.dispatch.sqlqueue.SQLQueue`:
-a SQLite file, the local default, safe across processes; PostgreSQL and MySQL/MariaDB with
-``FOR UPDATE SKIP LOCKED``), and :class:`sqlfeed.dispatch.memory.MemoryQueue` for the
-threads of one process; :func:`sqlfeed.dispatch.backends.open_queue` opens either by URL.
+a SQLite file, the local default, for the processes of one machine; PostgreSQL and
+MySQL/MariaDB with ``FOR UPDATE SKIP LOCKED``; sessions bounded as
+:mod:`sqlfeed.dispatch.sessions` says, which also says what SQLite cannot guarantee), and
+:class:`sqlfeed.dispatch.memory.MemoryQueue` for the threads of one process;
+:func:`sqlfeed.dispatch.backends.open_queue` opens either by URL.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dialects import InvalidArgumentError, SqlfeedError
+from dialects import EngineError, InvalidArgumentError, SqlfeedError
 from sqlfeed.plans.model import Plan
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "JobStatus",
     "Lease",
     "LeaseQueue",
+    "QueueBusyError",
     "UnknownJobError",
     "Wait",
     "check_spec",
@@ -62,6 +66,13 @@ class UnknownJobError(InvalidArgumentError):
 
 class CorruptStateError(SqlfeedError):
     """The queue's rows contradict the job (missing tasks, unknown states)."""
+
+
+class QueueBusyError(EngineError):
+    """A queue call kept failing on lock time-outs, deadlocks or lost connections.
+
+    Nothing was changed by the failed call; asking again later is safe (a worker does).
+    """
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,11 @@ class JobStatus:
 class LeaseQueue:
     """The interface every backend implements."""
 
+    @property
+    def caveat(self) -> str | None:
+        """What this queue cannot guarantee, in a sentence (None: nothing to say)."""
+        return None
+
     def create_job(self, spec: JobSpec) -> JobSpec:
         """Create ``spec`` or return the existing job of that name if it is the same job.
 
@@ -201,12 +217,29 @@ class LeaseQueue:
         """Extend the lease; False when it was lost (taken over or completed)."""
         raise NotImplementedError
 
-    def ack(self, lease: Lease, offset: int, rows: int) -> bool:
-        """Record that the consumer took ``offset`` batches (``rows`` rows); renews the lease."""
+    def ack(self, lease: Lease, offset: int, rows: int, batches: int = 1) -> bool:
+        """Record that the consumer took the first ``offset`` batches of the partition.
+
+        Args:
+            lease: the lease on the task.
+            offset: batches taken so far (an offset not beyond the stored one is a repeat:
+                nothing changes, and the answer is whether the lease still holds).
+            rows: rows in the batches newly taken (the ``batches`` before ``offset``).
+            batches: how many batches this acknowledges (several at once when batched).
+
+        Returns:
+            False when the lease was lost. The lease is renewed.
+        """
         raise NotImplementedError
 
-    def complete(self, lease: Lease) -> bool:
-        """Mark the task done; False when the lease was lost (someone else completes it)."""
+    def complete(
+        self, lease: Lease, *, offset: int | None = None, rows: int = 0, batches: int = 0
+    ) -> bool:
+        """Mark the task done; False when the lease was lost (someone else completes it).
+
+        ``offset``, ``rows`` and ``batches`` acknowledge the last batches in the same
+        step, as :meth:`ack` would (one round trip fewer per partition).
+        """
         raise NotImplementedError
 
     def release(self, lease: Lease) -> None:
@@ -227,6 +260,24 @@ class LeaseQueue:
 
     def delete(self, job: str) -> None:
         """Remove the job and its tasks (nothing when there is no such job)."""
+        raise NotImplementedError
+
+    def record(self, job: str, checkpoint: int, worker: str, entries: Sequence[Any]) -> None:
+        """Add to the job's ledger what ``worker`` delivered up to ``checkpoint`` (see
+        :mod:`sqlfeed.dispatch.ledger`; :meth:`Worker.checkpoint` calls it)."""
+        raise NotImplementedError
+
+    def checkpoints(self, job: str) -> list[int]:
+        """The checkpoint ids recorded in the job's ledger, in order."""
+        raise NotImplementedError
+
+    def rewind(self, job: str, checkpoint: int) -> dict[str, int]:
+        """Hand out again everything delivered after ``checkpoint`` (stop every worker
+        first); returns counts of the tasks ``done`` and ``resumed`` (part-way) then.
+
+        Raises:
+            InvalidArgumentError: no such checkpoint in the job's ledger.
+        """
         raise NotImplementedError
 
     def close(self) -> None:

@@ -1,23 +1,28 @@
 """The lease table in a SQL database through SQLAlchemy: a SQLite file, PostgreSQL, MySQL/MariaDB.
 
 It keeps the guarantees of :mod:`sqlfeed.dispatch.queue` with the database's clock, in
-short transactions: a task is claimed with ``FOR UPDATE SKIP LOCKED`` (PostgreSQL, MySQL 8,
-MariaDB 10.6) or under SQLite's ``BEGIN IMMEDIATE`` write lock, and a transaction that hit a
-deadlock or lock time-out is run again.
+short transactions that never span I/O or user code: a task is claimed with ``FOR UPDATE
+SKIP LOCKED`` (PostgreSQL, MySQL 8, MariaDB 10.6) or under SQLite's ``BEGIN IMMEDIATE``
+write lock. Sessions are bounded (:mod:`sqlfeed.dispatch.sessions`): a statement waits a
+few seconds at most for a lock, a frozen session's locks are dropped by the server, and a
+transaction that hit a lock time-out, a deadlock or a lost connection is run again, with
+jittered pauses, for up to :data:`~sqlfeed.dispatch.sessions.RETRY_SECONDS`.
 """
 
 from __future__ import annotations
 
-import time
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import LONGTEXT
 
 from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dispatch.ledger import SQLLedger, check_rewind, rewind_summary
 from sqlfeed.dispatch.queue import (
     STATES,
     CorruptStateError,
@@ -30,6 +35,14 @@ from sqlfeed.dispatch.queue import (
     check_spec,
     conflict_error,
     worker_row,
+)
+from sqlfeed.dispatch.sessions import (
+    READ_ONLY,
+    RETRY_SECONDS,
+    SQLITE_CAVEAT,
+    create_queue_engine,
+    retrying,
+    transient,
 )
 from sqlfeed.io import driver_message, redact_url
 
@@ -54,10 +67,13 @@ class SQLQueue(LeaseQueue):
     MySQL 8, MariaDB 10.6) or under SQLite's ``BEGIN IMMEDIATE`` write lock.
     """
 
+    retry_seconds: float = RETRY_SECONDS
+    """How long a call retries transient failures before raising :class:`QueueBusyError`."""
+
     def __init__(self, url: str) -> None:
         self.url = url
         try:
-            self.engine = sa.create_engine(url, **_engine_options(url))
+            self.engine = create_queue_engine(url)
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as err:
             raise InvalidArgumentError(f"bad queue URL {url!r}: {err}") from None
         self.backend = self.engine.dialect.name
@@ -65,39 +81,56 @@ class SQLQueue(LeaseQueue):
             raise InvalidArgumentError(
                 f"a queue lives in SQLite, PostgreSQL or MySQL/MariaDB, not {self.backend}"
             )
-        if self.backend == "sqlite":
-            _sqlite_locking(self.engine)
         self._now = _NOW[self.backend]
         self._specs: dict[str, JobSpec] = {}
         self._lock_clause = "" if self.backend == "sqlite" else " FOR UPDATE SKIP LOCKED"
-        self._tables()
+        self._missing = _missing_sqlite_file(self.engine)  # only create_job makes the file
+        if self._missing is None:
+            self._tables()
+
+    @property
+    def caveat(self) -> str | None:
+        """What this queue cannot guarantee (SQLite: a frozen worker stalls the others)."""
+        return SQLITE_CAVEAT if self.backend == "sqlite" else None
 
     def close(self) -> None:
         self.engine.dispose()
 
     @contextmanager
-    def _tx(self) -> Iterator[Any]:
+    def _tx(self, read_only: bool = False) -> Iterator[Any]:
+        """One short transaction (``read_only``: SQLite need not take the write lock)."""
+        if self._missing is not None:
+            self._require_file()
         try:
-            with self.engine.begin() as connection:
-                yield connection
+            with self.engine.connect() as connection:
+                if read_only:
+                    connection.execution_options(**READ_ONLY)
+                with connection.begin():
+                    yield connection
         except sa.exc.DBAPIError as err:
             error = EngineError(f"queue {self._label()}: {driver_message(err)}")
-            error.transient = _transient(err)  # type: ignore[attr-defined]
+            error.transient = transient(err)  # type: ignore[attr-defined]
             raise error from None
 
     def _retrying(self, action: Any, *args: Any) -> Any:
-        """Run a short transaction again after a deadlock or lock time-out (up to 8 times)."""
-        for attempt in range(8):
-            try:
-                return action(*args)
-            except EngineError as err:
-                if not getattr(err, "transient", False) or attempt == 7:
-                    raise
-                time.sleep(0.01 * 2**attempt)
-        raise AssertionError("unreachable")
+        """``action(*args)``, run again after transient failures (:func:`retrying`)."""
+        return retrying(action, args, self.retry_seconds)
 
     def _label(self) -> str:
         return redact_url(self.url)
+
+    def _require_file(self, create: bool = False) -> None:
+        """A SQLite queue file missing when the queue was opened: made since (by another
+        process), or by ``create`` (:meth:`create_job`); else an error naming the path."""
+        assert self._missing is not None
+        if not create and not os.path.exists(self._missing):
+            raise InvalidArgumentError(
+                f"no lease queue at {os.path.abspath(self._missing)} ({self._label()}): only "
+                "creating a job (sqlfeed job create, or a Feeder given a job) makes a queue "
+                "file; check the queue URL"
+            )
+        self._missing = None
+        self._tables()
 
     def _tables(self) -> None:
         metadata = sa.MetaData()
@@ -143,38 +176,30 @@ class SQLQueue(LeaseQueue):
             sa.Column("worker", name, primary_key=True),
         )  # fmt: skip
         try:
-            metadata.create_all(self.engine)
-        except sa.exc.DBAPIError as err:
-            raise EngineError(f"cannot open queue {self._label()}: {driver_message(err)}") from None
+            if not self._retrying(self._have_tables, metadata):
+                metadata.create_all(self.engine)
+        except (sa.exc.DBAPIError, EngineError) as err:
+            if isinstance(err, sa.exc.DBAPIError):
+                message = driver_message(err)
+            else:
+                message = str(err).removeprefix(f"queue {self._label()}: ")
+            raise EngineError(f"cannot open queue {self._label()}: {message}") from None
+
+    def _have_tables(self, metadata: sa.MetaData) -> bool:
+        """Whether every queue table exists (a read: it never waits on SQLite's write lock)."""
+        with self._tx(read_only=True) as c:
+            names = set(sa.inspect(c).get_table_names())
+        return set(metadata.tables) <= names
 
     def _clock(self, connection: Any) -> float:
         return float(connection.exec_driver_sql(f"SELECT {self._now}").scalar())
 
     def create_job(self, spec: JobSpec) -> JobSpec:
         check_spec(spec)
+        if self._missing is not None:
+            self._require_file(create=True)
         try:
-            with self._tx() as c:
-                now = self._clock(c)
-                c.execute(
-                    sa.text(
-                        "INSERT INTO sqlfeed_jobs (name, fingerprint, spec, created) "
-                        "VALUES (:n, :f, :s, :t)"
-                    ),
-                    {"n": spec.name, "f": spec.plan.fingerprint, "s": spec.to_json(), "t": now},
-                )
-                rows = [
-                    {"j": spec.name, "e": epoch, "p": part, "o": position}
-                    for epoch in range(spec.epochs)
-                    for part, position in enumerate(spec.positions(epoch))
-                ]
-                c.execute(
-                    sa.text(
-                        "INSERT INTO sqlfeed_tasks (job, epoch, part, position, state, expires, "
-                        "acked, rows_acked, attempts, completions) "
-                        "VALUES (:j, :e, :p, :o, 'pending', 0, 0, 0, 0, 0)"
-                    ),
-                    rows,
-                )
+            self._retrying(self._insert_job, spec)
             return spec
         except EngineError as failure:
             try:  # the job existed (or another worker won the race): it must be the same job
@@ -185,15 +210,36 @@ class SQLQueue(LeaseQueue):
                 raise conflict_error(spec.name, existing, spec) from None
             return existing
 
+    def _insert_job(self, spec: JobSpec) -> None:
+        with self._tx() as c:
+            now = self._clock(c)
+            c.execute(
+                sa.text(
+                    "INSERT INTO sqlfeed_jobs (name, fingerprint, spec, created) "
+                    "VALUES (:n, :f, :s, :t)"
+                ),
+                {"n": spec.name, "f": spec.plan.fingerprint, "s": spec.to_json(), "t": now},
+            )
+            rows = [
+                {"j": spec.name, "e": epoch, "p": part, "o": position}
+                for epoch in range(spec.epochs)
+                for part, position in enumerate(spec.positions(epoch))
+            ]
+            c.execute(
+                sa.text(
+                    "INSERT INTO sqlfeed_tasks (job, epoch, part, position, state, expires, "
+                    "acked, rows_acked, attempts, completions) "
+                    "VALUES (:j, :e, :p, :o, 'pending', 0, 0, 0, 0, 0)"
+                ),
+                rows,
+            )
+
     def job(self, name: str, *, cached: bool = True) -> JobSpec:
         """The job ``name``. A job's definition never changes once created, so it is read
         (and its plan decoded) once per queue object; ``cached=False`` reads it again."""
         if cached and name in self._specs:
             return self._specs[name]
-        with self._tx() as c:
-            text = c.execute(
-                sa.text("SELECT spec FROM sqlfeed_jobs WHERE name = :n"), {"n": name}
-            ).scalar()
+        text = self._retrying(self._read_spec, name)
         if text is None:
             self._specs.pop(name, None)
             raise UnknownJobError(f"no job named {name!r} in queue {self._label()}")
@@ -206,13 +252,19 @@ class SQLQueue(LeaseQueue):
         self._specs[name] = spec
         return spec
 
+    def _read_spec(self, name: str) -> str | None:
+        with self._tx(read_only=True) as c:
+            text = c.execute(
+                sa.text("SELECT spec FROM sqlfeed_jobs WHERE name = :n"), {"n": name}
+            ).scalar()
+        return None if text is None else str(text)
+
     def acquire(self, job: str, worker: str) -> Lease | Wait | None:
         spec = self.job(job)
         result = self._retrying(self._acquire, spec, worker)
         if result is _ALL_DONE:
             self.job(job, cached=False)  # deleted meanwhile? then say so
-            with self._tx() as c:
-                self._check_complete(c, spec)
+            self._retrying(self._check_complete, spec)
             return None
         assert result is None or isinstance(result, Lease | Wait)
         return result
@@ -220,15 +272,15 @@ class SQLQueue(LeaseQueue):
     def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | object:
         job = spec.name
         with self._tx() as c:
-            now = self._clock(c)
-            self._seen(c, job, worker, now)
-            epoch = c.execute(
+            epoch, now = c.execute(  # the open epoch and the clock, in one round trip
                 sa.text(
-                    "SELECT MIN(epoch) FROM sqlfeed_tasks WHERE job = :j "
+                    f"SELECT MIN(epoch), {self._now} FROM sqlfeed_tasks WHERE job = :j "
                     "AND state NOT IN ('done', 'dropped')"
                 ),
                 {"j": job},
-            ).scalar()
+            ).one()
+            now = float(now)
+            self._seen(c, job, worker, now)
             if epoch is None:
                 return _ALL_DONE
             if spec.even_batches:
@@ -251,22 +303,7 @@ class SQLQueue(LeaseQueue):
                     return Wait(int(epoch), 0.0)  # the next epoch is open now: ask again
                 if worker in finished:
                     return Wait(int(epoch), 0.05)
-            # Pending tasks first, then expired leases: one predicate each, so the claim uses
-            # the (job, epoch, state, position) index. With "pending OR expired", MariaDB
-            # sorts the whole epoch, and SKIP LOCKED then returns no row at all whenever
-            # another session holds the first candidate.
-            row = None
-            for condition in ("state = 'pending'", "state = 'leased' AND expires < :now"):
-                row = c.execute(
-                    sa.text(
-                        "SELECT part, acked, attempts FROM sqlfeed_tasks "
-                        f"WHERE job = :j AND epoch = :e AND {condition} "
-                        "ORDER BY position LIMIT 1" + self._lock_clause
-                    ),
-                    {"j": job, "e": epoch, "now": now},
-                ).first()
-                if row is not None:
-                    break
+            row = self._claim(c, job, int(epoch), now)
             if row is None:
                 self._check_states(c, spec, epoch)
                 soonest = c.execute(
@@ -289,6 +326,39 @@ class SQLQueue(LeaseQueue):
             )  # fmt: skip
             return Lease(job, int(epoch), int(row.part), token, worker, int(row.acked),
                          int(row.attempts) + 1)  # fmt: skip
+
+    def _claim(self, c: Any, job: str, epoch: int, now: float) -> Any:
+        """Lock the task to hand out next in ``epoch`` (its part, acked, attempts), or None:
+        expired leases first (taken over within their TTL), then pending tasks in order, one
+        predicate each for the (job, epoch, state, position) index. Expired leases are read
+        plainly, then locked by key: on MariaDB (also at READ COMMITTED) a locking scan keeps
+        every live lease it passes locked until the claim commits."""
+        where = "WHERE job = :j AND epoch = :e AND "
+        values = {"j": job, "e": epoch, "now": now}
+        expired = c.execute(
+            sa.text(
+                f"SELECT part FROM sqlfeed_tasks {where} state = 'leased' AND expires < :now "
+                "ORDER BY position LIMIT 4"
+            ),
+            values,
+        ).scalars()
+        for part in list(expired):
+            row = c.execute(
+                sa.text(
+                    f"SELECT part, acked, attempts FROM sqlfeed_tasks {where} part = :p "
+                    "AND state = 'leased' AND expires < :now" + self._lock_clause
+                ),
+                {**values, "p": part},
+            ).first()
+            if row is not None:
+                return row
+        return c.execute(
+            sa.text(
+                f"SELECT part, acked, attempts FROM sqlfeed_tasks {where} state = 'pending' "
+                "ORDER BY position LIMIT 1" + self._lock_clause
+            ),
+            values,
+        ).first()
 
     def _seen(self, c: Any, job: str, worker: str, now: float) -> None:
         updated = c.execute(
@@ -320,61 +390,80 @@ class SQLQueue(LeaseQueue):
                 f"{spec.plan.num_partitions} partitions; run 'sqlfeed job reset' to start over"
             )
 
-    def _check_complete(self, c: Any, spec: JobSpec) -> None:
-        total = c.execute(
-            sa.text(
-                "SELECT COUNT(*) FROM sqlfeed_tasks WHERE job = :j AND state IN ('done', 'dropped')"
-            ),
-            {"j": spec.name},
-        ).scalar()
+    def _check_complete(self, spec: JobSpec) -> None:
+        with self._tx(read_only=True) as c:
+            total = c.execute(
+                sa.text(
+                    "SELECT COUNT(*) FROM sqlfeed_tasks WHERE job = :j "
+                    "AND state IN ('done', 'dropped')"
+                ),
+                {"j": spec.name},
+            ).scalar()
         if int(total) != spec.epochs * spec.plan.num_partitions:
             raise CorruptStateError(
                 f"job {spec.name!r}: {total} tasks done of {spec.epochs * spec.plan.num_partitions}"
                 "; rows are missing from the queue: run 'sqlfeed job reset' to start over"
             )
 
-    def _update_held(self, lease: Lease, assignments: str, extra: dict[str, Any]) -> bool:
-        return bool(self._retrying(self._update, lease, assignments, extra))
+    def _update_held(
+        self, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool = False
+    ) -> bool:
+        return bool(self._retrying(self._update, lease, assignments, extra, advance))
 
-    def _update(self, lease: Lease, assignments: str, extra: dict[str, Any]) -> bool:
+    def _update(self, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool) -> bool:
+        """Update the task while ``lease`` holds it; count acknowledged batches and rows for
+        its worker when they are new. With ``advance``, only an offset beyond the stored one
+        changes the row; a repeated one (a retry after a lost reply) changes nothing and is
+        answered by whether the lease still holds."""
+        held = "WHERE job = :j AND epoch = :e AND part = :p AND token = :t AND state = 'leased'"
+        key = {"j": lease.job, "e": lease.epoch, "p": lease.partition, "t": lease.token}
         with self._tx() as c:
-            now = self._clock(c)
             changed = c.execute(
                 sa.text(
-                    f"UPDATE sqlfeed_tasks SET {assignments} WHERE job = :j AND epoch = :e "
-                    "AND part = :p AND token = :t AND state = 'leased'"
+                    f"UPDATE sqlfeed_tasks SET {assignments} {held}"
+                    + (" AND acked < :o" if advance else "")
                 ),
-                {"j": lease.job, "e": lease.epoch, "p": lease.partition, "t": lease.token,
-                 "now": now, **extra},
-            ).rowcount  # fmt: skip
-            if changed and "rows" in extra:
+                {**key, **extra},
+            ).rowcount
+            if changed and extra.get("batches"):
                 c.execute(
                     sa.text(
-                        "UPDATE sqlfeed_workers SET seen = :now, batches = batches + :b, "
+                        f"UPDATE sqlfeed_workers SET seen = {self._now}, batches = batches + :b, "
                         "rows_acked = rows_acked + :rows WHERE job = :j AND worker = :w"
                     ),
-                    {"now": now, "b": extra["batches"], "rows": extra["rows"], "j": lease.job,
+                    {"b": extra["batches"], "rows": extra["rows"], "j": lease.job,
                      "w": lease.worker},
                 )  # fmt: skip
+            if not changed and advance:
+                changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"),
+                                    key).scalar()  # fmt: skip
             return bool(changed)
 
     def heartbeat(self, lease: Lease) -> bool:
         ttl = self.job(lease.job).lease_ttl
-        return self._update_held(lease, "expires = :now + :ttl", {"ttl": ttl})
+        return self._update_held(lease, f"expires = {self._now} + :ttl", {"ttl": ttl})
 
-    def ack(self, lease: Lease, offset: int, rows: int) -> bool:
+    def ack(self, lease: Lease, offset: int, rows: int, batches: int = 1) -> bool:
         ttl = self.job(lease.job).lease_ttl
         return self._update_held(
             lease,
-            # never backwards (a late, repeated ack)
-            "acked = CASE WHEN acked < :o THEN :o ELSE acked END, "
-            "rows_acked = rows_acked + :rows, expires = :now + :ttl",
-            {"o": offset, "rows": rows, "batches": 1, "ttl": ttl},
+            f"acked = :o, rows_acked = rows_acked + :rows, expires = {self._now} + :ttl",
+            {"o": offset, "rows": rows, "batches": batches, "ttl": ttl},
+            advance=True,
         )
 
-    def complete(self, lease: Lease) -> bool:
+    def complete(
+        self, lease: Lease, *, offset: int | None = None, rows: int = 0, batches: int = 0
+    ) -> bool:
+        done = "state = 'done', token = NULL, completions = completions + 1"
+        if offset is None or not batches:
+            return self._update_held(lease, done, {})
         return self._update_held(
-            lease, "state = 'done', token = NULL, completions = completions + 1", {}
+            lease,
+            # rows_acked before acked: MySQL evaluates SET assignments left to right
+            "rows_acked = rows_acked + CASE WHEN acked < :o THEN :rows ELSE 0 END, "
+            f"acked = CASE WHEN acked < :o THEN :o ELSE acked END, {done}",
+            {"o": offset, "rows": rows, "batches": batches},
         )
 
     def release(self, lease: Lease) -> None:
@@ -400,7 +489,19 @@ class SQLQueue(LeaseQueue):
 
     def status(self, job: str) -> JobStatus:
         spec = self.job(job)
-        with self._tx() as c:
+        counts, workers = self._retrying(self._progress, job)
+        per_epoch = [{"epoch": e, **dict.fromkeys(STATES, 0)} for e in range(spec.epochs)]
+        for epoch, state, n in counts:
+            if 0 <= epoch < spec.epochs:
+                per_epoch[epoch][str(state)] = per_epoch[epoch].get(str(state), 0) + int(n)
+        rows = [
+            worker_row({"worker": w, "joined": j, "seen": s, "batches": b, "rows": r})
+            for w, j, s, b, r in workers
+        ]
+        return JobStatus(job, spec.epochs, spec.plan.num_partitions, per_epoch, rows)
+
+    def _progress(self, job: str) -> tuple[list[Any], list[Any]]:
+        with self._tx(read_only=True) as c:
             counts = c.execute(
                 sa.text(
                     "SELECT epoch, state, COUNT(*) FROM sqlfeed_tasks WHERE job = :j "
@@ -415,19 +516,11 @@ class SQLQueue(LeaseQueue):
                 ),
                 {"j": job},
             ).all()
-        per_epoch = [{"epoch": e, **dict.fromkeys(STATES, 0)} for e in range(spec.epochs)]
-        for epoch, state, n in counts:
-            if 0 <= epoch < spec.epochs:
-                per_epoch[epoch][str(state)] = per_epoch[epoch].get(str(state), 0) + int(n)
-        rows = [
-            worker_row({"worker": w, "joined": j, "seen": s, "batches": b, "rows": r})
-            for w, j, s, b, r in workers
-        ]
-        return JobStatus(job, spec.epochs, spec.plan.num_partitions, per_epoch, rows)
+        return list(counts), list(workers)
 
     def completions(self, job: str) -> dict[tuple[int, int], int]:
         """How often each task was completed (always 1 for a done task)."""
-        with self._tx() as c:
+        with self._tx(read_only=True) as c:
             rows = c.execute(
                 sa.text("SELECT epoch, part, completions FROM sqlfeed_tasks WHERE job = :j"),
                 {"j": job},
@@ -436,6 +529,10 @@ class SQLQueue(LeaseQueue):
 
     def reset(self, job: str) -> None:
         self.job(job)
+        self._retrying(self._reset, job)
+        self.ledger.delete(job)
+
+    def _reset(self, job: str) -> None:
         with self._tx() as c:
             c.execute(
                 sa.text(
@@ -450,44 +547,39 @@ class SQLQueue(LeaseQueue):
 
     def delete(self, job: str) -> None:
         self._specs.pop(job, None)
+        self._retrying(self._delete, job)
+        self.ledger.delete(job)
+
+    def _delete(self, job: str) -> None:
         with self._tx() as c:
             for table in ("sqlfeed_tasks", "sqlfeed_workers", "sqlfeed_shares"):
                 c.execute(sa.text(f"DELETE FROM {table} WHERE job = :j"), {"j": job})
             c.execute(sa.text("DELETE FROM sqlfeed_jobs WHERE name = :j"), {"j": job})
 
+    @cached_property
+    def ledger(self) -> SQLLedger:
+        """The job ledger's table (:mod:`sqlfeed.dispatch.ledger`), created on first use."""
+        return SQLLedger(self.engine, self._label())
 
-def _transient(err: Any) -> bool:
-    """A deadlock, serialization failure or lock time-out: the transaction may be retried."""
-    inner = getattr(err, "orig", err)
-    code = getattr(inner, "sqlstate", None) or ""
-    args = getattr(inner, "args", ())
-    mysql_code = args[0] if args and isinstance(args[0], int) else None
-    text = str(inner).lower()
-    return (
-        code in ("40001", "40P01", "55P03")
-        or mysql_code in (1205, 1213)
-        or "database is locked" in text
-        or "deadlock" in text
-    )
+    def record(self, job: str, checkpoint: int, worker: str, entries: Sequence[Any]) -> None:
+        self.job(job)
+        self.ledger.record(job, checkpoint, worker, entries)
+
+    def checkpoints(self, job: str) -> list[int]:
+        self.job(job)
+        return self.ledger.checkpoints(job)
+
+    def rewind(self, job: str, checkpoint: int) -> dict[str, int]:
+        check_rewind(self.job(job), checkpoint, self.ledger.checkpoints(job))
+        states = self.ledger.rewind(job, checkpoint, "sqlfeed_tasks")
+        with self._tx() as c:
+            c.execute(sa.text("DELETE FROM sqlfeed_shares WHERE job = :j"), {"j": job})
+        return rewind_summary(states)
 
 
-def _engine_options(url: str) -> dict[str, Any]:
-    if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 60, "check_same_thread": False}}
-    return {"pool_pre_ping": True}
-
-
-def _sqlite_locking(engine: Any) -> None:
-    """SQLite: WAL, and BEGIN IMMEDIATE so a transaction takes the write lock up front."""
-
-    @sa.event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # sqlalchemy emits BEGIN below
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=60000")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+def _missing_sqlite_file(engine: Any) -> str | None:
+    """The file of a SQLite queue URL when it does not exist yet (None otherwise)."""
+    path = engine.url.database or ""
+    if engine.dialect.name != "sqlite" or path in ("", ":memory:") or path.startswith("file:"):
+        return None
+    return None if os.path.exists(path) else path

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from sqlfeed.feed.batches import FORMATS, convert, read_ahead, rebatch, shuffle_rows
 from sqlfeed.feed.export import EXPORT_FORMATS, export
-from sqlfeed.feed.feeder import Feeder, LeasedBatch, LeasedPartitions, Progress
+from sqlfeed.feed.feeder import (
+    Feeder,
+    LeasedBatch,
+    LeasedPartitions,
+    Progress,
+    UnequalSharesWarning,
+    unequal_shares,
+)
 from sqlfeed.feed.statistics import STATS_METHODS, compute_stats
 
 __all__ = [
@@ -24,10 +31,12 @@ __all__ = [
     "LeasedBatch",
     "LeasedPartitions",
     "Progress",
+    "UnequalSharesWarning",
     "compute_stats",
     "convert",
     "export",
     "read_ahead",
     "rebatch",
     "shuffle_rows",
+    "unequal_shares",
 ]

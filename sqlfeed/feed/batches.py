@@ -19,9 +19,18 @@ import numpy as np
 import pyarrow as pa
 
 from sqlfeed.io import Source
+from sqlfeed.io.views import plain
 from sqlfeed.plans.model import Partition
 
-__all__ = ["FORMATS", "convert", "read_ahead", "rebatch", "shuffle_rows"]
+__all__ = [
+    "FORMATS",
+    "convert",
+    "read_ahead",
+    "rebatch",
+    "shuffle_rows",
+    "shuffle_windows",
+    "skip_rows",
+]
 
 FORMATS = ("arrow", "pandas", "numpy")
 """What a Feeder yields: ``pyarrow.RecordBatch``, pandas ``DataFrame``, dict of numpy arrays."""
@@ -60,6 +69,7 @@ def read_ahead(
     readers: int,
     batch_rows: int,
     on_partition: Callable[[int, int, Partition], None] | None = None,
+    ordered: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of ``order``'s partitions in that order, ``readers`` partitions read ahead.
 
@@ -75,6 +85,8 @@ def read_ahead(
         batch_rows: rows per batch read from the database.
         on_partition: called after each partition with (partitions done, rows yielded so
             far, that partition).
+        ordered: ask the engine for the same row order on every read of a partition (so
+            a feed can resume inside one, see :meth:`sqlfeed.io.Source.read`).
 
     Yields:
         The partitions' record batches.
@@ -90,7 +102,7 @@ def read_ahead(
         slot: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
         thread = threading.Thread(
             target=_pump,
-            args=(source, partition, schema, batch_rows, slot, stop),
+            args=(source, partition, schema, batch_rows, slot, stop, ordered),
             daemon=True,
             name="sqlfeed-reader",
         )
@@ -131,9 +143,13 @@ def _pump(
     batch_rows: int,
     slot: queue.Queue[Any],
     stop: threading.Event,
+    ordered: bool,
 ) -> None:
     try:
-        for batch in source.read(partition.sql, schema=schema, batch_rows=batch_rows, stop=stop):
+        reads = source.read(
+            partition.sql, schema=schema, batch_rows=batch_rows, stop=stop, ordered=ordered
+        )
+        for batch in reads:
             if not _put(slot, batch, stop):
                 return
         _put(slot, _DONE, stop)
@@ -211,7 +227,7 @@ def shuffle_rows(
     for batch in batches:
         if not batch.num_rows:
             continue
-        pending.append(batch)
+        pending.append(plain(batch))  # view types have no take kernel
         held += batch.num_rows
         if held >= buffer_rows + chunk:
             merged = pa.concat_batches(pending)
@@ -223,3 +239,73 @@ def shuffle_rows(
     if held:
         merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
         yield merged.take(pa.array(rng.permutation(merged.num_rows)))
+
+
+def skip_rows(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` without their first ``rows`` rows (read, then dropped).
+
+    Args:
+        batches: record batches of any sizes.
+        rows: rows to drop at the start (>= 0).
+
+    Yields:
+        The remaining rows, in order.
+    """
+    for batch in batches:
+        if rows >= batch.num_rows:
+            rows -= batch.num_rows
+            continue
+        yield batch.slice(rows) if rows else batch
+        rows = 0
+
+
+def shuffle_windows(
+    batches: Iterator[pa.RecordBatch],
+    window_rows: int,
+    rng_of: Callable[[int], np.random.Generator],
+    *,
+    first_window: int = 0,
+    skip: int = 0,
+) -> Iterator[pa.RecordBatch]:
+    """Record-level shuffle in windows: every ``window_rows`` rows are permuted together.
+
+    Window ``w`` holds rows ``[w x window_rows, (w + 1) x window_rows)`` of the stream (the
+    last one fewer) and is permuted by ``rng_of(w)``, so where a row goes depends only on
+    its window, never on how the rows were cut into batches: a feed resumed at a window's
+    first row (``first_window``), dropping the ``skip`` rows of that window it delivered
+    already, yields exactly what the uninterrupted stream yields from there.
+
+    Args:
+        batches: the record batches to mix, starting at window ``first_window``'s first row.
+        window_rows: rows per window (>= 1).
+        rng_of: the seeded random generator of a window, from its index.
+        first_window: the index of the first window of ``batches``.
+        skip: rows of the first (permuted) window to drop.
+
+    Yields:
+        The same rows, each window's in a random order, one batch per window.
+    """
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    window = first_window
+
+    def mix() -> pa.RecordBatch:
+        nonlocal pending, held, window, skip
+        merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+        mixed = merged.take(pa.array(rng_of(window).permutation(held)))
+        pending, held, window = [], 0, window + 1
+        if skip:
+            mixed, skip = mixed.slice(min(skip, mixed.num_rows)), 0
+        return mixed
+
+    for batch in batches:
+        batch = plain(batch)  # view types have no take kernel
+        while batch.num_rows:
+            take = min(batch.num_rows, window_rows - held)
+            pending.append(batch.slice(0, take) if take < batch.num_rows else batch)
+            held += take
+            batch = batch.slice(take)
+            if held == window_rows:
+                yield mix()
+    if held:
+        yield mix()

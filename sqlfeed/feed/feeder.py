@@ -18,20 +18,54 @@ adds the ``job=...`` options that build such a stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
-from sqlfeed.feed.batches import FORMATS, convert, read_ahead, rebatch, shuffle_rows
+from dialects import InvalidArgumentError, NotImplementedYetError
+from sqlfeed.feed.batches import (
+    FORMATS,
+    convert,
+    read_ahead,
+    rebatch,
+    shuffle_windows,
+    skip_rows,
+)
+from sqlfeed.feed.state import Cursor, Position, check_state, feed_state
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans.model import Partition, Plan, fragment_order
 from sqlfeed.plans.planner import plan as make_plan
 
-__all__ = ["FORMATS", "Feeder", "LeasedBatch", "LeasedPartitions", "Progress"]
+__all__ = [
+    "FORMATS",
+    "Feeder",
+    "LeasedBatch",
+    "LeasedPartitions",
+    "Progress",
+    "UnequalSharesWarning",
+    "unequal_shares",
+]
+
+
+class UnequalSharesWarning(UserWarning):
+    """The ranks of a static ``world_size`` get different numbers of partitions."""
+
+
+def unequal_shares(partitions: int, world_size: int) -> str:
+    """How ``partitions`` split over ``world_size`` ranks, e.g. ``7 partitions over 3
+    ranks are unequal shares (3/2/2)``, and what evens them."""
+    shares = "/".join(str(len(range(r, partitions, world_size))) for r in range(world_size))
+    lower = partitions // world_size * world_size
+    multiples = " or ".join(str(m) for m in (lower, lower + world_size) if m > 0)
+    return (
+        f"{partitions} partitions over {world_size} ranks are unequal shares ({shares}): "
+        f"synchronous replicas would run different numbers of steps; use a partition "
+        f"count divisible by {world_size} ({multiples}) or even batches"
+    )
 
 
 @dataclass(frozen=True)
@@ -81,8 +115,11 @@ class Feeder:
             columns make them float with NaN, as in pandas).
         batch_size: rows per batch (the last of an epoch may be smaller unless
             ``drop_remainder``); None: batches as the database delivers them.
-        shuffle_buffer: rows mixed at random before batching (0: no record shuffle).
-            The partition order is shuffled too whenever this is > 0 or ``shuffle``.
+        shuffle_buffer: rows mixed at random before batching (0: no record shuffle): the
+            rows, in partition order, are cut into windows of this many rows and each
+            window is permuted (seeded by seed, epoch and window), so a restored feed
+            replays exactly. The partition order is shuffled too whenever this is > 0 or
+            ``shuffle``.
         shuffle: visit the partitions in a seeded random order (default: when
             shuffle_buffer > 0).
         shuffle_window: the partition order of a ``fragments`` plan instead: 0 storage
@@ -98,8 +135,9 @@ class Feeder:
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead
             of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
+        state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
         **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
-            strategy, key, target_rows, workers, scratch, allow_unstable).
+            strategy, key, target_rows, workers, scratch, allow_unstable, strict).
     """
 
     def __init__(
@@ -121,6 +159,7 @@ class Feeder:
         progress: Callable[[Progress], None] | None = None,
         shuffle_window: int | None = None,
         leased: Callable[[Plan, Source], LeasedPartitions] | None = None,
+        state: Mapping[str, Any] | None = None,
         **plan_options: Any,
     ) -> None:
         _check_options(
@@ -135,6 +174,14 @@ class Feeder:
         self.source: Source = connect(source)
         self.plan = _plan_for(query, self.source, world_size, plan_options)
         self.share = self.plan.share(rank, world_size)
+        self._rank, self._world_size = rank, world_size
+        if leased is None and self.plan.num_partitions % world_size:
+            warnings.warn(
+                unequal_shares(self.plan.num_partitions, world_size)
+                + " (a job with even_batches=True, replicas=world_size)",
+                UnequalSharesWarning,
+                stacklevel=2,
+            )
         self.format = format
         self.batch_size = batch_size
         self.shuffle_buffer = shuffle_buffer
@@ -153,6 +200,10 @@ class Feeder:
             None if leased is None else leased(self.plan, self.source)
         )
         """Dynamic mode: the leased partitions read instead of the static share."""
+        self._cursor: Cursor | None = None
+        self._resume: Position | None = None
+        if state is not None:
+            self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return (
@@ -165,7 +216,8 @@ class Feeder:
             for delivery in self.worker.deliveries():
                 yield convert(delivery.batch, self.format)
             return
-        for epoch in range(self.epochs):
+        first = self._resume.epoch if self._resume is not None else 0
+        for epoch in range(first, self.epochs):
             yield from self.epoch(epoch)
 
     def close(self) -> None:
@@ -174,28 +226,130 @@ class Feeder:
             self.worker.close()
 
     def epoch(self, epoch: int = 0) -> Iterator[Any]:
-        """The batches of one epoch (its partition order and shuffle depend on the seed)."""
-        rng = np.random.default_rng([self.seed, epoch])
+        """The batches of one epoch (its partition order and shuffle depend on the seed).
+
+        After :meth:`load_state_dict` of a position in this epoch, the rest of it.
+        """
         order: Sequence[Partition] = [self.share[i] for i in self._positions(epoch)]
+        start = Position(epoch)
+        if self._resume is not None and self._resume.epoch == epoch:
+            start, self._resume = self._resume, None
+        cursor = Cursor(start, [p.index for p in order], self.shuffle_buffer or 1)
+        self._cursor = cursor
 
         def report(done: int, rows: int, partition: Partition) -> None:
+            cursor.partition_read(rows)
             if self.progress is not None:
-                self.progress(Progress(epoch, done, len(order), rows, partition))
+                done += start.partitions_done
+                self.progress(Progress(epoch, done, len(order), cursor.base + rows, partition))
 
         batches = read_ahead(
             self.source,
-            order,
+            order[start.partitions_done :],
             schema=self.schema,
             readers=self.readers,
             batch_rows=self.read_batch_rows,
             on_partition=report,
+            ordered=True,
         )
+        if start.offset:
+            batches = skip_rows(batches, start.offset)
         if self.shuffle_buffer:
-            batches = shuffle_rows(batches, self.shuffle_buffer, rng)
+            window = self.shuffle_buffer
+            batches = shuffle_windows(
+                batches,
+                window,
+                lambda w: np.random.default_rng([self.seed, epoch, w]),
+                first_window=start.start // window,
+                skip=start.rows - start.start,
+            )
         if self.batch_size is not None:
             batches = rebatch(batches, self.batch_size, self.drop_remainder)
         for batch in batches:
+            cursor.delivered += batch.num_rows
             yield convert(batch, self.format)
+        cursor.finished = True
+
+    # -- resuming -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this feed stands: a small JSON-able dict to save with the model checkpoint.
+
+        It holds the plan's fingerprint, the seed, the share and shuffle options, the
+        epoch, the rows delivered in it, and where reading resumes (partitions done, rows
+        into the next one): see :mod:`sqlfeed.feed.state`. Take it between batches: it
+        counts every batch handed out so far.
+
+        Raises:
+            NotImplementedYetError: a job's feed (its position is the job's, in the queue).
+        """
+        return self.state_at()
+
+    @property
+    def reading(self) -> tuple[int, int] | None:
+        """``(epoch, rows delivered)`` of the epoch being read (the latest begun), or None."""
+        if self._cursor is None:
+            return None
+        return self._cursor.epoch, self._cursor.delivered
+
+    def state_at(self, rows: int | None = None, epoch: int | None = None) -> dict[str, Any]:
+        """The state after ``rows`` rows of the epoch being read (default: as delivered).
+
+        For consumers that run behind the feed (a prefetching ``tf.data`` pipeline): the
+        rows must have been read already, in the latest epoch begun (``epoch`` checks it).
+
+        Raises:
+            InvalidArgumentError: ``rows`` is not in the epoch being read.
+        """
+        if self.worker is not None:
+            raise NotImplementedYetError(
+                "a job's feed has no state of its own: its progress is in the queue (record "
+                "checkpoints with Worker.checkpoint and rewind the job instead)"
+            )
+        cursor = self._cursor
+        if rows is None and epoch is None:
+            position = cursor.position() if cursor is not None else self._resume or Position(0)
+            return feed_state(self._identity(), position)
+        if cursor is None or (epoch is not None and epoch != cursor.epoch):
+            if rows == 0 and epoch is not None:
+                return feed_state(self._identity(), Position(epoch))
+            raise InvalidArgumentError(f"epoch {epoch} is not the epoch being read")
+        if rows is None or not 0 <= rows <= cursor.delivered:
+            raise InvalidArgumentError(
+                f"rows must be between 0 and the {cursor.delivered} rows read so far, got {rows!r}"
+            )
+        return feed_state(self._identity(), cursor.position(rows))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state`` (from :meth:`state_dict`, maybe through JSON).
+
+        The next iteration (``for batch in feeder``, or :meth:`epoch` of the saved epoch)
+        delivers exactly the rows the uninterrupted run would have delivered after that
+        point, in the same order. It re-reads only the partitions of the shuffle window
+        the consumer was in (without a shuffle: the partition it was in), from their
+        start, dropping what was delivered already.
+
+        Raises:
+            InvalidArgumentError: the state is not a feed state, or one of another plan,
+                seed, share or shuffle options.
+            NotImplementedYetError: a job's feed.
+        """
+        if self.worker is not None:
+            self.state_at()  # raises: a job's feed has no state of its own
+        self._resume = check_state(state, self._identity(), self.partition_order)
+        self._cursor = None
+
+    def _identity(self) -> dict[str, Any]:
+        """What a state must match to be loaded: the rows and their order depend on it."""
+        return {
+            "plan": self.plan.fingerprint,
+            "seed": self.seed,
+            "rank": self._rank,
+            "world_size": self._world_size,
+            "shuffle_buffer": self.shuffle_buffer,
+            "shuffle": self.shuffle,
+            "shuffle_window": self.shuffle_window,
+        }
 
     def partition_order(self, epoch: int = 0) -> list[int]:
         """The partition indices of ``epoch`` in the order this feeder reads them."""

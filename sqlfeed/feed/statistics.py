@@ -15,6 +15,7 @@ from typing import Any
 
 from dialects import InvalidArgumentError
 from sqlfeed.io import Source, connect
+from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
 from stats.accumulate import StatsAccumulator
@@ -101,7 +102,7 @@ def _accumulate(
     plan_options: dict[str, Any],
 ) -> FeatureStats:
     plan = make_plan(parsed, src, **plan_options)
-    schema = plan.arrow_schema() or schema
+    schema = plain_schema(plan.arrow_schema() or schema)  # view types: no kernels
     partitions = list(plan.partitions)
     lock = threading.Lock()
     done = [0]
@@ -109,7 +110,7 @@ def _accumulate(
     def one(index: int) -> StatsAccumulator:
         accumulator = StatsAccumulator(schema, spec)
         for batch in src.read(partitions[index].sql, schema=schema):
-            accumulator.update(batch)
+            accumulator.update(plain(batch))
         with lock:
             done[0] += 1
             if progress is not None:

@@ -1,0 +1,182 @@
+"""Partitions read in other processes: what Ray read tasks and Dask tasks share.
+
+A plan is planned once, where the job is built; each of its partitions is then read by a
+task in some other process, possibly on another host. Nothing live crosses that boundary:
+a task receives the source's URL, the plan's Arrow schema and its partitions (plain,
+picklable data, :class:`PartitionReader`), opens its own connection from the URL, reads,
+and closes it.
+
+* :func:`check_source_url` refuses what another process cannot open: a connection or
+  engine object, an in-memory DuckDB.
+* :func:`open_for_reading` opens a URL in a task (a DuckDB file read-only, as
+  :func:`sqlfeed.connect` does, so many processes read it at once).
+* :func:`plan_for_url` plans a SQL query (or checks a given Plan) for a URL, on a
+  connection closed before any task runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from dialects import InvalidArgumentError, dialect_for
+from sqlfeed.io import DEFAULT_BATCH_ROWS, MEMORY, Source, connect, duckdb_file, redact_url
+from sqlfeed.plans import Partition, Plan
+from sqlfeed.plans import plan as make_plan
+
+__all__ = [
+    "PartitionReader",
+    "check_source_url",
+    "open_for_reading",
+    "plan_for_url",
+    "reader_for",
+]
+
+_PLAN_OPTIONS = frozenset(inspect.signature(make_plan).parameters) - {"query", "source"}
+
+
+def check_source_url(source_url: object, what: str) -> str:
+    """``source_url`` if every process can open it; else a clear error.
+
+    Args:
+        source_url: what the user passed as the source.
+        what: the integration, for the message (``Ray Data``, ``Dask``).
+
+    Raises:
+        InvalidArgumentError: not a URL string, or a URL only this process can open.
+    """
+    if not isinstance(source_url, str):
+        raise InvalidArgumentError(
+            f"{what} reads each partition in its own task and process, which opens its own "
+            f"connection: pass the database URL (e.g. 'postgresql+psycopg://user@host/db', "
+            f"'duckdb:///data.duckdb'), not a {type(source_url).__name__}"
+        )
+    url = source_url.strip()
+    if url.partition(":")[0].lower() == "duckdb" and duckdb_file(url) == MEMORY:
+        raise InvalidArgumentError(
+            f"an in-memory DuckDB ({url!r}) exists in one process only, and {what} reads "
+            "in others: write the tables to a file and pass 'duckdb:///path.duckdb'"
+        )
+    dialect_for(url)  # an unknown kind of URL fails here, before anything runs
+    return url
+
+
+def open_for_reading(url: str) -> Source:
+    """A :class:`~sqlfeed.io.Source` for ``url``, opened by this process (in a task).
+
+    :func:`sqlfeed.connect` opens a DuckDB file read-only, so any number of tasks read it
+    at once; while another process holds it open for writing, the error says so.
+    """
+    return connect(url)
+
+
+def plan_for_url(query: str | Plan, url: str, plan_options: Mapping[str, Any]) -> Plan:
+    """The plan of ``query`` on ``url`` (planned here for SQL), with its Arrow schema.
+
+    A given :class:`Plan` is checked (its dialect must be the URL's; plan options need
+    SQL); only a plan without a schema needs a connection here. The connection used to
+    plan is closed before this returns, so tasks in other processes can open the source.
+
+    Raises:
+        InvalidArgumentError: unknown plan options, plan options with a Plan, a Plan of
+            another dialect, a query that is neither SQL nor a Plan.
+    """
+    unknown = sorted(set(plan_options) - _PLAN_OPTIONS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown option(s) {', '.join(unknown)}; the planning options are "
+            f"{', '.join(sorted(_PLAN_OPTIONS))}"
+        )
+    if isinstance(query, Plan):
+        if plan_options:
+            raise InvalidArgumentError(
+                f"plan options ({', '.join(sorted(plan_options))}) need a SQL query, not a Plan"
+            )
+        dialect = dialect_for(url).name
+        if query.dialect != dialect:
+            raise InvalidArgumentError(f"the plan is for {query.dialect}, the URL is {dialect}")
+        if query.schema is not None:
+            return query
+        with open_for_reading(url) as source:
+            schema = source.schema(query.sql)
+        return dataclasses.replace(query, schema=schema.serialize().to_pybytes())
+    if not isinstance(query, str):
+        raise InvalidArgumentError(
+            f"expected a SQL query or a sqlfeed Plan, got a {type(query).__name__}"
+        )
+    with open_for_reading(url) as source:
+        return make_plan(query, source, **plan_options)
+
+
+@dataclass(frozen=True)
+class PartitionReader:
+    """Reads partitions of one plan in any process: the URL, the schema, read options.
+
+    Plain, picklable data (ship it to a task; it opens its own connection there).
+
+    Attributes:
+        url: the source's URL.
+        schema: the plan's Arrow schema, serialized (IPC).
+        batch_rows: rows per record batch read.
+        snapshot: a PostgreSQL snapshot id to read inside (see ``Source.export_snapshot``).
+    """
+
+    url: str
+    schema: bytes
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    snapshot: str | None = None
+
+    def __repr__(self) -> str:
+        return f"PartitionReader({redact_url(self.url)!r})"
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema every batch has."""
+        return pa.ipc.read_schema(pa.py_buffer(self.schema))
+
+    def batches(self, partitions: Sequence[Partition]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``partitions``, one after the other, on a connection of this process.
+
+        An empty partition yields one empty batch (of the schema).
+        """
+        schema = self.arrow_schema()
+        with open_for_reading(self.url) as source:
+            for partition in partitions:
+                yield from source.read(
+                    partition.sql,
+                    schema=schema,
+                    batch_rows=self.batch_rows,
+                    ordered=False,
+                    snapshot=self.snapshot,
+                )
+
+    def tables(self, partitions: Sequence[Partition]) -> Iterator[pa.Table]:
+        """:meth:`batches` as one-batch tables (Ray Data's Arrow blocks)."""
+        for batch in self.batches(partitions):
+            yield pa.Table.from_batches([batch])
+
+    def table(self, partition: Partition) -> pa.Table:
+        """All rows of one partition as a table of the schema."""
+        return pa.Table.from_batches(list(self.batches([partition])), schema=self.arrow_schema())
+
+
+def reader_for(plan: Plan, url: str, batch_rows: int, snapshot: str | None) -> PartitionReader:
+    """The :class:`PartitionReader` of ``plan`` on ``url``, with its options checked.
+
+    Raises:
+        InvalidArgumentError: ``batch_rows`` is not a positive integer, ``snapshot`` is
+            given for an engine other than PostgreSQL, or the plan has no schema.
+    """
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise InvalidArgumentError(f"read_batch_rows must be an integer >= 1, got {batch_rows!r}")
+    if snapshot is not None and plan.dialect != "postgres":
+        raise InvalidArgumentError(
+            f"snapshot= is a PostgreSQL snapshot id; {plan.dialect} cannot share a snapshot"
+        )
+    if plan.schema is None:
+        raise InvalidArgumentError("the plan has no Arrow schema: plan it with a source")
+    return PartitionReader(url, plan.schema, batch_rows, snapshot)
