@@ -19,7 +19,10 @@ from dialects import (
     dialect_for,
     get_dialect,
 )
+from sqlfeed import dask as dask  # sqlfeed.dask.dataframe(...); Dask is imported when used
+from sqlfeed import ray as ray  # sqlfeed.ray.dataset(...); Ray is imported when used
 from sqlfeed import tf as tf  # sqlfeed.tf.dataset(...); TensorFlow is imported when used
+from sqlfeed import torch as torch  # sqlfeed.torch.SQLDataset(...); torch imported when used
 from sqlfeed.dispatch.feeder import Feeder
 from sqlfeed.feed.feeder import Progress
 from sqlfeed.feed.statistics import compute_stats

@@ -59,6 +59,11 @@ Three ways to split the work:
 * :func:`distributed_dataset` calls ``strategy.distribute_datasets_from_function`` with a
   per-pipeline dataset built by :func:`input_fn`.
 
+Resuming: :func:`FeedCheckpoint` is a Keras callback that saves the feed's position with
+each model checkpoint (beside ``keras.callbacks.BackupAndRestore``) and restores it on
+``fit``, so a restarted training sees exactly the rows it had not (static mode; a job's
+feed records a checkpoint of the job instead, see :meth:`sqlfeed.dispatch.Worker.checkpoint`).
+
 Package layout: :mod:`sqlfeed.tf.types` (the type mapping and the element structure),
 :mod:`sqlfeed.tf.convert` (record batch -> NumPy), :mod:`sqlfeed.tf.job` (a job's epochs)
 and :mod:`sqlfeed.tf.feed` (:class:`Feed` and the dataset functions).
@@ -69,6 +74,7 @@ TensorFlow is imported only when a dataset is built; without it,
 
 from __future__ import annotations
 
+from sqlfeed.tf.checkpoint import FeedCheckpoint
 from sqlfeed.tf.feed import AUTOTUNE, Feed, dataset, distributed_dataset, input_fn
 from sqlfeed.tf.types import FLOAT_DTYPES, MASK_SUFFIX, TIME_UNITS, ColumnMapping, column_mappings
 
@@ -79,6 +85,7 @@ __all__ = [
     "TIME_UNITS",
     "ColumnMapping",
     "Feed",
+    "FeedCheckpoint",
     "column_mappings",
     "dataset",
     "distributed_dataset",

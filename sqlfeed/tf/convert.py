@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dialects import QueryError
+from sqlfeed.io.views import plain
 from sqlfeed.tf.types import FLOAT32_MAX, ColumnMapping
 
 __all__ = ["Converter"]
@@ -49,6 +50,7 @@ class Converter:
     def _column(
         self, mapping: ColumnMapping, array: pa.Array
     ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+        array = plain(array)  # view types: most kernels have none for them
         if pa.types.is_dictionary(array.type):
             array = array.dictionary_decode()
         mask = None

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError, MissingDependencyError
-from sqlfeed.dispatch import Feeder, default_worker_id
+from sqlfeed.dispatch import Feeder, Worker, default_worker_id
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans import Plan
 from sqlfeed.plans import plan as make_plan
@@ -163,7 +163,10 @@ class Feed:
             order=order, even_batches=even_batches, replicas=replicas,
         )  # fmt: skip
         self._job = JobEpochs(self.feeder.worker) if dynamic else None
+        self.job = job
+        """The job's name in job mode, else None."""
         self._iterations = itertools.count()
+        self._restored_epoch, self._restored_rows = -1, 0
         self.dataset: Any = self._build()
         """The ``tf.data.Dataset``."""
 
@@ -185,6 +188,48 @@ class Feed:
         if self._job is not None:
             return self._job.epoch_batches()
         return self.feeder.epoch(next(self._iterations))
+
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """Where the feed stands after ``steps`` batches of the epoch being read.
+
+        The model runs behind a prefetching pipeline, so the position is given in steps
+        (batches it trained on in this epoch, counted from the restored position after a
+        restore); None: as far as the Feeder delivered. Static mode only (see
+        :meth:`sqlfeed.Feeder.state_dict`). :class:`sqlfeed.tf.FeedCheckpoint` calls it.
+        """
+        if steps is None:
+            return {"feeder": self.feeder.state_dict()}
+        epoch, delivered = self.feeder.reading or (0, 0)
+        restored = self._restored_rows if epoch == self._restored_epoch else 0
+        rows = min(restored + steps * self.batch_size, delivered)
+        return {"feeder": self.feeder.state_at(rows, epoch)}
+
+    def checkpoint_job(self, step: int) -> dict[str, Any]:
+        """Job mode: record checkpoint ``step`` in the job's ledger (the batches the model
+        took: a batch read ahead to find an epoch's end is left out); returns the state
+        that :meth:`load_state_dict` rewinds the job with."""
+        worker = self.feeder.worker
+        if self._job is None or not isinstance(worker, Worker):
+            raise InvalidArgumentError("checkpoint_job needs a job's feed (job=...)")
+        worker.checkpoint(step, self._job.untaken())
+        return {"job": worker.spec.name, "checkpoint": step}
+
+    def load_state_dict(self, state: Mapping[str, Any], *, rewind: bool = True) -> None:
+        """Resume: the next iteration of the dataset continues where ``state`` stood.
+
+        A job's state (from :meth:`checkpoint_job`) rewinds the job to its checkpoint
+        (:meth:`sqlfeed.dispatch.LeaseQueue.rewind`) unless ``rewind=False`` (several
+        training processes: rewind once, with ``sqlfeed job rewind``, before they start).
+        """
+        worker = self.feeder.worker
+        if "job" in state and isinstance(worker, Worker):
+            if rewind:
+                worker.queue.rewind(state["job"], int(state["checkpoint"]))
+            return
+        self.feeder.load_state_dict(state["feeder"])
+        epoch, rows = int(state["feeder"]["epoch"]), int(state["feeder"]["rows"])
+        self._iterations = itertools.count(epoch)
+        self._restored_epoch, self._restored_rows = epoch, rows
 
     def _structure(self, flat: Sequence[Any], ragged: RaggedBuilder | None = None) -> Any:
         return nest_element(
@@ -368,7 +413,7 @@ def input_fn(
 
 _PLAN_OPTIONS = (
     "partitions", "strategy", "key", "target_rows", "workers", "scratch", "allow_unstable",
-    "sample_rows",
+    "sample_rows", "strict",
 )  # fmt: skip
 _OPTION_DEFAULTS: dict[str, Any] = {
     "label": None, "features": None, "fill": None, "fill_nulls": True, "masks": False,

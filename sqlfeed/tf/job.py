@@ -34,8 +34,16 @@ class JobEpochs:
         self._deliveries: Iterator[Any] = worker.deliveries()
         self._pending: Any = None
         """Handed out (or read ahead) but not taken: the next iteration starts with it."""
+        self._ahead: Any = None
+        """The next epoch's first delivery, read to find this epoch's end, never yielded."""
         self._generation = 0
         self._lock = threading.Lock()
+
+    def untaken(self) -> list[Any]:
+        """Deliveries handed out by the worker but not to the model (read ahead)."""
+        with self._lock:
+            ahead = self._ahead
+            return [ahead] if ahead is not None and self._pending is ahead else []
 
     def epoch_batches(self) -> Iterator[pa.RecordBatch]:
         """The record batches of the job's next epoch (an iteration of the dataset).
@@ -60,7 +68,10 @@ class JobEpochs:
                 if epoch is None:
                     epoch = delivery.epoch
                 elif delivery.epoch != epoch:
+                    self._ahead = delivery
                     return  # the next epoch's first batch: the next iteration's
+                if delivery is self._ahead:
+                    self._ahead = None
             yield delivery.batch
             with self._lock:
                 if generation == self._generation and self._pending is delivery:

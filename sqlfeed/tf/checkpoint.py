@@ -1,0 +1,160 @@
+"""A Keras callback that saves the feed's position with each model checkpoint and restores it.
+
+Owns :func:`FeedCheckpoint`. It writes ``sqlfeed_feed_state.json`` into a directory
+(give it the ``keras.callbacks.BackupAndRestore`` backup directory, with the same
+``save_freq``, and list it *before* that callback): at every save, one entry keyed by the
+training step Keras records, holding the feed's state after the batches the model
+trained on. On ``fit`` it restores the entry of the step the model was restored to (read
+from ``BackupAndRestore``'s ``training_metadata.json``; without one, the newest entry), so
+the rest of the epoch is exactly the rows the model had not seen. With a job's feed, each
+save records the checkpoint in the job's ledger instead, and the restore rewinds the job
+to it (see :mod:`sqlfeed.dispatch.ledger`). Keras is imported when the callback is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from dialects import InvalidArgumentError, MissingDependencyError
+
+__all__ = ["STATE_FILE", "FeedCheckpoint"]
+
+STATE_FILE = "sqlfeed_feed_state.json"
+"""The file the callback keeps its entries in."""
+
+_KERAS_METADATA = "training_metadata.json"
+_CLASS: list[Any] = []
+
+
+def FeedCheckpoint(
+    feed: Any,
+    directory: str | os.PathLike[str],
+    *,
+    save_freq: int | str = "epoch",
+    keep: int = 4,
+    rewind: bool = True,
+) -> Any:
+    """A Keras callback saving ``feed``'s position at each checkpoint, restoring it on ``fit``.
+
+    Args:
+        feed: the :class:`sqlfeed.tf.Feed` the model trains on.
+        directory: where the state file goes: the ``BackupAndRestore`` backup directory
+            (its ``training_metadata.json`` tells which entry to restore), or one beside a
+            ``ModelCheckpoint`` (the newest entry is restored).
+        save_freq: ``"epoch"`` or every that many batches: the same as the model's
+            checkpoint callback, which must come after this one in the callbacks list (so
+            a crash between the two saves leaves the entry of the older checkpoint too).
+        keep: entries kept (the newest).
+        rewind: a job's feed (``job=...``): at each save every worker records the
+            checkpoint in the job's ledger (:meth:`sqlfeed.tf.Feed.checkpoint_job`), and on
+            ``fit`` the job is rewound to the restored one. With several training
+            processes pass ``rewind=False`` and run ``sqlfeed job rewind`` once before
+            restarting them.
+
+    Raises:
+        InvalidArgumentError: a bad ``save_freq`` or ``keep``.
+        MissingDependencyError: Keras is not installed.
+    """
+    if save_freq != "epoch" and (
+        isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1
+    ):
+        raise InvalidArgumentError(
+            f"save_freq must be 'epoch' or an integer >= 1, not {save_freq!r}"
+        )
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
+        raise InvalidArgumentError(f"keep must be an integer >= 2, not {keep!r}")
+    return _callback_class()(feed, Path(directory), save_freq, keep, rewind)
+
+
+def _callback_class() -> Any:
+    if _CLASS:
+        return _CLASS[0]
+    try:
+        import keras
+    except ImportError:
+        raise MissingDependencyError(
+            "Keras callbacks need Keras: pip install 'sqlfeed[tf]'"
+        ) from None
+
+    class _FeedCheckpoint(keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(
+            self, feed: Any, directory: Path, save_freq: int | str, keep: int, rewind: bool
+        ) -> None:
+            super().__init__()
+            self.feed, self.directory, self.save_freq, self.keep = feed, directory, save_freq, keep
+            self.rewind = rewind
+            self.path = directory / STATE_FILE
+            self._epoch = self._steps = self._since_save = self._last_batch = 0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            entry = _entry_to_restore(self.path, self.directory / _KERAS_METADATA, self.save_freq)
+            if entry is not None:
+                self.feed.load_state_dict(entry["feed"], rewind=self.rewind)
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch, self._steps, self._last_batch = epoch, 0, 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            # Keras' BackupAndRestore's count, so both save at the same batches.
+            added = batch + 1 if batch <= self._last_batch else batch - self._last_batch
+            self._steps += added
+            self._last_batch = batch
+            if self.save_freq == "epoch":
+                return
+            self._since_save += added
+            if self._since_save >= int(self.save_freq):
+                self._since_save = 0
+                self._save([self._epoch, batch], self._steps)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if self.save_freq == "epoch":
+                self._save([epoch + 1, 0], None)
+
+        def _save(self, key: list[int], steps: int | None) -> None:
+            if getattr(self.feed, "job", None) is not None:
+                # The same id in every training process in lockstep: the Keras step.
+                state = self.feed.checkpoint_job(key[0] * 10**9 + key[1] + (steps is not None))
+            else:
+                state = self.feed.state_dict(steps)
+            entries = _entries(self.path)
+            entries = [e for e in entries if e["key"] != key][-(self.keep - 1) :]
+            entries.append({"key": key, "feed": state})
+            self.directory.mkdir(parents=True, exist_ok=True)
+            aside = self.path.with_name(self.path.name + ".tmp")
+            aside.write_text(json.dumps({"entries": entries}))
+            os.replace(aside, self.path)
+
+    _CLASS.append(_FeedCheckpoint)
+    return _FeedCheckpoint
+
+
+def _entries(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    try:
+        entries: list[dict[str, Any]] = json.loads(path.read_text())["entries"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise InvalidArgumentError(f"{path} is not a sqlfeed feed state file: {err}") from None
+    return entries
+
+
+def _entry_to_restore(path: Path, metadata: Path, save_freq: int | str) -> dict[str, Any] | None:
+    """The entry of the step the model is restored to, or the newest, or None (no file)."""
+    entries = _entries(path)
+    if not entries:
+        return None
+    if not metadata.exists():
+        return entries[-1]
+    saved = json.loads(metadata.read_text())
+    key = [int(saved["epoch"]), 0 if save_freq == "epoch" else int(saved["batch"])]
+    for entry in entries:
+        if entry["key"] == key:
+            return entry
+    raise InvalidArgumentError(
+        f"{path} has no feed state for the model's checkpoint (epoch {key[0]}, batch {key[1]}); "
+        f"it has {[e['key'] for e in entries]}: list FeedCheckpoint before BackupAndRestore, "
+        "with the same save_freq"
+    )

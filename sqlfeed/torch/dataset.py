@@ -1,0 +1,419 @@
+"""The torch ``IterableDataset`` of a SELECT: :class:`SQLDataset` and :func:`dataloader`.
+
+Owns the split of a plan across DDP ranks and DataLoader workers, the epoch count, the
+job mode's per-worker :class:`~sqlfeed.dispatch.worker.Worker`, and the dataset's state
+(the ``state_dict``/``load_state_dict`` protocol ``torchdata``'s ``StatefulDataLoader``
+uses). Imports torch: :mod:`sqlfeed.torch` imports this module when first used.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from dialects import InvalidArgumentError
+from sqlfeed.dispatch import Feeder, JobSpec, Worker, default_worker_id, open_queue
+from sqlfeed.feed.feeder import UnequalSharesWarning, unequal_shares
+from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
+from sqlfeed.plans import Plan
+from sqlfeed.plans import plan as make_plan
+from sqlfeed.tf.types import check_options, column_mappings
+from sqlfeed.torch.convert import BatchConverter
+from sqlfeed.torch.split import even_quotas, shard_of
+from sqlfeed.torch.types import check_torch_options
+
+__all__ = ["STATE_VERSION", "SQLDataset", "dataloader"]
+
+STATE_VERSION = 1
+"""The version of :meth:`SQLDataset.state_dict`'s layout."""
+
+
+class SQLDataset(IterableDataset[Any]):
+    """A query's rows as batches of tensors, for ``DataLoader(dataset, batch_size=None)``.
+
+    Each item is a whole batch, ``{column: tensor}`` (or ``(features, label)`` with
+    ``label``), built in Arrow and NumPy: the DataLoader must not batch again
+    (``batch_size=None``; :func:`dataloader` sets it). Columns follow the tf.data type
+    table (see :mod:`sqlfeed.torch`).
+
+    The plan's partitions are split across DDP ranks (``rank``/``world_size``, default
+    ``torch.distributed``'s when initialised) and, within a rank, across the DataLoader's
+    worker processes, which open their own connections (give ``source`` as a URL then).
+    Each iteration is the next epoch (``set_epoch(e)`` sets it, as with a
+    ``DistributedSampler``); with ``job=...`` the workers pull partitions from a lease
+    queue instead, each iteration being the job's next epoch.
+
+    Args:
+        query: a SQL SELECT or a :class:`~sqlfeed.Plan`.
+        source: a URL (needed with worker processes) or anything :func:`sqlfeed.connect`
+            takes.
+        batch_size: rows per batch (per rank).
+        label, features, fill, fill_nulls, masks, float_dtype, time_unit: as for
+            :func:`sqlfeed.tf.dataset` (the same type table and NULL rules).
+        lists: ``padded`` (a dense tensor padded with the fill, and ``<col>_lengths``) or
+            ``nested`` (a ``torch.nested`` jagged tensor; one level of numbers).
+        tokenizer: turns a string column's list of ``str`` into tensors: one callable for
+            every string column, or a dict of column name to callable.
+        shuffle_buffer, seed, readers, read_batch_rows, drop_remainder: as for
+            :class:`~sqlfeed.Feeder` (per worker: a worker shuffles its own share).
+        rank, world_size: this process's DDP rank and the number of ranks.
+        even_batches: every rank delivers the same number of batches per epoch (each
+            partition's rows are counted once, here; the rows past the quota are dropped).
+        job, queue, worker_id, epochs, lease_ttl, order: pull partitions from a lease
+            queue (:class:`~sqlfeed.Feeder`'s job mode); each DataLoader worker is the
+            job worker ``<worker_id>/<rank>/<worker>``.
+        replicas: with a job and ``even_batches``: the job workers that deliver the same
+            number of batches each, ``world_size x num_workers`` (default ``world_size``:
+            one worker per rank, ``num_workers=0``).
+        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan`.
+    """
+
+    def __init__(
+        self,
+        query: str | Plan,
+        source: Any = None,
+        *,
+        batch_size: int,
+        label: str | Sequence[str] | None = None,
+        features: Sequence[str] | None = None,
+        fill: Mapping[str, Any] | None = None,
+        fill_nulls: bool = True,
+        masks: bool | Sequence[str] = False,
+        float_dtype: str = "float32",
+        time_unit: str = "us",
+        lists: str = "padded",
+        tokenizer: Any = None,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        readers: int = 1,
+        read_batch_rows: int = DEFAULT_BATCH_ROWS,
+        drop_remainder: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        even_batches: bool = False,
+        job: str | None = None,
+        queue: Any = None,
+        worker_id: str | None = None,
+        epochs: int = 1,
+        lease_ttl: float = 60.0,
+        order: str = "shuffle",
+        replicas: int | None = None,
+        **plan_options: Any,
+    ) -> None:
+        super().__init__()
+        _check_int(batch_size, "batch_size", 1)
+        mapping: dict[str, Any] = dict(
+            label=label, features=features, fill=fill, fill_nulls=fill_nulls, masks=masks,
+            float_dtype=float_dtype, time_unit=time_unit,
+        )  # fmt: skip
+        check_options(**mapping)
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.target = source
+        opened = connect(source)
+        self._kept: Source | None = None if isinstance(source, str) else opened
+        """The source of a connection object (a URL is opened by each iteration)."""
+        try:
+            self.plan = _plan(query, opened, plan_options, self.world_size)
+            schema = self.plan.arrow_schema() or opened.schema(self.plan.sql)
+            self.mappings = column_mappings(schema, **mapping)
+            check_torch_options(lists, tokenizer, self.mappings)
+            self.counts = None
+            if even_batches and job is None:
+                self.counts = {p.index: opened.count(p.sql) for p in self.plan.partitions}
+            if job is not None:
+                _create_job(job, queue, self.plan, opened, epochs, seed, lease_ttl, order,
+                            even_batches, batch_size, replicas or self.world_size)  # fmt: skip
+        finally:
+            if self._kept is None:
+                opened.close()  # worker processes (and iterations) open their own
+        if job is None and not even_batches and self.plan.num_partitions % self.world_size:
+            message = unequal_shares(self.plan.num_partitions, self.world_size)
+            warnings.warn(message + " (even_batches=True)", UnequalSharesWarning, stacklevel=2)
+        self.labels = [m.name for m in self.mappings if m.label]
+        self._single_label = isinstance(label, str)
+        self.batch_size = batch_size
+        self.options: dict[str, Any] = {
+            "shuffle_buffer": shuffle_buffer, "seed": seed, "readers": readers,
+            "read_batch_rows": read_batch_rows, "drop_remainder": drop_remainder,
+        }  # fmt: skip
+        self.converter = BatchConverter(self.mappings, time_unit, lists, tokenizer)
+        self.job, self.queue, self.even_batches = job, queue, even_batches
+        self.worker_id = worker_id or default_worker_id()
+        self.epoch = 0
+        self._iterations = 0
+        self._state: dict[str, Any] | None = None
+        self._resume: dict[str, Any] | None = None
+        self._feeder: Feeder | None = None
+        self._job_worker: Worker | None = None
+        self._deliveries: Iterator[Any] = iter(())
+        self._ahead: Any = None
+
+    def __repr__(self) -> str:
+        return (
+            f"SQLDataset({self.plan.strategy}, {self.plan.num_partitions} partitions, "
+            f"rank {self.rank}/{self.world_size}, batch_size={self.batch_size})"
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads (later ones count on from it)."""
+        _check_int(epoch, "epoch", 0)
+        self.epoch, self._iterations = epoch, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self.set_epoch(int(resume["epoch"]))
+        epoch = self.epoch + self._iterations
+        self._iterations += 1
+        if self.job is not None:
+            return self._job_batches(worker, workers, epoch)
+        return self._static_batches(worker, workers, epoch, resume)
+
+    def _source(self) -> Source:
+        if get_worker_info() is None and self._kept is not None:
+            return self._kept
+        if get_worker_info() is not None:
+            if not isinstance(self.target, str):
+                raise InvalidArgumentError(
+                    "DataLoader worker processes open connections of their own: give the "
+                    "source as a URL (not a connection object), or use num_workers=0"
+                )
+            if self.target.strip().lower() in ("duckdb://", "duckdb:///:memory:"):
+                raise InvalidArgumentError(
+                    "an in-memory DuckDB cannot be shared with DataLoader worker processes: "
+                    "use a DuckDB file (duckdb:///path.duckdb) or num_workers=0"
+                )
+        return connect(self.target)
+
+    def _element(self, batch: Any) -> Any:
+        converted = self.converter.convert(batch)
+        if not self.labels:
+            return converted
+        labels = {name: converted.pop(name) for name in self.labels}
+        return converted, labels[self.labels[0]] if self._single_label else labels
+
+    def _static_batches(
+        self, worker: int, workers: int, epoch: int, resume: dict[str, Any] | None
+    ) -> Iterator[Any]:
+        shard, shards = shard_of(self.rank, self.world_size, worker, workers)
+        quota = None
+        if self.counts is not None:
+            quotas = even_quotas(self.plan, self.counts, self.world_size, workers, self.batch_size)
+            quota = quotas[self.rank, worker]
+        taken = 0
+        feeder_state = None
+        if resume is not None:
+            if (resume.get("shard"), resume.get("shards")) != (shard, shards):
+                raise InvalidArgumentError(
+                    f"the dataset state is of share {resume.get('shard')}/{resume.get('shards')}"
+                    f", this is {shard}/{shards}: restore it with the same world size and "
+                    "number of DataLoader workers"
+                )
+            taken, feeder_state = int(resume["batches"]), resume["feeder"]
+        source = self._source()
+        with warnings.catch_warnings():  # the ranks' shares were checked in the constructor
+            warnings.simplefilter("ignore", UnequalSharesWarning)
+            feeder = Feeder(
+                self.plan, source, rank=shard, world_size=shards, batch_size=self.batch_size,
+                epochs=epoch + 1, state=feeder_state, **self.options,
+            )  # fmt: skip
+        self._feeder = feeder
+        self._state = {"epoch": epoch, "shard": shard, "shards": shards, "batches": taken}
+        try:
+            if quota is None or taken < quota:
+                for batch in feeder.epoch(epoch):
+                    taken += 1
+                    self._state["batches"] = taken
+                    yield self._element(batch)
+                    if quota is not None and taken >= quota:
+                        break
+            self._state = {"epoch": epoch + 1, "shard": shard, "shards": shards, "batches": 0}
+            self._feeder = None
+        finally:
+            if source is not self._kept:
+                source.close()
+
+    def _job_batches(self, worker: int, workers: int, epoch: int) -> Iterator[Any]:
+        queue = self.queue
+        if workers > 1 and (queue is None or str(queue).startswith("memory://")):
+            raise InvalidArgumentError(
+                "DataLoader worker processes cannot share a memory:// queue: give the job a "
+                "SQLite, PostgreSQL or MySQL queue URL, or use num_workers=0"
+            )
+        in_process = get_worker_info() is None
+        if in_process and self._job_worker is not None:
+            job_worker, deliveries = self._job_worker, self._deliveries
+        else:
+            source = self._source()
+            job_worker = Worker(queue, self.job or "", source, batch_size=self.batch_size,
+                                worker_id=f"{self.worker_id}/{self.rank}/{worker}")  # fmt: skip
+            deliveries = job_worker.deliveries()
+            if in_process:  # kept across epochs: checkpoint() records its deliveries
+                self._job_worker, self._deliveries = job_worker, deliveries
+        self._state = {"epoch": epoch, "job": self.job, "worker": job_worker.worker_id}
+        current = None
+        try:
+            while True:
+                delivery, self._ahead = self._ahead, None
+                if delivery is None:
+                    delivery = next(deliveries, None)
+                if delivery is None:
+                    return
+                if current is None:
+                    current = delivery.epoch
+                elif delivery.epoch != current:
+                    self._ahead = delivery if in_process else None
+                    return  # the job's next epoch: the next iteration's
+                yield self._element(delivery.batch)
+        finally:
+            if not in_process:  # the process may end with the epoch: give the lease back
+                job_worker.close()
+                job_worker.source.close()
+
+    def close(self) -> None:
+        """Give back the lease of this process's job worker, and close its connection."""
+        worker, self._job_worker = self._job_worker, None
+        if worker is not None:
+            worker.close()
+            if worker.source is not self._kept:
+                worker.source.close()
+
+    def checkpoint(self, step: int) -> None:
+        """Job mode, ``num_workers=0``: record checkpoint ``step`` in the job's ledger.
+
+        Every batch this dataset handed to the training loop so far is recorded (a batch
+        read ahead to find an epoch's end is not); ``queue.rewind(job, step)`` (or
+        ``sqlfeed job rewind``) then hands out again what came after, for a training
+        restored from that checkpoint (see :mod:`sqlfeed.dispatch.ledger`).
+
+        Raises:
+            InvalidArgumentError: not a job's dataset, or its job workers are DataLoader
+                worker processes (their deliveries are not known here).
+        """
+        if self._job_worker is None:
+            raise InvalidArgumentError(
+                "checkpoint() records a job's deliveries in this process: it needs job=... "
+                "and num_workers=0 (worker processes: not supported yet)"
+            )
+        self._job_worker.checkpoint(step, [self._ahead] if self._ahead is not None else [])
+
+    # -- the StatefulDataLoader protocol ---------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this dataset (this worker's copy of it) stands: a small JSON-able dict.
+
+        ``torchdata``'s ``StatefulDataLoader`` calls it in each worker after each batch
+        and keeps the state of the last batch the training loop took; its own
+        ``state_dict()`` holds them all. Static mode: the epoch, the worker's share and the
+        :class:`~sqlfeed.Feeder` state of its position.
+        """
+        state: dict[str, Any] = {"version": STATE_VERSION}
+        if self._state is None:
+            return state | {"epoch": self.epoch + self._iterations, "batches": 0, "feeder": None}
+        state |= self._state
+        if self._feeder is not None:
+            state["feeder"] = self._feeder.state_dict()
+        else:
+            state.setdefault("feeder", None)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume the next iteration where ``state`` (from :meth:`state_dict`) stood.
+
+        Raises:
+            InvalidArgumentError: not a dataset state (the share and the Feeder state are
+                checked when the iteration starts, where the worker is known).
+        """
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+            raise InvalidArgumentError(
+                f"not a sqlfeed.torch dataset state: got {str(state)[:80]!r}"
+            )
+        if self.job is not None:
+            self.set_epoch(int(state.get("epoch", 0)))
+            return
+        self._resume = dict(state)
+        self.set_epoch(int(state["epoch"]))
+
+
+def dataloader(dataset: SQLDataset, **options: Any) -> Any:
+    """A DataLoader of ``dataset``'s batches: ``torchdata``'s ``StatefulDataLoader`` when
+    installed (``stateful=False``: torch's), with ``batch_size=None`` (batches are built
+    already). With a job and several workers, ``in_order=False``: a worker waiting for the
+    job's epoch to end must not hold back the batches of the others.
+
+    Args:
+        dataset: the :class:`SQLDataset`.
+        **options: passed to the DataLoader (``num_workers``, ``pin_memory``, ...);
+            ``stateful`` picks the class.
+    """
+    stateful = options.pop("stateful", True)
+    options.setdefault("batch_size", None)
+    if options["batch_size"] is not None:
+        raise InvalidArgumentError(
+            "the dataset's items are whole batches: the DataLoader's batch_size must be None"
+        )
+    if dataset.job is not None and options.get("num_workers", 0) > 1:
+        options.setdefault("in_order", False)
+    loader_class: Any = torch.utils.data.DataLoader
+    if stateful:
+        try:
+            from torchdata.stateful_dataloader import StatefulDataLoader
+        except ImportError:
+            pass
+        else:
+            loader_class = StatefulDataLoader
+    return loader_class(dataset, **options)
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if (rank is None) != (world_size is None):
+        raise InvalidArgumentError("give both rank and world_size, or neither")
+    if rank is None or world_size is None:
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+        return 0, 1
+    _check_int(world_size, "world_size", 1)
+    _check_int(rank, "rank", 0)
+    if rank >= world_size:
+        raise InvalidArgumentError(f"rank must be in [0, world_size), got {rank}/{world_size}")
+    return rank, world_size
+
+
+def _plan(query: str | Plan, source: Source, options: dict[str, Any], world_size: int) -> Plan:
+    if isinstance(query, Plan):
+        if options:
+            raise InvalidArgumentError(
+                f"plan options ({', '.join(options)}) need a SQL query, not a Plan"
+            )
+        return query
+    options.setdefault("workers", world_size)
+    return make_plan(query, source, **options)
+
+
+def _create_job(
+    job: str, queue: Any, plan: Plan, source: Source, epochs: int, seed: int, lease_ttl: float,
+    order: str, even_batches: bool, batch_size: int, world_size: int,
+) -> None:  # fmt: skip
+    """Create the job (idempotent: every rank may) in the lease queue."""
+    rows = plan.rows
+    if even_batches and rows is None:
+        rows = source.count(plan.sql, columns=list(plan.columns))
+    lease_queue = open_queue(queue)
+    lease_queue.create_job(
+        JobSpec(job, plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order,
+                even_batches=even_batches, replicas=world_size if even_batches else None,
+                batch_size=batch_size if even_batches else None,
+                rows=rows if even_batches else None)
+    )  # fmt: skip
+
+
+def _check_int(value: object, what: str, lowest: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")
