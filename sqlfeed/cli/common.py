@@ -2,14 +2,18 @@
 
 The argument parser class and the exit codes, the ``--db``/``--dialect`` and planning
 options, the SQL argument (itself, ``-`` for stdin, ``@file.sql``), the checks a query
-passes before any I/O, and the JSON and table printers.
+passes before any I/O, the warnings shown once a command succeeds, and the JSON and
+table printers (NULL is ``NULL`` in a table, empty in CSV, ``null`` in JSON). Output
+paths and the wording of errors in terms of the flags are in :mod:`sqlfeed.cli.checks`.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import io
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +24,10 @@ import pyarrow.csv as pacsv
 
 from dialects import Dialect, InvalidArgumentError, dialect_names
 from sqlfeed import ParsedQuery, Plan, plan
+from sqlfeed.io import Source
 from sqlfeed.plans import STRATEGIES
-from sqlfeed.sql import check_stable, parse
+from sqlfeed.plans.planner import REREAD_WARNING
+from sqlfeed.sql import check_partition_count, check_stable, parse
 
 EXIT_OK = 0
 """The command succeeded."""
@@ -75,12 +81,27 @@ def column_list(text: str) -> list[str]:
     """The column names of one ``--key``/``--sort``/``--group-by`` value, split at commas.
 
     Raises:
-        argparse.ArgumentTypeError: a name is empty.
+        argparse.ArgumentTypeError: a name is empty (argparse turns it into a usage error;
+            a handler calling this itself gets an :class:`InvalidArgumentError` instead).
     """
     names = [name.strip() for name in text.split(",")]
     if not all(names):
-        raise argparse.ArgumentTypeError(f"empty column name in {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"empty column name in {text!r}: give the names separated by single commas"
+        )
     return names
+
+
+def flag_column_list(text: str, flag: str) -> list[str]:
+    """:func:`column_list` for a handler (after parsing): the error names ``flag``.
+
+    Raises:
+        InvalidArgumentError: a name is empty.
+    """
+    try:
+        return column_list(text)
+    except argparse.ArgumentTypeError as err:
+        raise InvalidArgumentError(f"{flag}: {err}") from None
 
 
 def flatten_keys(groups: list[list[str]] | None) -> list[str] | None:
@@ -153,16 +174,29 @@ def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = 
         action="store_true",
         help="partition a query whose result may change between runs anyway",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse an ORDER BY that may tie (a LIMIT's, a window's) instead of completing "
+        "it with tie-breakers (the plan's reason says what was completed with what)",
+    )
 
 
-def positive(value: int, flag: str, zero: bool = False) -> None:
-    """Check that ``flag``'s ``value`` is at least 1 (at least 0 if ``zero``).
+INT64_MAX = 2**63 - 1
+"""The largest count or seed a command takes (every engine holds it in a BIGINT)."""
+
+
+def positive(value: int, flag: str, zero: bool = False, most: int = INT64_MAX) -> None:
+    """Check that ``flag``'s ``value`` is at least 1 (at least 0 if ``zero``) and at most
+    ``most``.
 
     Raises:
         InvalidArgumentError: it is not.
     """
     if value < (0 if zero else 1):
         raise InvalidArgumentError(f"{flag} must be {'>= 0' if zero else '>= 1'}, got {value}")
+    if value > most:
+        raise InvalidArgumentError(f"{flag} must be at most {most}, got {value}")
 
 
 def read_sql(argument: str, stdin: TextIO | None = None) -> str:
@@ -197,26 +231,55 @@ def validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     _check_plan_sizes(args)
     parsed = parse(sql, engine)
     if not args.allow_unstable:
-        check_stable(parsed)
+        # Volatile functions now; ORDER BYs that may tie once the output columns and the
+        # catalog's keys are known (completed with tie-breakers, or refused with --strict).
+        check_stable(parsed, orders=False)
     return parsed
 
 
 def _check_plan_sizes(args: argparse.Namespace) -> None:
     positive(args.workers, "--workers")
     positive(args.sample_rows, "--sample-rows", zero=True)
+    if getattr(args, "seed", None) is not None:
+        positive(args.seed, "--seed", zero=True)
     if args.partitions is not None:
         positive(args.partitions, "--partitions")
+        check_partition_count(args.partitions, "--partitions")
     if args.target_rows is not None:
         positive(args.target_rows, "--target-rows")
         if not args.db:
             raise InvalidArgumentError("--target-rows needs --db to count the rows; or give -m")
+    if args.strategy == "materialize" and not args.scratch:
+        raise InvalidArgumentError(
+            "--strategy materialize needs --scratch SCHEMA, a schema sqlfeed may create a table in"
+        )
+    if args.scratch is not None and not args.scratch.strip():
+        raise InvalidArgumentError("--scratch needs a schema name")
 
 
-def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery) -> Plan:
-    """Plan ``parsed`` on ``--db`` with the planning options (see :func:`add_plan_options`)."""
-    return plan(
+def names_known(parsed: ParsedQuery) -> bool:
+    """Whether the SQL text names every output column, each once (no ``*``, no unnamed
+    expression, no repeated name): then nothing needs the names the engine gives them."""
+    names = parsed.output_names
+    if names is None or any(name is None for name in names):
+        return False
+    folded = [str(name).casefold() for name in names]
+    return len(set(folded)) == len(folded)
+
+
+def engine_columns(source: Source, parsed: ParsedQuery) -> list[str] | None:
+    """The output column names from the engine (a LIMIT 0 query) when the text does not
+    give them all (see :func:`names_known`), as the Python API does; else None."""
+    return None if names_known(parsed) else source.output_columns(parsed)
+
+
+def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery, source: Source | None = None) -> Plan:
+    """Plan ``parsed`` on ``source`` (default ``--db``) with the planning options (see
+    :func:`add_plan_options`); one warning line on stderr when an auto plan re-reads the
+    query many times."""
+    planned = plan(
         parsed,
-        args.db,
+        args.db if source is None else source,
         partitions=args.partitions,
         target_rows=args.target_rows or 100_000,
         strategy=args.strategy,
@@ -225,7 +288,36 @@ def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery) -> Plan:
         scratch=args.scratch,
         allow_unstable=args.allow_unstable,
         sample_rows=args.sample_rows,
+        strict=args.strict,
     )
+    if args.strategy == "auto" and (planned.cost or 0) > REREAD_WARNING:
+        warn(
+            f"this plan reads the whole query about {planned.cost:g} times "
+            "(hash partitions); give --key, --scratch, or read the rows from a shardset "
+            "dataset to read them once"
+        )
+    return planned
+
+
+_WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    """A ``sqlfeed: warning: MESSAGE`` line for stderr, shown once the command succeeds
+    (or at :func:`flush_warnings`): a failed command prints its one error line alone."""
+    _WARNINGS.append(message)
+
+
+def flush_warnings(stream: TextIO | None = None) -> None:
+    """Print the warnings so far (a long-running command does before it waits)."""
+    for message in _WARNINGS:
+        print(f"sqlfeed: warning: {message}", file=stream or sys.stderr)
+    _WARNINGS.clear()
+
+
+def drop_warnings() -> None:
+    """Forget the warnings so far (the command failed: its error says what matters)."""
+    _WARNINGS.clear()
 
 
 def write_json(out: TextIO, value: Any, *, indent: int | None = None) -> None:
@@ -235,13 +327,72 @@ def write_json(out: TextIO, value: Any, *, indent: int | None = None) -> None:
 
 
 def write_table(table: pa.Table, fmt: str, out: TextIO) -> None:
-    """Print an Arrow table as ``json`` (a list of rows), ``csv``, or else an aligned table."""
+    """Print an Arrow table as ``json`` (a list of rows), ``csv``, or else an aligned table.
+
+    NULL is ``null`` in JSON, an empty field in CSV and ``NULL`` in the table; a float NaN
+    or infinity (a value, not a NULL) is ``NaN``/``Infinity`` (a string in JSON).
+    """
     if fmt == "json":
-        json.dump(table.to_pylist(), out, default=str, indent=1)
+        rows = [{k: _json_value(v) for k, v in row.items()} for row in table.to_pylist()]
+        json.dump(rows, out, default=str, indent=1)
         out.write("\n")
     elif fmt == "csv":
         buffer = io.BytesIO()
         pacsv.write_csv(table, buffer)
         out.write(buffer.getvalue().decode("utf-8"))
     else:
-        out.write(table.to_pandas().to_string(index=False) + "\n")
+        _write_text_table(table, out)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _float_text(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _float_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, (bytes, bytearray)):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (list, dict)):
+        return json.dumps(_json_value(value), default=str)
+    return " ".join(str(value).splitlines()) if isinstance(value, str) else str(value)
+
+
+def _write_text_table(table: pa.Table, out: TextIO) -> None:
+    """Columns aligned under their names: numbers to the right, the rest to the left."""
+    names = [str(name) for name in table.column_names]
+    columns = [[_cell(v) for v in table.column(i).to_pylist()] for i in range(len(names))]
+    right = [
+        pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+        for f in table.schema
+    ]
+    widths = [max([len(n), *map(len, c)]) for n, c in zip(names, columns, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            cell.rjust(width) if ok else cell.ljust(width)
+            for cell, width, ok in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip() + "\n"
+
+    out.write(line(names))
+    for row in zip(*columns, strict=True) if columns else ():
+        out.write(line(list(row)))

@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import duckdb
 import numpy as np
 
 import sqlfeed.tf as sqlfeed_tf
 from dialects import MissingDependencyError
 from sqlfeed import Plan, compute_stats, connect, plan
 from sqlfeed.cli.common import CommandParser, positive
+from sqlfeed.cli.torch_demo import run_torch_demo
 from sqlfeed.dispatch import open_queue
 from sqlfeed.io import DuckDBSource
 from sqlfeed.plans import drop_scratch
@@ -73,13 +75,41 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     )
     parser.add_argument("--rows", type=int, default=200_000, help="rows in the demo table")
     parser.add_argument("--partitions", "-m", type=int, default=16, metavar="M")
+    parser.add_argument(
+        "--framework",
+        choices=("tf", "torch"),
+        default="tf",
+        help="tf (default): the Keras job above; torch: train a PyTorch model from a "
+        "DuckDB file through a DataLoader with two worker processes",
+    )
     parser.set_defaults(handler=_cmd_demo)
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:
     positive(args.rows, "--rows")
     positive(args.partitions, "--partitions")
+    if args.framework == "torch":
+        run_torch(rows=args.rows, partitions=args.partitions, out=out)
+        return
     run_demo(rows=args.rows, partitions=args.partitions, out=out)
+
+
+def run_torch(rows: int = 200_000, partitions: int = 16, out: TextIO | None = None) -> None:
+    """``sqlfeed demo --framework torch``: the demo tables in a DuckDB file, then
+    :func:`sqlfeed.cli.torch_demo.run_torch_demo` (DataLoader worker processes open it)."""
+    stream = out or sys.stdout
+
+    def say(text: str) -> None:
+        stream.write(text + "\n")
+        stream.flush()
+
+    with tempfile.TemporaryDirectory(prefix="sqlfeed-demo-") as tmp:
+        path = Path(tmp) / "demo.duckdb"
+        with duckdb.connect(str(path)) as connection:
+            create_demo_tables(connection, rows)
+        say(f"0. created demo tables in {path.name}: {rows} orders")
+        run_torch_demo(f"duckdb:///{path}", TRAINING_QUERY, VALIDATION_QUERY, say,
+                       partitions=partitions)  # fmt: skip
 
 
 def create_demo_tables(connection: Any, rows: int) -> None:

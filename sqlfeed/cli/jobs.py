@@ -3,28 +3,43 @@
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import math
+import shutil
 import time
-import uuid
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import sqlalchemy as sa
 
-from dialects import InvalidArgumentError, dialect_for
+from dialects import InvalidArgumentError, MissingDependencyError, dialect_for
 from sqlfeed import connect
+from sqlfeed.cli.checks import (
+    check_output_folder,
+    missing_module_hint,
+    name_flags,
+)
 from sqlfeed.cli.common import (
     CommandParser,
     Handler,
     add_plan_options,
     add_sql,
+    flush_warnings,
     plan_on_db,
     positive,
     validated_query,
     write_json,
 )
-from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Worker, open_queue
+from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Lease, Worker, open_queue
+from sqlfeed.dispatch.folder import BatchFolder
+from sqlfeed.io import redact_url
+from sqlfeed.plans.materialize import drop_scratch
+
+MAX_BATCH_ROWS = 2**31 - 1
+"""The most rows in one batch (an Arrow record batch is not meant to hold more)."""
+MAX_JOB_TASKS = 1_000_000
+"""The most tasks (partitions x epochs) ``sqlfeed job create`` puts in a queue."""
 
 
 def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
@@ -41,31 +56,57 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         ("status", "per-epoch done/leased/pending and per-worker counts and throughput",
          _cmd_job_status),
         ("reset", "make every partition pending again, from the start", _cmd_job_reset),
-        ("delete", "remove the job from the queue", _cmd_job_delete),
+        ("rewind", "hand out again everything delivered after a checkpoint of the ledger",
+         _cmd_job_rewind),
+        ("delete", "remove the job from the queue (and its scratch table, with --db)",
+         _cmd_job_delete),
     )  # fmt: skip
     for action, helptext, handler in others:
         sub = actions.add_parser(action, help=helptext)
         _add_job_target(sub)
         if action == "status":
             sub.add_argument("--format", choices=("table", "json"), default="table")
+        if action == "rewind":
+            sub.description = (
+                "After every worker is stopped and the model restored from checkpoint "
+                "CHECKPOINT: make what was delivered after it (by the workers' ledger, "
+                "Worker.checkpoint) pending again, so the restored model sees each row once."
+            )
+            sub.add_argument("--to", type=int, required=True, metavar="CHECKPOINT",
+                             help="the checkpoint id the workers recorded")  # fmt: skip
+        if action == "delete":
+            sub.description = (
+                "Remove the job from the queue. A job of --strategy materialize reads a "
+                "scratch table: pass --db URL to drop it too, or --keep-scratch."
+            )
+            sub.add_argument("--db", metavar="URL", help="where the job's scratch table lives")
+            sub.add_argument(
+                "--keep-scratch", action="store_true", help="leave the scratch table in place"
+            )
         sub.set_defaults(handler=handler)
+        name_flags(sub)
 
     worker = commands.add_parser(
         "worker",
         help="pull a job's partitions and read them (joins and leaves at any time)",
         description=(
             "Take leases on the job's partitions until every epoch is done, reading each "
-            "partition; with --out, write every batch to DIR/epoch=E/part-P-B.parquet. "
-            "SIGTERM gives the current lease back at once."
+            "partition; with --out, write every batch to DIR/epoch=E/part-P-B.parquet and, "
+            "once a partition is acknowledged, DIR/epoch=E/_manifest-P.json: the committed "
+            "data is what the manifests list. SIGTERM: the leases are given back and the "
+            "worker exits 143, within 5 s."
         ),
     )
     _add_job_target(worker)
     worker.add_argument("--db", metavar="URL", required=True, help="where the query runs")
-    worker.add_argument("--out", metavar="DIR", help="write the batches here")
+    worker.add_argument(
+        "--out", metavar="DIR", help="write the batches here (one folder per job; see the README)"
+    )
     worker.add_argument("--batch-size", type=int, metavar="N")
     worker.add_argument("--worker-id", metavar="ID", help="unique name (default host:pid:rand)")
     worker.add_argument("--format", choices=("text", "json"), default="text")
     worker.set_defaults(handler=_cmd_worker)
+    name_flags(worker)
 
 
 def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None:
@@ -103,6 +144,7 @@ def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None
     create.add_argument("--format", choices=("text", "json"), default="text")
     add_sql(create)
     create.set_defaults(handler=_cmd_job_create)
+    name_flags(create, replicas="--even-batches")
 
 
 def _add_job_target(parser: argparse.ArgumentParser) -> None:
@@ -116,28 +158,63 @@ def _add_job_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", "--name", dest="job", required=True, metavar="NAME")
 
 
-def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
-    positive(args.epochs, "--epochs")
-    parsed = validated_query(args, dialect_for(args.db))
-    queue = open_queue(args.queue)
-    plan = plan_on_db(args, parsed)
-    rows = None
+def _check_job_create(args: argparse.Namespace) -> None:
+    """Every ``job create`` option, before anything connects."""
+    positive(args.epochs, "--epochs", most=MAX_JOB_TASKS)
+    _check_job_name(args.job)
+    if not (math.isfinite(args.lease_ttl) and args.lease_ttl > 0):
+        raise InvalidArgumentError(
+            f"--lease-ttl must be a number of seconds > 0, got {args.lease_ttl}"
+        )
     if args.even_batches is not None:
         positive(args.even_batches, "--even-batches")
         if args.batch_size is None:
-            raise InvalidArgumentError("--even-batches needs --batch-size")
-        rows = plan.rows
-        if rows is None:
-            rows = connect(args.db).count(parsed, columns=list(plan.columns))
-    holder = None
-    if args.snapshot:
-        holder = connect(args.db).export_snapshot()
-    spec = queue.create_job(
-        JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed, lease_ttl=args.lease_ttl,
-                order=args.order, snapshot=holder.snapshot if holder else None,
-                even_batches=args.even_batches is not None, replicas=args.even_batches,
-                batch_size=args.batch_size if args.even_batches else None, rows=rows)
-    )  # fmt: skip
+            raise InvalidArgumentError(
+                f"--even-batches {args.even_batches} needs --batch-size N: every replica then "
+                "delivers the same number of N-row batches"
+            )
+    if args.batch_size is not None:
+        positive(args.batch_size, "--batch-size", most=MAX_BATCH_ROWS)
+        if args.even_batches is None:
+            raise InvalidArgumentError(
+                "--batch-size goes with --even-batches REPLICAS; otherwise each worker "
+                "chooses its own (sqlfeed worker --batch-size N)"
+            )
+    if args.snapshot and dialect_for(args.db).name != "postgres":
+        raise InvalidArgumentError(
+            f"--snapshot needs PostgreSQL (the --db URL is {dialect_for(args.db).name}); "
+            "elsewhere use --strategy materialize to freeze the rows"
+        )
+    check_queue_url(args.queue, must_exist=False)
+
+
+def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_create(args)
+    parsed = validated_query(args, dialect_for(args.db))
+    source = connect(args.db)
+    plan = plan_on_db(args, parsed, source)
+    try:  # the queue is made once there is a plan: a query that fails leaves no queue file
+        _check_tasks(args.epochs, plan.num_partitions)
+        queue = open_queue(args.queue)
+        rows = None
+        if args.even_batches is not None:
+            rows = plan.rows
+            if rows is None:
+                rows = source.count(parsed, columns=list(plan.columns))
+        holder = source.export_snapshot() if args.snapshot else None
+        spec = queue.create_job(
+            JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed,
+                    lease_ttl=args.lease_ttl, order=args.order,
+                    snapshot=holder.snapshot if holder else None,
+                    even_batches=args.even_batches is not None, replicas=args.even_batches,
+                    batch_size=args.batch_size, rows=rows)
+        )  # fmt: skip
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first error is the one to report
+            drop_scratch(plan, source)  # no job reads it
+        raise
+    if plan.scratch_table is not None and spec.plan.scratch_table != plan.scratch_table:
+        drop_scratch(plan, source)  # the job existed already, with its own table
     summary = {
         "job": spec.name,
         "fingerprint": spec.plan.fingerprint,
@@ -145,6 +222,8 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
         "partitions": spec.plan.num_partitions,
         "epochs": spec.epochs,
     }
+    if queue.caveat is not None:  # what this queue cannot guarantee (SQLite)
+        summary["caveat"] = queue.caveat
     if args.format == "json":
         write_json(out, summary)
     else:
@@ -152,7 +231,10 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
             f"job {spec.name}: {spec.plan.num_partitions} {spec.plan.strategy} partitions x "
             f"{spec.epochs} epoch(s), plan {spec.plan.fingerprint}\n"
         )
+        if queue.caveat is not None:
+            out.write(f"note: {queue.caveat}\n")
     if holder is not None:
+        flush_warnings()  # the command now waits for the workers
         out.write(f"holding snapshot {holder.snapshot} until the job is complete\n")
         out.flush()
         with holder:
@@ -161,6 +243,8 @@ def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_name(args.job)
+    check_queue_url(args.queue, must_exist=True)
     status = open_queue(args.queue).status(args.job)
     if args.format == "json":
         write_json(out, status.to_dict(), indent=2)
@@ -180,46 +264,183 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _cmd_job_reset(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_name(args.job)
+    check_queue_url(args.queue, must_exist=True)
     open_queue(args.queue).reset(args.job)
     out.write(f"job {args.job}: every partition pending again\n")
 
 
+def _cmd_job_rewind(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_name(args.job)
+    check_queue_url(args.queue, must_exist=True)
+    summary = open_queue(args.queue).rewind(args.job, args.to)
+    out.write(f"job {args.job}: rewound to checkpoint {args.to}: {summary['done']} partitions "
+              f"done then, {summary['resumed']} resumed part-way, the rest pending\n")  # fmt: skip
+
+
 def _cmd_job_delete(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_name(args.job)
+    check_queue_url(args.queue, must_exist=True)
+    if args.db is not None:
+        dialect_for(args.db)
     queue = open_queue(args.queue)
-    queue.job(args.job)
+    plan = queue.job(args.job).plan
+    table = None if args.keep_scratch else plan.scratch_table
+    if table is not None:
+        if args.db is None:
+            raise InvalidArgumentError(
+                f"job {args.job} reads the scratch table {table}: pass --db URL (where it "
+                "lives) to drop it with the job, or --keep-scratch to leave it"
+            )
+        if dialect_for(args.db).name != plan.dialect:
+            raise InvalidArgumentError(
+                f"--db is a {dialect_for(args.db).name} URL, but job {args.job} reads "
+                f"{plan.dialect}: pass the --db the job was created with"
+            )
+        with connect(args.db) as source:
+            drop_scratch(plan, source)
     queue.delete(args.job)
-    out.write(f"job {args.job}: deleted\n")
+    out.write(f"job {args.job}: deleted{f' with its scratch table {table}' if table else ''}\n")
 
 
 def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
+    _check_job_name(args.job)
     if args.batch_size is not None:
-        positive(args.batch_size, "--batch-size")
-    target = Path(args.out) if args.out else None
+        positive(args.batch_size, "--batch-size", most=MAX_BATCH_ROWS)
+    if args.worker_id is not None and not args.worker_id.strip():
+        raise InvalidArgumentError("--worker-id needs a name (or leave it out: host:pid:random)")
+    target = check_output_folder(args.out, "--out") if args.out is not None else None
+    dialect_for(args.db)
+    check_queue_url(args.queue, must_exist=True)
     started = time.perf_counter()
-    rows = batches = 0
-    with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
-                batch_size=args.batch_size) as worker:  # fmt: skip
-        worker.release_on_sigterm()
-        for delivery in worker.deliveries():
-            if target is not None:
-                _write_delivery(target, delivery)
-            rows += delivery.batch.num_rows
-            batches += 1
+    acked = {"batches": 0, "rows": 0}  # what the queue stored as acknowledged
+
+    def acknowledged(delivery: Delivery) -> None:
+        acked["batches"] += 1
+        acked["rows"] += delivery.batch.num_rows
+
+    stopped: SystemExit | None = None
+    fresh = target is not None and not target.exists()
+    try:
+        with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
+                    batch_size=args.batch_size, on_ack=acknowledged) as worker:  # fmt: skip
+            try:
+                _work(worker, target)
+            except SystemExit as exit_:  # SIGTERM: the leases are back; say what was done
+                stopped = exit_
+    except BaseException:
+        if fresh and target is not None:
+            _remove_if_unused(target)
+        raise
     elapsed = time.perf_counter() - started
+    rows, batches = acked["rows"], acked["batches"]
     summary = {"worker": worker.worker_id, "batches": batches, "rows": rows,
                "seconds": round(elapsed, 3)}  # fmt: skip
     if args.format == "json":
         write_json(out, summary)
     else:
         out.write(f"worker {worker.worker_id}: {rows} rows in {batches} batches "
-                  f"({elapsed:.1f}s)\n")  # fmt: skip
+                  f"acknowledged ({elapsed:.1f}s)\n")  # fmt: skip
+    if stopped is not None:
+        raise stopped
 
 
-def _write_delivery(folder: Path, delivery: Delivery) -> None:
-    """DIR/epoch=E/part-P-B.parquet, written aside and renamed (a redelivery overwrites)."""
-    directory = folder / f"epoch={delivery.epoch}"
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"part-{delivery.partition:05d}-{delivery.offset:06d}.parquet"
-    temporary = directory / f".{final.name}.{uuid.uuid4().hex[:8]}"
-    pq.write_table(pa.Table.from_batches([delivery.batch]), temporary)
-    os.replace(temporary, final)
+def _remove_if_unused(folder: Path) -> None:
+    """Remove the ``--out`` folder a failed worker made, if it holds no batch file."""
+    if folder.is_dir() and not any(p.is_file() and p.suffix == ".parquet"
+                                   for p in folder.rglob("*")):  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_tasks(epochs: int, partitions: int) -> None:
+    """A job's queue holds a task per partition and epoch, all made when it is created."""
+    if epochs * partitions > MAX_JOB_TASKS:
+        raise InvalidArgumentError(
+            f"--epochs {epochs} x {partitions} partitions is {epochs * partitions} tasks; a "
+            f"job holds at most {MAX_JOB_TASKS} (one per partition and epoch): give fewer "
+            "epochs or partitions (a job may be reset and run again)"
+        )
+
+
+def _check_job_name(name: str) -> None:
+    if not name.strip():
+        raise InvalidArgumentError("--job needs a name")
+
+
+def check_queue_url(url: str, *, must_exist: bool) -> None:
+    """``--queue``, checked without connecting: a URL SQLAlchemy reads, of a backend a
+    queue lives in, whose driver is installed; a SQLite queue's folder exists, and with
+    ``must_exist`` its file too (reading a queue never creates one).
+
+    Raises:
+        InvalidArgumentError: it is not such a URL.
+        MissingDependencyError: its driver is not installed.
+    """
+    if url.startswith("memory://"):
+        return
+    shown = redact_url(url)
+    try:
+        parsed = sa.engine.make_url(url)
+        dialect = parsed.get_dialect()
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError) as err:
+        raise InvalidArgumentError(
+            f"--queue {shown!r} is not a queue URL ({' '.join(str(err).split())}): use "
+            "sqlite:///file.db, postgresql+psycopg://... or mysql+pymysql://..."
+        ) from None
+    except ImportError as err:
+        raise MissingDependencyError(f"--queue {shown}: {missing_module_hint(err)}") from None
+    if dialect.name not in ("sqlite", "postgresql", "mysql", "mariadb"):
+        raise InvalidArgumentError(
+            f"--queue: a queue lives in SQLite, PostgreSQL or MySQL/MariaDB, not {dialect.name}"
+        )
+    try:
+        dialect.import_dbapi()
+    except ImportError as err:
+        raise MissingDependencyError(f"--queue {shown}: {missing_module_hint(err)}") from None
+    path = parsed.database if dialect.name == "sqlite" else None
+    if path and path != ":memory:" and not path.startswith("file:"):
+        if must_exist and not Path(path).is_file():
+            raise InvalidArgumentError(
+                f"--queue {shown}: no queue file {path} (sqlfeed job create makes it)"
+            )
+        if not Path(path).parent.is_dir():
+            raise InvalidArgumentError(
+                f"--queue {shown}: the folder {Path(path).parent} does not exist; create it first"
+            )
+
+
+def _work(worker: Worker, target: Path | None) -> None:
+    """Read the job's partitions until it is done; with ``--out``, write every batch into
+    a :class:`~sqlfeed.dispatch.folder.BatchFolder` (a batch the worker no longer holds
+    the lease of is refused, so it is neither written nor acknowledged)."""
+    folder = None if target is None else _batch_folder(target, worker)
+    worker.release_on_sigterm()
+    for delivery in worker.deliveries():
+        if folder is None:
+            continue
+        try:
+            written = folder.write(delivery, partial(worker.still_holds, *_where(delivery)))
+        except OSError as err:
+            raise InvalidArgumentError(
+                f"--out {target}: cannot write {err.filename or ''}: {err.strerror or err}"
+            ) from None
+        if not written:
+            worker.refuse(delivery)
+    if folder is not None and worker.done:
+        folder.finish()
+
+
+def _where(delivery: Delivery) -> tuple[int, int]:
+    return delivery.epoch, delivery.partition
+
+
+def _batch_folder(target: Path, worker: Worker) -> BatchFolder:
+    """The ``--out`` folder, wired to the worker's leases (checked before any lease)."""
+    folder = BatchFolder(target, worker.spec)
+
+    def on_lease(lease: Lease) -> None:
+        folder.on_lease(lease, lambda: worker.still_holds(lease.epoch, lease.partition))
+
+    worker.on_lease = on_lease
+    worker.on_partition = folder.on_partition
+    return folder

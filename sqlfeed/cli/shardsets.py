@@ -8,10 +8,12 @@ from typing import Any, TextIO
 
 from dialects import InvalidArgumentError, ShardsetError
 from sqlfeed import open_dataset, reshard
+from sqlfeed.cli.checks import name_flags
 from sqlfeed.cli.common import (
     CommandParser,
-    column_list,
+    flag_column_list,
     flatten_keys,
+    positive,
     read_sql,
     write_json,
 )
@@ -19,6 +21,10 @@ from sqlfeed.cli.progress import PercentBar, ProgressBar
 from sqlfeed.shards import validate
 from sqlfeed.shards.reshard import RESHARD_FORMATS
 
+MAX_THREADS = 1024
+"""The most DuckDB threads ``sqlfeed reshard --threads`` asks for."""
+DEFAULT_SHARD_SIZE = "256MB"
+"""The shard size of ``sqlfeed reshard`` without ``--shard-rows`` or ``--shard-size``."""
 _PHASE_WORDS = {"extract": "extracted", "sort": "sorted", "write": "written"}
 _LOOKS_LIKE_SQL = re.compile(r"^\s*(select|with|values|from|table|\()\b", re.IGNORECASE)
 
@@ -82,7 +88,8 @@ def _register_reshard(commands: argparse._SubParsersAction[CommandParser]) -> No
             "read_parquet('in/*.parquet'), or tar shards registered with --tar), shuffle "
             "(seeded, global) or sort its rows in DuckDB, out of core (spilling to disk "
             "beyond --memory-limit), and cut them into shards of --shard-rows rows or "
-            "about --shard-size bytes (within 10%; the last may be smaller). The output is "
+            "about --shard-size bytes (within 10%; the last may be smaller; default "
+            f"{DEFAULT_SHARD_SIZE}). The output is "
             "a shardset (shard files and manifest.json) that appears atomically."
         ),
     )
@@ -108,7 +115,8 @@ def _register_reshard(commands: argparse._SubParsersAction[CommandParser]) -> No
     size.add_argument(
         "--shard-size",
         metavar="SIZE",
-        help="bytes per shard: 256MB, 1GB (powers of 1000) or 512MiB (powers of 1024)",
+        help="bytes per shard: 256MB, 1GB (powers of 1000) or 512MiB (powers of 1024); "
+        f"the default, without --shard-rows, is {DEFAULT_SHARD_SIZE}",
     )
     parser.add_argument(
         "--group-by",
@@ -119,6 +127,21 @@ def _register_reshard(commands: argparse._SubParsersAction[CommandParser]) -> No
     )
     _add_reshard_output_options(parser)
     parser.set_defaults(handler=_cmd_reshard)
+    name_flags(
+        parser,
+        format="--as",
+        shard_format="--as",
+        **{
+            "shard rows": "--shard-rows",
+            "shard size": "--shard-size",
+            "memory limit": "--memory-limit",
+            "the shuffle seed": "--shuffle",
+            "the temp folder": "--temp-dir",
+            "the output": "--out",
+            "sort": "--sort",
+            "uid": "--uid",
+        },
+    )
 
 
 def _add_reshard_output_options(parser: argparse.ArgumentParser) -> None:
@@ -197,13 +220,20 @@ def _reshard_formats(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The shard formats and the output formats that ``--format`` and ``--as`` name."""
     shard_formats = [f for f in args.format if f in RESHARD_FORMATS]
     shown = [f for f in args.format if f not in RESHARD_FORMATS]
+    if args.shard_format and {args.shard_format} != set(shard_formats or [args.shard_format]):
+        raise InvalidArgumentError(
+            f"--as {args.shard_format} and --format {shard_formats[0]} name different shard "
+            "formats: give one of them"
+        )
     if args.shard_format:
         shard_formats.append(args.shard_format)
-    if len(set(shard_formats)) > 1 or len(set(shown)) > 1:
+    if len(set(shard_formats)) > 1:
         raise InvalidArgumentError(
-            "--format takes one shard format (parquet, csv, jsonl, tar) and one output "
-            f"format (text, json), got {', '.join(args.format + shard_formats[len(args.format) :])}"
+            f"--format names two shard formats ({', '.join(dict.fromkeys(shard_formats))}): "
+            "give one (parquet, csv, jsonl or tar)"
         )
+    if len(set(shown)) > 1:
+        raise InvalidArgumentError("--format names two output formats (text, json): give one")
     return shard_formats, shown
 
 
@@ -251,8 +281,16 @@ class _PhaseBars:
 
 def _cmd_reshard(args: argparse.Namespace, out: TextIO) -> None:
     _reshard_sql(args)
+    if args.threads is not None:
+        positive(args.threads, "--threads", most=MAX_THREADS)
+    if args.shard_rows is not None:
+        positive(args.shard_rows, "--shard-rows")
     shard_formats, shown = _reshard_formats(args)
     tar = _tar_views(args.tar)
+    sort = flatten_keys([flag_column_list(key, "--sort") for key in args.sort or []])
+    group_by = flatten_keys([flag_column_list(key, "--group-by") for key in args.group_by or []])
+    if args.shard_rows is None and args.shard_size is None:
+        args.shard_size = DEFAULT_SHARD_SIZE
     progress = _PhaseBars()
     try:
         metrics = reshard(
@@ -260,10 +298,10 @@ def _cmd_reshard(args: argparse.Namespace, out: TextIO) -> None:
             args.db,
             out=args.out,
             shuffle=args.shuffle,
-            sort=flatten_keys([column_list(key) for key in args.sort or []]),
+            sort=sort,
             shard_rows=args.shard_rows,
             shard_size=args.shard_size,
-            group_by=flatten_keys([column_list(key) for key in args.group_by or []]),
+            group_by=group_by,
             memory_limit=args.memory_limit,
             threads=args.threads,
             temp_dir=args.temp_dir,

@@ -7,12 +7,28 @@ from pathlib import Path
 from typing import TextIO
 
 from dialects import InvalidArgumentError, dialect_for
-from sqlfeed import compute_stats, parse
-from sqlfeed.cli.common import CommandParser, add_sql, add_target, read_sql, write_json
+from sqlfeed import ParsedQuery, compute_stats, parse
+from sqlfeed.cli.checks import (
+    check_output_file,
+    name_flags,
+)
+from sqlfeed.cli.common import (
+    CommandParser,
+    add_sql,
+    add_target,
+    names_known,
+    positive,
+    read_sql,
+    write_json,
+)
 from sqlfeed.cli.progress import ProgressBar
+from sqlfeed.cli.query import check_sample_method
 from sqlfeed.sql import SAMPLE_METHODS
 from stats.model import StatsSpec
 from stats.report import html_report
+
+MAX_BUCKETS = 1000
+"""The most quantile buckets ``sqlfeed stats --buckets`` computes."""
 
 
 def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
@@ -56,16 +72,47 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     add_sql(parser)
     parser.set_defaults(handler=_cmd_stats)
+    name_flags(
+        parser,
+        sample_rows="--sample",
+        sample_method="--method",
+        **{"the sample size n": "--sample"},
+    )
+
+
+def _check_stats_args(args: argparse.Namespace) -> None:
+    """The output paths and the sampling options, before anything runs."""
+    check_output_file(args.out, "--out", overwrite=True)
+    if args.html is not None:
+        check_output_file(args.html, "--html", overwrite=True)
+        if Path(args.html).resolve() == Path(args.out).resolve():
+            raise InvalidArgumentError("--html and --out name the same file: give two names")
+    if args.sample is not None:
+        positive(args.sample, "--sample")
+    if not 2 <= args.buckets <= MAX_BUCKETS:
+        raise InvalidArgumentError(
+            f"--buckets must be between 2 and {MAX_BUCKETS}, got {args.buckets}"
+        )
+    positive(args.top_k, "--top-k")
+    sampling = args.sample is not None or args.fraction is not None
+    if args.accumulate and sampling:
+        raise InvalidArgumentError("--accumulate reads every row; drop --sample/--fraction")
+    if sampling and not (args.method == "limit" and args.fraction is None):
+        check_sample_method(args.method, args.fraction)
+    elif args.method != "limit" and not sampling:
+        raise InvalidArgumentError(
+            f"--method {args.method} samples: give --fraction F (and --sample N to cap the rows)"
+        )
 
 
 def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
     sql = read_sql(args.sql)
+    _check_stats_args(args)
     kinds = _kinds(args.kind)
     spec = StatsSpec(kinds=kinds, label=args.label, buckets=args.buckets, top_k=args.top_k)
     parsed = parse(sql, dialect_for(args.db))
+    _check_named_columns(parsed, args.label, kinds)
     sampling = args.sample is not None or args.fraction is not None
-    if args.accumulate and sampling:
-        raise InvalidArgumentError("--accumulate reads every row; drop --sample/--fraction")
     method = "accumulate" if args.accumulate else "sample" if sampling else "pushdown"
     steps = ProgressBar(0, what="steps")
     done = [0]
@@ -80,15 +127,31 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
                                progress=progress)  # fmt: skip
     finally:
         steps.close()
+    report = html_report(result) if args.html else None  # before any file is written
     result.save(args.out)
-    if args.html:
-        Path(args.html).write_text(html_report(result), encoding="utf-8")
+    if args.html and report is not None:
+        Path(args.html).write_text(report, encoding="utf-8")
     if args.format == "json":
         write_json(out, {"out": args.out, "html": args.html, "rows": result.rows,
                          "method": result.method, "columns": list(result.columns)})  # fmt: skip
     else:
         out.write(f"statistics of {len(result.columns)} columns over {result.rows} rows "
                   f"({result.method}) written to {args.out}\n")  # fmt: skip
+
+
+def _check_named_columns(parsed: ParsedQuery, label: str | None, kinds: dict[str, str]) -> None:
+    """``--label`` and ``--kind`` name output columns: checked before connecting when the
+    SQL text names them all (case aside: the engine may fold the case of a name)."""
+    if not names_known(parsed):
+        return
+    names = [str(name) for name in parsed.output_names or []]
+    known = {name.casefold() for name in names}
+    for name, flag in [(label, "--label"), *((column, "--kind") for column in kinds)]:
+        if name is not None and name.casefold() not in known:
+            raise InvalidArgumentError(
+                f"{flag} {name}: the query returns no column {name!r} (output columns: "
+                f"{', '.join(names)})"
+            )
 
 
 def _kinds(items: list[str]) -> dict[str, str]:

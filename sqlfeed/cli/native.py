@@ -1,0 +1,92 @@
+"""Keep native libraries' panic reports off the CLI's stderr.
+
+connectorx is written in Rust: when a query fails while it streams (a division by zero in
+a PostgreSQL partition), Rust's panic hook prints a report of 3 to 100+ lines (with a
+stack backtrace when ``RUST_BACKTRACE`` is set) straight to file descriptor 2, before
+sqlfeed turns the panic into its one-line error. Python cannot silence that hook, so the
+console script routes descriptor 2 through a pipe and drops those reports: the user sees
+sqlfeed's own line and nothing else. ``SQLFEED_DEBUG=1`` leaves stderr alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+
+__all__ = ["drop_panic_reports", "filter_native_stderr"]
+
+_PANIC_START = "panicked at "
+_PANIC_END = "note: "
+
+
+def drop_panic_reports(lines: Iterable[str]) -> Iterator[str]:
+    """``lines`` without Rust panic reports.
+
+    A report starts with ``thread '...' panicked at ...`` and ends with its ``note: ...``
+    line (or just before a line of sqlfeed's own, if it has no note).
+
+    >>> list(drop_panic_reports([
+    ...     "thread '<unnamed>' (7) panicked at src/a.rs:1:2:\\n", "cx writer failed\\n",
+    ...     "stack backtrace:\\n", "   0: f\\n", "note: run with RUST_BACKTRACE=1\\n", "\\n",
+    ...     "sqlfeed: engine error: division by zero\\n"]))
+    ['sqlfeed: engine error: division by zero\\n']
+    """
+    in_report = after_report = False
+    held = 0  # blank lines held back: Rust prints one before a report too
+    for line in lines:
+        if not line.strip() and not in_report:
+            if not after_report:
+                held += 1
+            continue
+        if line.startswith("thread '") and _PANIC_START in line:
+            in_report, held = True, 0
+            continue
+        if in_report and line.startswith("sqlfeed:"):
+            in_report = False
+        if in_report:
+            if line.startswith(_PANIC_END):
+                in_report, after_report = False, True
+            continue
+        after_report = False
+        yield from ["\n"] * held
+        held = 0
+        yield line
+    yield from ["\n"] * held
+
+
+def filter_native_stderr() -> None:
+    """Route file descriptor 2 through :func:`drop_panic_reports` for this process.
+
+    The filter runs in a daemon thread; at exit the original descriptor is put back and
+    what is still in the pipe is written out.
+    """
+    if os.environ.get("SQLFEED_DEBUG"):
+        return
+    try:
+        original = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:
+        return  # no descriptor 2 (or none to spare): nothing to filter
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def pump() -> None:
+        with os.fdopen(read_end, "r", encoding="utf-8", errors="replace") as pipe:
+            for line in drop_panic_reports(pipe):
+                os.write(original, line.encode("utf-8", "replace"))
+
+    thread = threading.Thread(target=pump, name="sqlfeed-stderr", daemon=True)
+    thread.start()
+
+    def restore() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(original, 2)  # closes the pipe's last write end: the pump sees its end
+        thread.join(timeout=2)
+
+    atexit.register(restore)

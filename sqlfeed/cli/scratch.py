@@ -1,0 +1,219 @@
+"""The ``sqlfeed scratch list|drop`` commands: the scratch tables of ``materialize`` plans.
+
+``--strategy materialize`` runs the query once into a table named
+``sqlfeed_<unix time>_<hex>`` in the ``--scratch`` schema. ``export`` drops its table when
+done and ``job delete`` drops its job's; a plan printed by ``sqlfeed plan`` keeps its
+table for the partitions to read, and a killed run may leave one behind: these commands
+list them (with their age, and their size and rows where the engine tells) and drop
+them by name, all at once, or those older than a duration. Nothing but sqlfeed's own
+scratch tables is ever dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import time
+from typing import Any, TextIO
+
+from dialects import InvalidArgumentError, dialect_for
+from sqlfeed import connect
+from sqlfeed.cli.checks import name_flags
+from sqlfeed.cli.common import (
+    CommandParser,
+    add_target,
+    write_json,
+)
+from sqlfeed.plans.materialize import (
+    SCRATCH_PREFIX,
+    ScratchTable,
+    drop_scratch_tables,
+    list_scratch,
+    scratch_created,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
+    """Add the ``scratch`` command (list, drop)."""
+    scratch = commands.add_parser(
+        "scratch",
+        help="list or drop the scratch tables of --strategy materialize",
+        description=(
+            "--strategy materialize runs the query once into a table named "
+            f"{SCRATCH_PREFIX}<unix time>_<hex> in the --scratch schema. export and job "
+            "delete drop theirs; a plan keeps its table for its partitions. List them with "
+            "their age (and size and rows where the engine tells), drop them by name, all, "
+            "or those older than a duration. Only sqlfeed's own tables are ever dropped."
+        ),
+    )
+    actions = scratch.add_subparsers(
+        dest="scratch_command", metavar="ACTION", parser_class=CommandParser
+    )
+    actions.required = True
+    listing = actions.add_parser("list", help="the scratch tables in a schema, oldest first")
+    _add_schema(listing)
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+    listing.set_defaults(handler=_cmd_list)
+    name_flags(listing)
+
+    drop = actions.add_parser(
+        "drop",
+        help="drop scratch tables: by name, --all, or --older-than DURATION",
+        description="Drop sqlfeed scratch tables of a schema: those named, all of them "
+        "(--all), or those older than a duration (--older-than 2h; s, m, h, d, w).",
+    )
+    _add_schema(drop)
+    which = drop.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every scratch table of the schema")
+    which.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        help="those created more than DURATION ago: 90s, 30m, 12h, 7d, 2w (a number: seconds)",
+    )
+    drop.add_argument("--format", choices=("text", "json"), default="text")
+    drop.add_argument("names", nargs="*", metavar="TABLE", help="scratch table names")
+    drop.set_defaults(handler=_cmd_drop)
+    name_flags(drop)
+
+
+def _add_schema(parser: argparse.ArgumentParser) -> None:
+    add_target(parser, dialect=False)
+    parser.add_argument(
+        "--schema",
+        "--scratch",
+        dest="schema",
+        required=True,
+        metavar="SCHEMA",
+        help="the schema given to --scratch (DuckDB: main; SQLite: main)",
+    )
+
+
+def parse_duration(text: str, flag: str = "--older-than") -> float:
+    """Seconds of ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` or a plain number of seconds.
+
+    Raises:
+        InvalidArgumentError: it is not such a duration.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise InvalidArgumentError(
+            f"{flag} {text!r} is not a duration: give a number and a unit, like 90s, 30m, "
+            "12h, 7d or 2w"
+        )
+    return float(match.group(1)) * _SECONDS[match.group(2).lower()]
+
+
+def _check_schema(args: argparse.Namespace) -> None:
+    if not args.schema.strip():
+        raise InvalidArgumentError("--schema needs the name of the --scratch schema")
+    dialect_for(args.db)  # an unknown URL scheme is refused before connecting
+
+
+def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
+    _check_schema(args)
+    with connect(args.db) as source:
+        tables = list_scratch(source, args.schema)
+    now = time.time()
+    if args.format == "json":
+        write_json(out, [_as_dict(t, now) for t in tables], indent=2)
+        return
+    if not tables:
+        out.write(f"no sqlfeed scratch tables in {args.schema}\n")
+        return
+    header = ("table", "created (UTC)", "age", "rows", "size")
+    rows = [
+        (
+            t.name,
+            _utc(t.created),
+            _age(t.age(now)),
+            "" if t.rows is None else str(t.rows),
+            "" if t.bytes is None else _size(t.bytes),
+        )
+        for t in tables
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [
+            c.ljust(w) if i < 3 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.write("  ".join(cells).rstrip() + "\n")
+    out.write(f"{len(tables)} scratch table(s) in {args.schema}\n")
+
+
+def _cmd_drop(args: argparse.Namespace, out: TextIO) -> None:
+    _check_schema(args)
+    chosen = sum((bool(args.names), args.all, args.older_than is not None))
+    if chosen != 1:
+        raise InvalidArgumentError(
+            "say which scratch tables to drop: their names, --all, or --older-than DURATION "
+            "(exactly one of them)"
+        )
+    for name in args.names:
+        if scratch_created(name) is None:
+            raise InvalidArgumentError(
+                f"{name!r} is not a sqlfeed scratch table name ({SCRATCH_PREFIX}<unix time>"
+                "_<hex>; 'sqlfeed scratch list' shows them): only those are dropped"
+            )
+    older = parse_duration(args.older_than) if args.older_than is not None else None
+    with connect(args.db) as source:
+        tables = list_scratch(source, args.schema)
+        if args.names:
+            present = {t.name for t in tables}
+            missing = [n for n in args.names if n not in present]
+            if missing:
+                raise InvalidArgumentError(
+                    f"no scratch table {missing[0]} in {args.schema} ('sqlfeed scratch list "
+                    "--db URL --schema SCHEMA' shows them)"
+                )
+            doomed = list(dict.fromkeys(args.names))
+        elif older is not None:
+            now = time.time()
+            doomed = [t.name for t in tables if t.age(now) > older]
+        else:
+            doomed = [t.name for t in tables]
+        drop_scratch_tables(source, args.schema, doomed)
+    if args.format == "json":
+        write_json(out, {"schema": args.schema, "dropped": doomed})
+    elif doomed:
+        out.write(f"dropped {len(doomed)} scratch table(s) from {args.schema}: "
+                  f"{', '.join(doomed)}\n")  # fmt: skip
+    else:
+        out.write(f"no scratch table to drop in {args.schema}\n")
+
+
+def _as_dict(table: ScratchTable, now: float) -> dict[str, Any]:
+    return {
+        "schema": table.schema,
+        "table": table.name,
+        "created": _utc(table.created),
+        "age_seconds": round(table.age(now)),
+        "rows": table.rows,
+        "bytes": table.bytes,
+    }
+
+
+def _utc(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _age(seconds: float) -> str:
+    days, rest = divmod(max(0, int(seconds)), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def _size(value: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
