@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+# The CPU build of PyTorch: an exact pin (any other spec may fetch the CUDA build, several GB).
+TORCH := torch==2.13.0 torchdata==0.11.0
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint typecheck layers pytest fast bench clean
@@ -11,34 +14,40 @@ PYTEST_ARGS ?=
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,test]'
+	$(BIN)/python -m pip install --quiet -e '.[all]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# make test also installs the test tools and the heavy integrations (PyTorch, Ray, Dask);
+# make demo does not need them.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask]' $(TORCH)
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/sqlfeed demo
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-layers: $(STAMP)
+layers: $(TEST_STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP)
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+pytest: $(TEST_STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test: lint typecheck layers pytest
 
 # Local loop: everything but the slow multi-process / large-data tests.
 fast: lint typecheck layers
-	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.partition_overhead
 
 clean:

@@ -6,26 +6,36 @@ Two measurements, side by side in one run, on each queue backend (``memory``: a
 
 1. **Lease throughput.** A job of M tasks (``--partitions``, default 2000 and 300; a cheap
    hash plan over an in-memory DuckDB ``range``) is created in this process; then 1, 4 and
-   16 concurrent workers (``--workers``) each loop ``acquire -> ack(offset 1) ->
-   complete`` until ``acquire`` returns None or ``--seconds`` have passed (each size and
-   worker count in a new job). M=300 because a larger spec does not fit MySQL/MariaDB's
+   16 concurrent workers (``--workers``) each loop ``acquire -> complete`` (the task's one
+   batch acknowledged with the completion, in the same round trip, as a Worker does;
+   ``--per-batch-acks``: ``acquire -> ack(offset 1) -> complete``, three calls) until
+   ``acquire`` returns None or ``--seconds`` have passed (each size and worker count in a
+   new job). M=300 because a larger spec does not fit MySQL/MariaDB's
    ``TEXT`` column. Workers on SQL backends are separate processes (spawned once, before
    any timing, and reused); on ``memory`` they are threads. All workers start together at
    a set moment; throughput is completed tasks / (time of the last completion - start).
-   Each task is one acquire, one ack and one complete, so ``calls/s`` is about 3 x
-   ``tasks/s`` (plus ``Wait`` answers). After each run the queue is checked: every task
-   counted as completed is ``done`` exactly once. Transient errors (deadlocks, lock
-   time-outs, ``database is locked``) that the queue retried internally are counted in
-   ``retries``.
+   Each task is one acquire and one complete (and one ack with ``--per-batch-acks``), so
+   ``calls/s`` is about 2 x ``tasks/s`` (3 x; plus ``Wait`` answers). After each run the
+   queue is checked: every task counted as completed is ``done`` exactly once. Transient
+   errors (deadlocks, lock time-outs, ``database is locked``) that the queue retried
+   internally are counted in ``retries``.
 2. **Dispatch overhead per partition.** In this process, single worker: the time of one
-   ``acquire + heartbeat + ack x A + complete`` cycle (median of ``--cycles``) against
-   the time to read one typical partition: TPC-H ``lineitem`` SF1 in PostgreSQL planned
-   with ``strategy="ctid"`` into ``--read-partitions`` partitions, read through sqlfeed's
-   PostgreSQL source as a :class:`~sqlfeed.dispatch.worker.Worker` reads them (ordered, in
-   ``--batch-rows`` batches; ``A`` = batches per partition, one ack each). The cycle is
-   timed for a job of that lineitem plan and for a job of the large synthetic plan, since
-   the SQL queue reads and decodes the job's stored spec on every call.
+   dispatch cycle (median of ``--cycles``) against the time to read one typical partition,
+   for two protocols timed on alternate cycles: ``per-batch`` is ``acquire + heartbeat +
+   ack x A + complete``; ``worker`` is what a :class:`~sqlfeed.dispatch.worker.Worker`
+   does per partition on its consumer's path with its default ``ack_interval`` (1 s) when a
+   partition streams within it: ``acquire + complete`` with the A acknowledgements in the
+   completion (heartbeats run in a background thread, every TTL / 3). The partition read:
+   TPC-H ``lineitem`` SF1 in PostgreSQL planned with ``strategy="ctid"`` into
+   ``--read-partitions`` partitions, read through sqlfeed's PostgreSQL source as a
+   :class:`~sqlfeed.dispatch.worker.Worker` reads them (ordered, in ``--batch-rows``
+   batches; ``A`` = batches per partition). The cycle is timed for a job of that lineitem
+   plan and for a job of the large synthetic plan (a larger stored spec; ``spec`` is the
+   time to read and decode it, which a queue does once per job).
    ``overhead % = cycle time / partition read time``.
+
+Queue sessions are bounded (:mod:`sqlfeed.dispatch.sessions`: lock and idle-transaction
+time-outs set once per connection, not per call), so the figures include what they cost.
 
 Queue tables live in scratch places created for the run and removed at the end: a
 temporary directory (SQLite), a new schema reached through ``search_path`` (PostgreSQL)
@@ -167,9 +177,14 @@ class WorkerResult:
 
 
 def drive(
-    queue: LeaseQueue, job: str, worker: str, start_at: float, deadline: float
+    queue: LeaseQueue,
+    job: str,
+    worker: str,
+    start_at: float,
+    deadline: float,
+    per_batch_acks: bool = False,
 ) -> WorkerResult:
-    """Run ``acquire -> ack -> complete`` from ``start_at`` until done or ``deadline``.
+    """Run ``acquire -> complete`` from ``start_at`` until done or ``deadline``.
 
     Args:
         queue: The lease queue (shared by threads, or this process's own).
@@ -177,6 +192,8 @@ def drive(
         worker: This worker's id.
         start_at: ``time.monotonic()`` at which to start (all workers start together).
         deadline: ``time.monotonic()`` after which no new task is acquired.
+        per_batch_acks: acknowledge the task's batch in a call of its own
+            (``acquire -> ack -> complete``) instead of with the completion.
 
     Returns:
         The counts and times of this worker.
@@ -201,11 +218,16 @@ def drive(
                 time.sleep(min(max(got.seconds, 0.0), WAIT_SLEEP))
                 continue
             t0 = clock()
-            held = queue.ack(got, 1, 1)
+            held = True
+            if per_batch_acks:
+                held = queue.ack(got, 1, 1)
+                result.acks += 1
             t1 = clock()
             result.ack_seconds += t1 - t0
-            result.acks += 1
-            done = queue.complete(got)
+            if per_batch_acks:
+                done = queue.complete(got)
+            else:
+                done = queue.complete(got, offset=1, rows=1, batches=1)
             result.complete_seconds += clock() - t1
             result.completes += 1
             if held and done:
@@ -229,8 +251,8 @@ def _process_main(index: int, commands: Any, results: Any) -> None:
     """A spawned worker process: prepares and drives one worker per throughput run.
 
     Messages in: ``("prepare", cell, url, job)`` then ``("go", cell, start_at,
-    deadline)``; ``("exit",)``. Messages out: ``("up", index)``, ``("ready", index, cell,
-    error)``, ``("done", index, cell, WorkerResult as dict)``.
+    deadline, per_batch_acks)``; ``("exit",)``. Messages out: ``("up", index)``,
+    ``("ready", index, cell, error)``, ``("done", index, cell, WorkerResult as dict)``.
     """
     queues: dict[str, _CountingQueue] = {}
     results.put(("up", index))
@@ -252,11 +274,11 @@ def _process_main(index: int, commands: Any, results: Any) -> None:
             go = commands.get()
             if go[0] == "exit":
                 return
-            _, _, start_at, deadline = go
+            _, _, start_at, deadline, per_batch_acks = go
             if problem is not None:
                 outcome = WorkerResult(worker, error=problem)
             else:
-                outcome = drive(queues[url], job, worker, start_at, deadline)
+                outcome = drive(queues[url], job, worker, start_at, deadline, per_batch_acks)
             results.put(("done", index, cell, asdict(outcome)))
     finally:
         for opened in queues.values():
@@ -318,7 +340,7 @@ class ProcessPool:
         return got
 
     def run(
-        self, url: str, job: str, workers: int, seconds: float
+        self, url: str, job: str, workers: int, seconds: float, per_batch_acks: bool = False
     ) -> tuple[float, list[WorkerResult]]:
         """Drive ``workers`` processes on ``job`` for at most ``seconds``.
 
@@ -327,6 +349,7 @@ class ProcessPool:
             job: The job's name (created already).
             workers: How many processes take part (at most ``size``).
             seconds: The run's time limit.
+            per_batch_acks: see :func:`drive`.
 
         Returns:
             The common start (``time.monotonic()``) and one result per worker; a worker
@@ -340,7 +363,7 @@ class ProcessPool:
         ready = self._collect("ready", cell, workers, 120)
         start_at = time.monotonic() + 0.2
         for i in range(workers):
-            self._commands[i].put(("go", cell, start_at, start_at + seconds))
+            self._commands[i].put(("go", cell, start_at, start_at + seconds, per_batch_acks))
         done = self._collect("done", cell, workers, seconds + 120)
         results = []
         for i in range(workers):
@@ -367,7 +390,7 @@ class ProcessPool:
 
 
 def run_threads(
-    queue: LeaseQueue, job: str, workers: int, seconds: float
+    queue: LeaseQueue, job: str, workers: int, seconds: float, per_batch_acks: bool = False
 ) -> tuple[float, list[WorkerResult]]:
     """Drive ``workers`` threads of this process on ``job`` for at most ``seconds``.
 
@@ -376,6 +399,7 @@ def run_threads(
         job: The job's name (created already).
         workers: How many threads.
         seconds: The run's time limit.
+        per_batch_acks: see :func:`drive`.
 
     Returns:
         The common start (``time.monotonic()``) and one result per thread.
@@ -384,7 +408,7 @@ def run_threads(
     start_at = time.monotonic() + 0.05
 
     def body(i: int) -> None:
-        results[i] = drive(queue, job, f"thread{i}", start_at, start_at + seconds)
+        results[i] = drive(queue, job, f"thread{i}", start_at, start_at + seconds, per_batch_acks)
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(workers)]
     for thread in threads:
@@ -498,6 +522,7 @@ def measure_throughput(
     seconds: float,
     pool: ProcessPool | None,
     tag: str,
+    per_batch_acks: bool = False,
 ) -> list[ThroughputCell]:
     """Run the throughput measurement of one backend for every worker count.
 
@@ -509,6 +534,7 @@ def measure_throughput(
         seconds: Time limit per run.
         pool: Worker processes (SQL backends).
         tag: Unique part of this run's job names.
+        per_batch_acks: see :func:`drive`.
 
     Returns:
         One cell per worker count.
@@ -529,10 +555,10 @@ def measure_throughput(
             create = time.perf_counter() - started
             try:
                 if backend == "memory":
-                    start_at, results = run_threads(queue, name, workers, seconds)
+                    start_at, results = run_threads(queue, name, workers, seconds, per_batch_acks)
                 else:
                     assert pool is not None
-                    start_at, results = pool.run(url, name, workers, seconds)
+                    start_at, results = pool.run(url, name, workers, seconds, per_batch_acks)
                 tasks = sum(r.tasks for r in results)
                 check = _check_queue(queue, name, tasks)
             finally:
@@ -680,7 +706,7 @@ class CycleCell:
         partitions: Partitions in that plan (the stored spec grows with them).
         cycles: Cycles timed.
         acks: Acks per cycle.
-        cycle_ms: Median time of ``acquire + heartbeat + ack x acks + complete``.
+        cycle_ms: Median time of ``acquire + heartbeat + ack x acks + complete`` (per-batch).
         acquire_ms: Median ``acquire``.
         heartbeat_ms: Median ``heartbeat``.
         ack_ms: Median ``ack``.
@@ -689,6 +715,9 @@ class CycleCell:
             ``acquire``, ``heartbeat`` and ``ack`` of a SQL queue each do.
         read_ms: Median time to read one lineitem partition.
         overhead_pct: ``cycle_ms / read_ms`` in percent.
+        worker_ms: Median time of ``acquire + complete`` with the acks in the completion:
+            a Worker's cycle on its consumer's path (see the module docstring).
+        worker_overhead_pct: ``worker_ms / read_ms`` in percent.
         error: What stopped the measurement, if anything.
     """
 
@@ -705,6 +734,8 @@ class CycleCell:
     spec_ms: float
     read_ms: float
     overhead_pct: float
+    worker_ms: float = float("nan")
+    worker_overhead_pct: float = float("nan")
     error: str | None = None
 
 
@@ -722,7 +753,10 @@ def measure_cycle(
     read_seconds: float,
     tag: str,
 ) -> CycleCell:
-    """Time ``cycles`` full dispatch cycles of a single worker on one backend.
+    """Time ``cycles`` dispatch cycles of a single worker on one backend, per protocol.
+
+    Cycles alternate between the per-batch protocol (``acquire + heartbeat + ack x acks +
+    complete``) and the Worker's (``acquire + complete`` carrying the acks).
 
     Args:
         backend: A name in :data:`BACKENDS`.
@@ -738,8 +772,8 @@ def measure_cycle(
         The medians of each call and of the whole cycle.
     """
     name = f"{tag}-cycle-{backend}-{label}"
-    epochs = math.ceil(cycles / plan.num_partitions)
-    calls = ("cycle", "acquire", "heartbeat", "ack", "complete", "spec")
+    epochs = math.ceil(2 * cycles / plan.num_partitions)
+    calls = ("cycle", "acquire", "heartbeat", "ack", "complete", "spec", "worker")
     times: dict[str, list[float]] = {k: [] for k in calls}
     error: str | None = None
     queue = _open(backend, url)
@@ -748,6 +782,7 @@ def measure_cycle(
         queue.create_job(JobSpec(name, plan, epochs=epochs, lease_ttl=LEASE_TTL))
         try:
             for _ in range(cycles):
+                times["worker"].append(_worker_cycle(queue, name, acks))
                 t0 = clock()
                 lease = queue.acquire(name, "cycle-worker")
                 t1 = clock()
@@ -779,6 +814,7 @@ def measure_cycle(
     finally:
         queue.close()
     cycle_ms = _median_ms(times["cycle"])
+    worker_ms = _median_ms(times["worker"])
     read_ms = 1000 * read_seconds
     cell = CycleCell(
         backend=backend,
@@ -794,14 +830,28 @@ def measure_cycle(
         spec_ms=_median_ms(times["spec"]),
         read_ms=round(read_ms, 1),
         overhead_pct=round(100 * cycle_ms / read_ms, 3) if read_ms > 0 else float("nan"),
+        worker_ms=worker_ms,
+        worker_overhead_pct=round(100 * worker_ms / read_ms, 3) if read_ms > 0 else float("nan"),
         error=error,
     )
     _progress(
         f"[{backend} cycle, {label} M={plan.num_partitions}] {cell.cycles} cycles, median "
-        f"{cycle_ms:.2f} ms = {cell.overhead_pct:.2f}% of a {read_ms:.0f} ms read"
+        f"per-batch {cycle_ms:.2f} ms = {cell.overhead_pct:.2f}%, worker {worker_ms:.2f} ms = "
+        f"{cell.worker_overhead_pct:.2f}% of a {read_ms:.0f} ms read"
         + (f"; ERROR {error}" if error else "")
     )
     return cell
+
+
+def _worker_cycle(queue: LeaseQueue, name: str, acks: int) -> float:
+    """Seconds of one Worker cycle: ``acquire``, then ``complete`` carrying ``acks`` acks."""
+    started = time.perf_counter()
+    lease = queue.acquire(name, "cycle-worker")
+    if not isinstance(lease, Lease):
+        raise RuntimeError(f"acquire returned {lease!r} with tasks left")
+    if not queue.complete(lease, offset=acks, rows=65536 * acks, batches=acks):
+        raise RuntimeError(f"lease lost on {lease}")
+    return time.perf_counter() - started
 
 
 # -- scratch places for the queue tables ------------------------------------------------
@@ -944,7 +994,7 @@ def format_cycles(cells: Sequence[CycleCell], read: ReadResult) -> str:
     """The dispatch-overhead table."""
     header = (
         "backend", "job plan", "M", "cycles", "acks", "cycle ms", "acquire", "heartbeat",
-        "ack", "complete", "spec", "read ms", "overhead",
+        "ack", "complete", "spec", "read ms", "overhead", "worker ms", "worker overhead",
     )  # fmt: skip
     rows = [
         (
@@ -961,6 +1011,8 @@ def format_cycles(cells: Sequence[CycleCell], read: ReadResult) -> str:
             _num(c.spec_ms),
             _num(c.read_ms, 0),
             ("ERROR" if c.error else _num(c.overhead_pct) + "%"),
+            _num(c.worker_ms),
+            ("ERROR" if c.error else _num(c.worker_overhead_pct) + "%"),
         )
         for c in cells
     ]
@@ -988,9 +1040,10 @@ def conclusion(throughput: Sequence[ThroughputCell], cycles: Sequence[CycleCell]
     if lineitem:
         worst = max(lineitem, key=lambda c: c.overhead_pct)
         parts.append(
-            f"dispatch per {lineitem[0].read_ms:.0f} ms lineitem partition: "
+            f"dispatch per {lineitem[0].read_ms:.0f} ms lineitem partition, per-batch acks: "
             + ", ".join(f"{c.backend} {c.overhead_pct:.2f}%" for c in lineitem)
-            + f" (worst {worst.backend})"
+            + f" (worst {worst.backend}); as a Worker runs it (acks with the completion): "
+            + ", ".join(f"{c.backend} {c.worker_overhead_pct:.2f}%" for c in lineitem)
         )
     synthetic = [c for c in cycles if c.plan == "synthetic" and not c.error]
     if synthetic:
@@ -1029,6 +1082,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cycles", type=int, default=64, help="dispatch cycles timed per backend (default 64)"
     )
+    parser.add_argument(
+        "--per-batch-acks", action="store_true",
+        help="throughput: acquire -> ack -> complete (default: the ack goes with the completion)",
+    )  # fmt: skip
     parser.add_argument("--read-table", default="lineitem_sf1")
     parser.add_argument(
         "--read-partitions", type=int, default=64,
@@ -1097,7 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
                         if backend in urls:
                             throughput += measure_throughput(
                                 backend, urls[backend], plan, worker_counts, args.seconds,
-                                pool, tag,
+                                pool, tag, args.per_batch_acks,
                             )  # fmt: skip
             finally:
                 if pool is not None:
@@ -1126,8 +1183,10 @@ def main(argv: list[str] | None = None) -> int:
     if throughput:
         print()
         print(
-            f"1. Lease throughput: acquire -> ack -> complete, jobs of M tasks, up to "
-            f"{args.seconds:g}s per run; workers are processes (SQL) or threads (memory)"
+            f"1. Lease throughput: acquire -> "
+            f"{'ack -> complete' if args.per_batch_acks else 'complete (+ ack)'}, jobs of M "
+            f"tasks, up to {args.seconds:g}s per run; workers are processes (SQL) or threads "
+            "(memory)"
         )
         print(format_throughput(throughput))
         print(
@@ -1138,7 +1197,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(
             f"2. Dispatch overhead, single worker: acquire + heartbeat + {read.acks} acks + "
-            f"complete, vs reading one {args.read_table} partition ({read.strategy}, "
+            f"complete (per-batch) and acquire + complete carrying the acks (worker), "
+            f"vs reading one {args.read_table} partition ({read.strategy}, "
             f"M={read.partitions}, median {statistics.median(read.rows):.0f} rows, "
             f"{args.batch_rows}-row batches, median of {len(read.seconds)} reads "
             f"{1000 * read.median_seconds:.0f} ms)"

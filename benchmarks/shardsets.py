@@ -146,6 +146,8 @@ def _reusable(path: Path, rows: int, shards: int) -> str | None:
             return f"shardset {shardset.name} has {len(shardset.shard_indices)} shards"
         if list(shardset.manifest.features) != list(GROUPS[shardset.name]):
             return f"shardset {shardset.name} has columns {shardset.manifest.features}"
+        if any(entry.uid_digest is None for entry in shardset.manifest.shards):
+            return f"shardset {shardset.name} was written before uid digests (aligned shards)"
     return None
 
 

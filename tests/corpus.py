@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,40 @@ def dups_rows() -> list[tuple[Any, ...]]:
 
 
 @dataclass(frozen=True)
+class TopN:
+    """A LIMIT/OFFSET whose ORDER BY ties at the cut: which results are valid.
+
+    ``base`` is the query without its ORDER BY and LIMIT; ``key`` the output positions
+    (0-based) of the ORDER BY keys, integers without NULLs (so every engine sorts them
+    alike). A valid result is ``base``'s rows ``offset .. offset + limit`` in some order
+    that sorts by ``key``: its key values are exactly those of that slice, and each row is
+    a row of ``base`` (so every row strictly inside the cut is there, and the right number
+    from each tie group at its ends).
+    """
+
+    base: str
+    key: tuple[int, ...]
+    limit: int
+    offset: int = 0
+    desc: bool = False
+
+
+@dataclass(frozen=True)
+class Numbering:
+    """A ``ROW_NUMBER()`` over a non-unique window order: which results are valid.
+
+    Grouped by the ``partition`` output positions, the rows ordered by the number at
+    ``number`` are numbered 1..n and their ``order`` values (integers, no NULLs) never
+    decrease; ``base`` is the query without the number, whose rows the result must have.
+    """
+
+    base: str
+    partition: tuple[int, ...]
+    order: int
+    number: int
+
+
+@dataclass(frozen=True)
 class Case:
     """One corpus query."""
 
@@ -105,6 +140,8 @@ class Case:
     transpile_from: str | None = None
     skip: dict[str, str] = field(default_factory=dict)
     """Engines that cannot run this query, with the reason."""
+    valid: TopN | Numbering | None = None
+    """For a query SQL lets return several results: how to tell a valid one."""
 
     def sql_for(self, engine: str) -> str:
         """The query in ``engine``'s dialect."""
@@ -214,7 +251,94 @@ CORPUS: list[Case] = [
     Case("values_list", "SELECT * FROM (VALUES (1, 'a'), (2, NULL), (2, NULL)) AS v(x, y)",
          skip={"mysql": "MariaDB cannot name the columns of a VALUES derived table",
                "sqlite": "SQLite cannot name the columns of a derived table"}),
+    # -- ORDER BY ... LIMIT with ties at the cut (completed with tie-breakers)
+    Case("limit_ties_at_the_cut", "SELECT id % 7 AS k, name, city FROM people ORDER BY k LIMIT 50",
+         valid=TopN("SELECT id % 7 AS k, name, city FROM people", (0,), 50)),
+    Case("limit_offset_ties_desc", "SELECT id % 5 AS k, age, score FROM people "
+         "ORDER BY k DESC LIMIT 20 OFFSET 30",
+         valid=TopN("SELECT id % 5 AS k, age, score FROM people", (0,), 20, 30, desc=True)),
+    Case("limit_ties_duplicate_rows", "SELECT COALESCE(a, -9) AS k, b FROM dups ORDER BY k LIMIT 7",
+         valid=TopN("SELECT COALESCE(a, -9) AS k, b FROM dups", (0,), 7)),
+    Case("limit_without_order", "SELECT id % 3 AS k, big FROM people LIMIT 10"),
+    Case("limit_ties_nested", "SELECT x.k, COUNT(*) AS n FROM (SELECT id % 7 AS k, name "
+         "FROM people ORDER BY k LIMIT 50) x GROUP BY x.k"),
+    Case("limit_ties_in_subquery_filter", "SELECT id, name FROM people WHERE id IN (SELECT "
+         "person_id FROM (SELECT person_id FROM orders ORDER BY order_id % 4 LIMIT 30) x)"),
+    Case("limit_ties_union_all", "SELECT a AS v, b AS w FROM dups UNION ALL SELECT age % 3, city "
+         "FROM people ORDER BY 1 LIMIT 40"),
+    Case("limit_ties_aggregate_order", "SELECT age % 4 AS g, COUNT(*) AS n, SUM(score) AS s FROM "
+         "people GROUP BY age % 4 ORDER BY n DESC LIMIT 2"),
+    Case("limit_ties_unnamed_columns", "SELECT id % 7, name FROM people ORDER BY 1 LIMIT 9"),
+    Case("limit_ties_duplicate_names", "SELECT id % 7 AS k, city AS k FROM people ORDER BY 1 "
+         "LIMIT 9"),
+    # -- GROUP BY / DISTINCT keys in the ORDER BY (provably total: nothing added)
+    Case("group_keys_order_limit", "SELECT city, COUNT(*) AS n FROM people GROUP BY city "
+         "ORDER BY city LIMIT 3"),
+    Case("distinct_order_limit", "SELECT DISTINCT age % 10 AS d FROM people ORDER BY d LIMIT 4"),
+    Case("union_distinct_order_limit", "SELECT a AS v FROM dups UNION SELECT age FROM people "
+         "ORDER BY v LIMIT 6"),
+    # -- windows over non-unique orders (completed with tie-breakers)
+    Case("window_row_number_ties", "SELECT id % 3 AS t, city, name, ROW_NUMBER() OVER "
+         "(PARTITION BY city ORDER BY id % 3) AS rn FROM people",
+         valid=Numbering("SELECT id % 3 AS t, city, name FROM people", (1,), 0, 3)),
+    Case("window_row_number_duplicates", "SELECT COALESCE(a, 0) AS k, b, ROW_NUMBER() OVER "
+         "(ORDER BY COALESCE(a, 0)) AS rn FROM dups",
+         valid=Numbering("SELECT COALESCE(a, 0) AS k, b FROM dups", (), 0, 2)),
+    Case("window_without_order", "SELECT a, b, ROW_NUMBER() OVER () AS rn FROM dups"),
+    Case("window_lag_lead_ties", "SELECT id, LAG(id) OVER (ORDER BY city) AS prev, LEAD(name) "
+         "OVER (PARTITION BY active ORDER BY age) AS nxt FROM people"),
+    Case("window_first_value_ties", "SELECT id, FIRST_VALUE(name) OVER (PARTITION BY city "
+         "ORDER BY age) AS first_name FROM people"),
+    Case("window_ntile_ties", "SELECT age, NTILE(4) OVER (ORDER BY city) AS q FROM people"),
+    Case("window_over_groups", "SELECT city, SUM(age) AS s, ROW_NUMBER() OVER (ORDER BY "
+         "COUNT(*)) AS rn FROM people GROUP BY city"),
+    Case("window_then_limit_ties", "SELECT id, city, ROW_NUMBER() OVER (PARTITION BY city "
+         "ORDER BY age) AS rn FROM people ORDER BY rn LIMIT 10"),
+    # -- SELECT * over joins, unnamed aggregates, duplicate names
+    Case("star_join", "SELECT * FROM people p JOIN orders o ON o.person_id = p.id"),
+    Case("table_star_left_join", "SELECT p.*, o.amount FROM people p LEFT JOIN orders o "
+         "ON o.person_id = p.id AND o.amount > 400"),
+    Case("star_join_limit_ties", "SELECT * FROM people p JOIN orders o ON o.person_id = p.id "
+         "ORDER BY p.city LIMIT 25"),
+    Case("unnamed_aggregates", "SELECT city, COUNT(*), AVG(age) FROM people GROUP BY city"),
+    Case("unnamed_aggregates_limit", "SELECT COUNT(*), active FROM people GROUP BY active "
+         "ORDER BY 1 DESC LIMIT 2"),
+    Case("duplicate_names_grouped", "SELECT city, city, COUNT(*) FROM people GROUP BY city"),
 ]  # fmt: skip
+
+
+def invalid_result(
+    valid: TopN | Numbering, result: Counter[tuple[Any, ...]], base: Counter[tuple[Any, ...]]
+) -> str | None:
+    """Why ``result`` is not a valid result of a query with ties (None when it is one).
+
+    ``base`` holds the rows of ``valid.base`` (see :class:`TopN`, :class:`Numbering`).
+    """
+    if isinstance(valid, TopN):
+        if result - base:
+            return f"rows the query cannot return: {list(result - base)[:3]}"
+        keys = sorted(
+            (tuple(row[i] for i in valid.key) for row in base.elements()), reverse=valid.desc
+        )
+        wanted = Counter(keys[valid.offset : valid.offset + valid.limit])
+        got = Counter(tuple(row[i] for i in valid.key) for row in result.elements())
+        if got != wanted:
+            return f"the cut keeps keys {sorted(got.items())}, not {sorted(wanted.items())}"
+        return None
+    stripped = Counter(r[: valid.number] + r[valid.number + 1 :] for r in result.elements())
+    if stripped != base:
+        return "the numbered rows are not the query's rows"
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in result.elements():
+        groups.setdefault(tuple(row[i] for i in valid.partition), []).append(row)
+    for group, rows in groups.items():
+        rows.sort(key=lambda r: r[valid.number])
+        if [r[valid.number] for r in rows] != list(range(1, len(rows) + 1)):
+            return f"partition {group} is not numbered 1..{len(rows)}"
+        orders = [r[valid.order] for r in rows]
+        if orders != sorted(orders):
+            return f"partition {group} is numbered against its ORDER BY: {orders[:8]}"
+    return None
 
 
 KEYED_COLUMNS = [("id", "bigint"), ("k", "bigint"), ("ts", "timestamp"), ("v", "float"),

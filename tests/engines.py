@@ -46,7 +46,10 @@ TYPES: dict[str, dict[str, str]] = {
     "postgres": {"int": "INTEGER", "bigint": "BIGINT", "float": "DOUBLE PRECISION",
                  "text": "TEXT", "decimal": "NUMERIC(14,2)", "date": "DATE",
                  "timestamp": "TIMESTAMP", "bool": "BOOLEAN"},
-    "mysql": {"int": "INT", "bigint": "BIGINT", "float": "DOUBLE", "text": "VARCHAR(200)",
+    # A binary collation: under MySQL's default ones distinct strings ('a', 'A', any two
+    # emoji) are equal, and GROUP BY/DISTINCT return either at the engine's choice.
+    "mysql": {"int": "INT", "bigint": "BIGINT", "float": "DOUBLE",
+              "text": "VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
               "decimal": "DECIMAL(14,2)", "date": "DATE", "timestamp": "DATETIME(6)",
               "bool": "BOOLEAN"},
 }  # fmt: skip

@@ -246,11 +246,17 @@ COUNT_CALL = {"tsql": "COUNT_BIG(*)"}
 
 
 @pytest.mark.parametrize("name", ALL_DIALECTS)
-def test_count_of_a_plain_filter_replaces_the_projection(name: str) -> None:
+def test_count_of_a_described_plain_filter_replaces_the_projection(name: str) -> None:
     count = COUNT_CALL.get(name, "COUNT(*)")
-    assert count_sql("SELECT a, b FROM t WHERE a > 0", name) == (
+    assert count_sql("SELECT a, b FROM t WHERE a > 0", name, columns=["a", "b"]) == (
         f"SELECT {count} FROM t WHERE a > 0"
     )
+
+
+@pytest.mark.parametrize("name", ALL_DIALECTS)
+def test_count_keeps_the_select_list_it_has_not_seen_bind(name: str) -> None:
+    # SELECT nosuchcol FROM t must fail the count as it fails the query (issue 14, item 4).
+    assert "nosuchcol" in count_sql("SELECT nosuchcol FROM t WHERE a > 0", name)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ MODULES = [
     "sqlfeed.shards.writer",
     "sqlfeed.shards.join",
     "sqlfeed.feed.feeder",
+    "sqlfeed.cli.native",
     "dialects",
     "dialects.base",
     "dialects.sqlite",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -217,3 +221,100 @@ def test_feeding_keeps_memory_flat_as_the_data_grows() -> None:
     # 1.2M more rows are ~75 MB more of Arrow: a full read holds them, the Feeder does not.
     assert growth["whole", 1_600_000] - growth["whole", 400_000] > 50, growth
     assert growth["feeder", 1_600_000] - growth["feeder", 400_000] < 25, growth
+
+
+# -- resuming from a state ---------------------------------------------------------------
+
+
+class CountingSource(sqlfeed.io.DuckDBSource):
+    """A DuckDB source that counts the rows its partition reads return."""
+
+    rows_read = 0
+
+    def read(self, sql: str, **options: object) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        for batch in super().read(sql, **options):  # type: ignore[arg-type]
+            self.rows_read += batch.num_rows
+            yield batch
+
+
+RESUME_OPTIONS = [
+    {"batch_size": 256, "shuffle_buffer": 1500},
+    {"batch_size": 300},
+    {"shuffle_buffer": 999},
+    {"batch_size": 100, "shuffle": True, "drop_remainder": True},
+]
+
+
+@pytest.mark.parametrize("options", RESUME_OPTIONS)
+def test_a_restored_feeder_delivers_exactly_the_rest_in_the_same_order(
+    source: sqlfeed.Source, options: dict[str, Any]
+) -> None:
+    plan = sqlfeed.plan(QUERY, source, partitions=7, strategy="hash")
+    common = {"seed": 3, "epochs": 2, **options}
+    full = [ids([b]) for b in Feeder(plan, source, read_batch_rows=700, **common)]
+    for taken in (0, 1, 17, len(full) // 2 + 3, len(full) - 1, len(full)):
+        feeder = Feeder(plan, source, read_batch_rows=700, **common)
+        batches = iter(feeder)
+        before = [ids([next(batches)]) for _ in range(taken)]
+        state = json.loads(json.dumps(feeder.state_dict()))
+        # Read batches of another size after the restore: the order does not depend on them.
+        rest = [ids([b]) for b in Feeder(plan, source, read_batch_rows=300, state=state, **common)]
+        assert [i for b in before + rest for i in b] == [i for b in full for i in b]
+        if "batch_size" in options:
+            assert before + rest == full  # the same batches, too
+
+
+def test_a_restore_rereads_only_the_shuffle_window_in_flight() -> None:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(20000)")
+    counting = CountingSource(conn, owned=False, label="counting")
+    plan = sqlfeed.plan("SELECT id FROM t", counting, partitions=20, strategy="hash")
+    options = {"batch_size": 100, "shuffle_buffer": 1000, "seed": 1}
+    feeder = Feeder(plan, counting, **options)
+    batches = iter(feeder)
+    for _ in range(150):  # 15,000 rows into the epoch
+        next(batches)
+    state = feeder.state_dict()
+    counting.rows_read = 0
+    rest = sum(len(b) for b in Feeder(plan, counting, state=state, **options))
+    assert rest == 5000
+    biggest = max(len(ids(list(Feeder(plan, counting, rank=i, world_size=20)))) for i in range(20))
+    counting.rows_read = 0
+    Feeder(plan, counting, state=state, **options)  # restoring alone reads nothing
+    assert counting.rows_read == 0
+    list(Feeder(plan, counting, state=state, **options))
+    # The rest, plus at most the window being delivered and the head of its first partition.
+    assert counting.rows_read <= rest + 1000 + biggest
+
+
+def test_the_state_after_an_epoch_resumes_at_the_next(source: sqlfeed.Source) -> None:
+    plan = sqlfeed.plan(QUERY, source, partitions=4)
+    feeder = Feeder(plan, source, batch_size=1000, shuffle_buffer=2000, epochs=3)
+    first = list(feeder.epoch(0))
+    state = feeder.state_dict()
+    assert (state["epoch"], state["rows"]) == (1, 0)
+    rest = list(Feeder(plan, source, batch_size=1000, shuffle_buffer=2000, epochs=3, state=state))
+    everything = list(Feeder(plan, source, batch_size=1000, shuffle_buffer=2000, epochs=3))
+    assert ids(first + rest) == ids(everything)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": 8}, "seed: saved 7, here 8"),
+        ({"shuffle_buffer": 100}, "shuffle_buffer: saved 500, here 100"),
+        ({"rank": 1, "world_size": 2}, "world_size: saved 1, here 2"),
+        ({"partitions": 5}, "plan: saved"),
+    ],
+)
+def test_a_state_of_another_feed_is_refused(
+    source: sqlfeed.Source, change: dict[str, Any], message: str
+) -> None:
+    options: dict[str, Any] = {"batch_size": 50, "shuffle_buffer": 500, "seed": 7, "partitions": 4}
+    feeder = Feeder(QUERY, source, **options)
+    next(iter(feeder))
+    state = feeder.state_dict()
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        Feeder(QUERY, source, **{**options, **change}, state=state)
+    with pytest.raises(InvalidArgumentError, match="not a sqlfeed feed state"):
+        Feeder(QUERY, source, **options).load_state_dict({"epoch": 0})

@@ -166,25 +166,56 @@ def test_signed_hashes_are_folded_without_abs(dialect: str) -> None:
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [
-        ("SELECT a FROM t LIMIT 3", "without ORDER BY"),
-        ("SELECT a FROM t OFFSET 3", "without ORDER BY"),
-        ("SELECT a, b FROM t ORDER BY a LIMIT 3", "tie"),
-        ("SELECT a FROM t WHERE a IN (SELECT b FROM u LIMIT 2)", "without ORDER BY"),
         ("SELECT a, RANDOM() AS r FROM t", "different value"),
         ("SELECT a FROM t WHERE d > CURRENT_DATE", "different value"),
         ("SELECT a, gen_random_uuid() AS u FROM t", "different value"),
         ("SELECT a, clock_timestamp() AS c FROM t", "different value"),
         ("SELECT a FROM t TABLESAMPLE BERNOULLI (5)", "TABLESAMPLE"),
         ("SELECT g, ARRAY_AGG(a) AS l FROM t GROUP BY g", "ORDER BY inside the aggregate"),
-        ("SELECT a, LAG(a) OVER () AS p FROM t", "ORDER BY to the window"),
     ],
 )
-def test_unstable_queries_are_explained(sql: str, reason: str) -> None:
-    reasons = unstable_reasons(sql, "postgres")
-    assert any(reason in r for r in reasons), reasons
+def test_nondeterministic_queries_are_refused_with_the_reason(sql: str, reason: str) -> None:
+    reasons = unstable_reasons(sql, "postgres", strict=False)
+    assert len(reasons) == 1, reasons
+    assert reason in reasons[0]
+    assert "\n" not in reasons[0]
     with pytest.raises(UnstableQueryError, match="allow_unstable"):
         partition_sqls(sql, 2, dialect="postgres")
     assert len(partition_sqls(sql, 2, dialect="postgres", allow_unstable=True)) == 2
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason", "completed"),
+    [
+        ("SELECT a FROM t LIMIT 3", "without ORDER BY", "ORDER BY 1 ASC NULLS FIRST LIMIT 3"),
+        ("SELECT a FROM t OFFSET 3", "without ORDER BY", "ORDER BY 1 ASC NULLS FIRST OFFSET 3"),
+        ("SELECT a, b FROM t ORDER BY a LIMIT 3", "tie", "ORDER BY a, 2 ASC NULLS FIRST LIMIT 3"),
+        (
+            "SELECT a FROM t WHERE a IN (SELECT b FROM u LIMIT 2)",
+            "without ORDER BY",
+            "(SELECT b FROM u ORDER BY 1 ASC NULLS FIRST LIMIT 2)",
+        ),
+        (
+            "SELECT a, LAG(a) OVER () AS p FROM t",
+            "ORDER BY to the window",
+            "LAG(a) OVER (ORDER BY a ASC NULLS FIRST)",
+        ),
+        (
+            "SELECT a, ROW_NUMBER() OVER (ORDER BY b) AS n FROM t",
+            "tie on its ORDER BY",
+            "ROW_NUMBER() OVER (ORDER BY b, a ASC NULLS FIRST)",
+        ),
+    ],
+)
+def test_orders_that_may_tie_are_completed_or_refused_when_strict(
+    sql: str, reason: str, completed: str
+) -> None:
+    reasons = unstable_reasons(sql, "postgres")
+    assert any(reason in r for r in reasons), reasons
+    assert unstable_reasons(sql, "postgres", strict=False) == []
+    with pytest.raises(UnstableQueryError, match="allow_unstable"):
+        partition_sqls(sql, 2, dialect="postgres", strict=True)
+    assert all(completed in q for q in partition_sqls(sql, 2, dialect="postgres"))
 
 
 @pytest.mark.parametrize(
@@ -209,9 +240,15 @@ def test_parse_errors_carry_line_and_column() -> None:
     assert (caught.value.line, caught.value.col) == (2, 14)
 
 
-def test_count_of_a_plain_filter_replaces_the_projection() -> None:
-    assert count_sql("SELECT a, b FROM t WHERE a > 0 ORDER BY b") == (
+def test_count_of_a_described_plain_filter_replaces_the_projection() -> None:
+    assert count_sql("SELECT a, b FROM t WHERE a > 0 ORDER BY b", columns=["a", "b"]) == (
         "SELECT COUNT(*) FROM t WHERE a > 0"
+    )
+
+
+def test_count_of_an_undescribed_query_keeps_its_select_list() -> None:
+    assert count_sql("SELECT nosuchcol FROM t WHERE a > 0 ORDER BY b") == (
+        "SELECT COUNT(*) FROM (SELECT nosuchcol FROM t WHERE a > 0) AS _sqlfeed_q"
     )
 
 

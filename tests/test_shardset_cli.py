@@ -58,7 +58,7 @@ def test_info_shows_shardsets_and_the_main_one(dataset: Path) -> None:
 
 
 def test_plan_and_export_over_a_dataset_url(dataset: Path, tmp_path: Path) -> None:
-    url = f"dataset://{dataset}"
+    url = f"dataset:///{dataset}"
     run = run_cli(["plan", "--db", url, "--format", "json", "SELECT uid, label FROM dataset"])
     assert run.code == 0, run.err
     plan = json.loads(run.out)

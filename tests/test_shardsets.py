@@ -340,7 +340,7 @@ def test_not_a_dataset_and_a_broken_manifest(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["parquet", "orc", "csv", "jsonl"])
 def test_fragment_partitions_add_up_to_the_query(tmp_path: Path, fmt: str) -> None:
     make(tmp_path, fmt="parquet", second=fmt)  # the main shardset (labels) in fmt
-    source = sqlfeed.connect(f"dataset://{tmp_path / 'ds'}")
+    source = sqlfeed.connect(f"dataset:///{tmp_path / 'ds'}")
     query = "SELECT uid, x, k, label, note FROM dataset WHERE label <> 1 OR k = 'k3'"
     plan = sqlfeed.plan(query, source, target_rows=200)
     assert plan.strategy == "fragments"
@@ -426,7 +426,7 @@ def test_trace_columns_lead_back_to_the_source_row(tmp_path: Path, fmt: str) -> 
 
 def test_the_dispatcher_covers_every_fragment_once_with_two_workers(tmp_path: Path) -> None:
     make(tmp_path)
-    url = f"dataset://{tmp_path / 'ds'}"
+    url = f"dataset:///{tmp_path / 'ds'}"
     source = sqlfeed.connect(url)
     plan = sqlfeed.plan("SELECT uid, label FROM dataset", source, target_rows=250)
     queue = MemoryQueue()
@@ -465,12 +465,12 @@ def test_csv_with_quoted_newlines_stays_one_partition_per_file(tmp_path: Path) -
 
 def test_the_dataset_url_and_its_errors(tmp_path: Path) -> None:
     make(tmp_path)
-    source = sqlfeed.connect(f"dataset://{tmp_path / 'ds'}?view=samples")
+    source = sqlfeed.connect(f"dataset:///{tmp_path / 'ds'}?view=samples")
     assert source.scalar("SELECT count(*) FROM samples") == len(expected_rows())
-    with pytest.raises(InvalidArgumentError, match=r"expected dataset:///path"):
-        sqlfeed.connect(f"dataset://{tmp_path / 'ds'}?colour=red")
-    with pytest.raises(ShardsetError, match="is not a folder"):
-        sqlfeed.connect(f"dataset://{tmp_path / 'missing'}")
+    with pytest.raises(InvalidArgumentError, match=r"expected dataset:///relative/folder"):
+        sqlfeed.connect(f"dataset:///{tmp_path / 'ds'}?colour=red")
+    with pytest.raises(InvalidArgumentError, match=f"no dataset folder at {tmp_path}/missing"):
+        sqlfeed.connect(f"dataset:///{tmp_path / 'missing'}")
 
 
 def test_projection_and_filters_reach_the_parquet_files(tmp_path: Path) -> None:

@@ -13,11 +13,12 @@ import pytest
 
 import sqlfeed
 from sqlfeed import InvalidArgumentError, StatsSpec
+from stats.units import to_units
 from tests.engines import Engine
 
 pytestmark = pytest.mark.engine
 
-COLUMNS = "id, name, city, age, score, big, born, balance, active"
+COLUMNS = "id, name, city, age, score, big, born, seen, balance, active"
 SKEWED = "CASE WHEN id % 10 < 6 THEN 'common' WHEN id % 10 < 9 THEN 'rarer' ELSE name END"
 
 
@@ -41,10 +42,12 @@ def check_column(stats: sqlfeed.ColumnStats, values: list[Any], spec: StatsSpec)
         expected = [ordered[max(1, math.ceil(f * len(ordered))) - 1] for f in spec.fractions]
         assert [numeric(b) for b in stats.boundaries] == expected
         assert sum(stats.histogram) == len(present)
-        if not isinstance(present[0], dt.date):
-            floats = np.array(present, dtype=np.float64)
-            assert stats.mean == pytest.approx(floats.mean(), rel=1e-9)
-            assert stats.variance == pytest.approx(floats.var(), rel=1e-9, abs=1e-9)
+        if isinstance(present[0], dt.date):  # days / microseconds since 1970
+            assert stats.unit == ("us" if isinstance(present[0], dt.datetime) else "days")
+            present = [to_units(v, stats.unit) for v in present]
+        floats = np.array(present, dtype=np.float64)
+        assert stats.mean == pytest.approx(floats.mean(), rel=1e-9)
+        assert stats.variance == pytest.approx(floats.var(), rel=1e-9, abs=1e-9)
     if stats.kind == "categorical":
         counts = Counter(present)
         assert stats.vocabulary_counts == sorted(counts.values(), reverse=True)[: spec.top_k]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import statistics
+from fractions import Fraction
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pytest
@@ -62,3 +68,95 @@ def test_an_all_null_column_cannot_be_normalized() -> None:
     )
     with pytest.raises(InvalidArgumentError, match="no mean"):
         to_keras(stats)
+
+
+# -- date and timestamp columns: days and microseconds since 1970 --------------------------
+
+TIME_QUERY = """
+SELECT DATE '1999-12-31' + CAST(range * 37 % 4000 AS INTEGER) AS day,
+       TIMESTAMP '2001-02-03 04:00:00' + TO_HOURS(CAST(range * 7919 % 50000 AS BIGINT)) AS moment,
+       CASE WHEN range % 11 = 0 THEN NULL ELSE TIMESTAMPTZ '1969-07-20 20:17:00+00'
+            + TO_DAYS(CAST(range AS INTEGER)) END AS zoned
+FROM range(3000)
+"""
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def units(value: dt.date) -> int:
+    """Days since 1970 for a date; microseconds since 1970 (UTC) for a timestamp."""
+    if isinstance(value, dt.datetime):
+        naive = value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+        return (naive - EPOCH) // dt.timedelta(microseconds=1)
+    return (value - EPOCH.date()).days
+
+
+@pytest.fixture(scope="module")
+def time_values() -> dict[str, list[int]]:
+    table = duckdb.connect().sql(TIME_QUERY).to_arrow_table()
+    return {n: [units(v) for v in table.column(n).to_pylist() if v is not None]
+            for n in ("day", "moment", "zoned")}  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["pushdown", "accumulate"])
+def test_time_columns_have_moments_in_days_and_microseconds(
+    method: str, time_values: dict[str, list[int]]
+) -> None:
+    stats = sqlfeed.compute_stats(TIME_QUERY, sqlfeed.connect(duckdb.connect()), method=method)
+    for name, unit in (("day", "days"), ("moment", "us"), ("zoned", "us")):
+        column, values = stats[name], time_values[name]
+        assert column.unit == unit
+        assert column.mean == pytest.approx(float(statistics.mean(values)), rel=1e-12)
+        assert column.variance == pytest.approx(float(statistics.pvariance(values)), rel=1e-9)
+
+
+def exact_boundaries(values: list[int], buckets: int) -> list[int]:
+    ordered = sorted(values)
+    where = [max(1, math.ceil(Fraction(i, buckets) * len(ordered))) for i in range(1, buckets)]
+    return [ordered[p - 1] for p in where]
+
+
+@pytest.mark.parametrize("time_unit", ["us", "s"])
+def test_time_columns_become_normalization_and_discretization_layers(
+    tmp_path: Path, time_values: dict[str, list[int]], time_unit: str
+) -> None:
+    stats = sqlfeed.compute_stats(
+        TIME_QUERY, sqlfeed.connect(duckdb.connect()), spec=StatsSpec(buckets=7)
+    )
+    stats.save(str(tmp_path / "stats.json"))
+    again = sqlfeed.FeatureStats.load(str(tmp_path / "stats.json"))  # boundaries as ISO text
+    per_us = {"us": 1, "s": 1_000_000}[time_unit]
+    for loaded in (stats, again):
+        normalize = to_keras(loaded, time_unit=time_unit)
+        discretize = to_keras(loaded, numeric="discretize", time_unit=time_unit)
+        for name in ("day", "moment", "zoned"):
+            scale = 1 if name == "day" else per_us
+            fed = np.array([v // scale for v in time_values[name]], dtype=np.int64)
+            mean = float(statistics.mean(fed.tolist()))
+            std = math.sqrt(float(statistics.pvariance(fed.tolist())))
+            normalized = np.asarray(normalize[name](fed[:, None]))[:, 0]
+            # Keras computes in float32: a time is resolved to ~1e-7 of its size.
+            assert np.allclose(normalized, (fed - mean) / std, atol=1e-7 * fed.max() / std + 1e-5)
+            bounds = exact_boundaries(fed.tolist(), 7)
+            buckets = np.asarray(discretize[name](fed))
+            assert buckets.tolist() == np.searchsorted(bounds, fed, side="right").tolist()
+
+
+def test_time_layers_apply_to_the_tensors_sqlfeed_tf_feeds(
+    time_values: dict[str, list[int]],
+) -> None:
+    pytest.importorskip("tensorflow")
+    source = sqlfeed.connect(duckdb.connect())
+    stats = sqlfeed.compute_stats(TIME_QUERY, source, spec=StatsSpec(buckets=5))
+    discretize = to_keras(stats, ["day", "moment"], numeric="discretize")
+    normalize = to_keras(stats, ["day", "moment"])
+    data = sqlfeed.tf.dataset(TIME_QUERY, source, batch_size=4096, features=["day", "moment"])
+    batch = next(iter(data))
+    for name in ("day", "moment"):
+        fed = np.asarray(batch[name])
+        assert sorted(fed.tolist()) == sorted(time_values[name])  # the int64 units fed
+        bounds = exact_boundaries(time_values[name], 5)
+        assert (
+            np.asarray(discretize[name](batch[name])).tolist()
+            == np.searchsorted(bounds, fed, side="right").tolist()
+        )
+        assert np.asarray(normalize[name](batch[name][:, None])).std() == pytest.approx(1, rel=1e-3)

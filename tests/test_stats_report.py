@@ -5,17 +5,22 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
+import math
 import re
 import subprocess
 import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
+import sqlfeed
 from dialects import MissingDependencyError
 from stats.model import ColumnStats, FeatureStats
 from stats.report import html_report
+from tests.cli_helpers import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
@@ -224,3 +229,66 @@ def test_missing_matplotlib_is_a_missing_dependency(
 def test_report_does_not_import_sqlfeed() -> None:
     code = "import sys, stats.report; assert 'sqlfeed' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- dates at the ends of the calendar, NaN and infinities -----------------------------------
+
+EDGE_DAYS = """
+SELECT CASE WHEN range = 0 THEN DATE '0001-01-01' WHEN range = 1 THEN DATE '9999-12-31'
+            ELSE DATE '2020-01-01' + CAST(range AS INTEGER) END AS day,
+       DATE '0001-01-01' + CAST(range * 300 AS INTEGER) AS spread,
+       TIMESTAMP '0001-01-01 00:00:00' + TO_HOURS(CAST(range AS BIGINT)) AS early,
+       CASE WHEN range % 7 = 0 THEN 'NaN'::DOUBLE WHEN range % 11 = 0 THEN 'inf'::DOUBLE
+            ELSE range * 1e302 END AS wild
+FROM range(2500)
+"""
+
+
+@pytest.mark.parametrize("method", ["pushdown", "accumulate"])
+def test_dates_from_year_1_to_9999_and_non_finite_floats_chart(method: str, tmp_path: Path) -> None:
+    stats = sqlfeed.compute_stats(EDGE_DAYS, sqlfeed.connect(duckdb.connect()), method=method)
+    assert (stats["day"].min, stats["day"].max) == (dt.date(1, 1, 1), dt.date(9999, 12, 31))
+    assert (stats["wild"].nans, stats["wild"].infinities) == (358, 195)  # range % 7, % 11
+    path = tmp_path / "stats.json"
+    stats.save(str(path))
+    for shown in (stats, FeatureStats.load(str(path))):
+        collector = Collector()
+        page = html_report(shown)
+        collector.feed(page)
+        images = collector.named("img")
+        assert [img["alt"] for img in images] == [f"Histogram of {n}" for n in shown.columns]
+        assert all(png_of(img["src"]).startswith(PNG_SIGNATURE) for img in images)
+        text = "".join(collector.text)
+        assert "358 NaN values are not drawn." in text
+        assert "<th>NaN</th><th>±inf</th>" in page
+
+
+def test_the_summary_shows_nan_and_infinity_counts_and_time_moments() -> None:
+    columns = [
+        ColumnStats("x", "numeric", "double", count=10, nans=3, infinities=2, min=-1.0,
+                    max=math.inf, mean=0.5, variance=4.0, boundaries=[0.0],
+                    histogram=[3, 2]),
+        ColumnStats("d", "numeric", "date32[day]", count=2, min=dt.date(2024, 1, 1),
+                    max=dt.date(2024, 1, 3), mean=19724.0, variance=1.0, unit="days",
+                    boundaries=[dt.date(2024, 1, 3)], histogram=[1, 1]),
+    ]  # fmt: skip
+    page = html_report(FeatureStats({c.name: c for c in columns}, rows=10, method="pushdown"))
+    assert "<th>NaN</th><th>±inf</th>" in page
+    row = re.search(r'<tr><td><a href="#col-0">x</a>.*?</tr>', page)
+    assert row is not None
+    assert row.group(0).endswith("<td>3</td><td>2</td></tr>")
+    assert "<td>2024-01-02</td><td>1 days</td>" in page  # mean as a date, stddev in days
+
+
+def test_cli_stats_html_renders_a_date_of_year_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with duckdb.connect("data.duckdb") as connection:
+        connection.execute(f"CREATE TABLE t AS {EDGE_DAYS}")
+    run = run_cli(["stats", "--db", "duckdb:///data.duckdb", "SELECT day, spread FROM t",
+                   "--out", "stats.json", "--html", "report.html"])  # fmt: skip
+    assert run.code == 0, run.err
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<img") == 2
+    assert "Traceback" not in run.err

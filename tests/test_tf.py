@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import os
@@ -645,3 +646,71 @@ def test_mirrored_strategy_replicas_stay_in_lockstep_with_job_workers() -> None:
     assert result["dynamic_steps"] == [share, share]  # each step: one batch per replica
     assert result["dynamic_loss"][-1] < result["dynamic_loss"][0]
     assert result["static_steps"] == [25, 25]  # 5000 rows / 200 per step
+
+
+# -- resuming from a checkpoint ----------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("job", [None, "resumable"])
+def test_feed_checkpoint_resumes_where_the_model_was_checkpointed(
+    source: sqlfeed.Source, tmp_path: Any, job: str | None
+) -> None:
+    """Train 9 steps with saves every 4, crash at step 9, restore: step 8's checkpoint."""
+    import keras
+
+    class Crash(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if batch == 8:
+                raise RuntimeError("preempted")
+
+    def train(crash: bool) -> list[int]:
+        ids: list[int] = []
+
+        class Logged(keras.Model):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.dense = keras.layers.Dense(1)
+
+            def call(self, features: Any) -> Any:
+                return self.dense(tf.cast(features["id"], "float32")[:, None])
+
+            def train_step(self, data: Any) -> Any:
+                ids.extend(data[0]["id"].numpy().tolist())
+                return super().train_step(data)
+
+        options: dict[str, Any] = {"batch_size": 50, "label": "x", "features": ["id"], "seed": 2}
+        if job is None:
+            options |= {"shuffle_buffer": 200}
+        else:
+            options |= {"job": job, "queue": f"sqlite:///{tmp_path / 'q.db'}", "worker_id": "w"}
+        feed = sqlfeed_tf.Feed("SELECT id, x FROM t", source, partitions=4, **options)
+        model = Logged()
+        model({"id": tf.zeros([1], tf.int64)})
+        model.compile("sgd", "mse", run_eagerly=True)
+        backup = tmp_path / "backup"
+        callbacks = [sqlfeed_tf.FeedCheckpoint(feed, backup, save_freq=4),
+                     keras.callbacks.BackupAndRestore(backup, save_freq=4)]  # fmt: skip
+        with contextlib.suppress(RuntimeError):
+            model.fit(feed.dataset, epochs=1, verbose=0,
+                      callbacks=callbacks + ([Crash()] if crash else []))  # fmt: skip
+        feed.close()
+        return ids
+
+    first = train(crash=True)
+    rest = train(crash=False)
+    seen = first[: 8 * 50] + rest  # the checkpoint of step 8 was restored
+    assert Counter(seen) == Counter(range(1000))
+    if job is None:
+        uninterrupted = sqlfeed_tf.Feed(
+            "SELECT id, x FROM t",
+            source,
+            partitions=4,
+            batch_size=50,
+            label="x",
+            features=["id"],
+            seed=2,
+            shuffle_buffer=200,
+        )
+        order = [i for f, _ in elements(uninterrupted.dataset) for i in f["id"]]
+        assert seen == order

@@ -1,0 +1,367 @@
+"""Local files at the speed of DuckDB: sqlfeed's Feeder against DuckDB and pyarrow.
+
+TPC-H ``lineitem`` at one scale factor, as one Parquet file (:mod:`benchmarks.tpch`) and
+as one CSV file written from it (cached beside it, ``.bench-data/sf<tag>/lineitem.csv``),
+read whole by ``SELECT * FROM read_parquet('<file>')`` / ``read_csv('<file>')``.
+
+**A. Throughput** (section ``read``). Every contender runs in its own fresh Python
+subprocess (``--repeat`` times, interleaved; the fastest run is kept with its peak RSS,
+``VmHWM``). The time runs from after the imports to the last batch; every batch is
+touched (rows counted). Contenders (``--only`` ids ``<format>-<contender>``):
+
+* ``feeder``: ``sqlfeed.Feeder(sql, sqlfeed.connect("duckdb://"), format="arrow",
+  readers=--readers)``, planning (auto) included;
+* ``duckdb``: DuckDB reading the query once, ``duckdb.sql(sql)`` streamed as record
+  batches (``to_arrow_reader``; ``fetch_record_batch`` before DuckDB 2.0);
+* ``pyarrow``: ``pyarrow.dataset.dataset(file, format=...).to_batches()``.
+
+**B. Plan cost** (section ``cost``), for M in ``--partitions`` (16, 64, 256):
+``sqlfeed.plan(sql, source, partitions=M)`` (auto), then every partition read one after
+another through ``Source.read`` on one in-memory DuckDB, against one read of the whole
+query the same way (the best of two)::
+
+    cost = (sum of the M partition reads) / (one read of the whole query)
+
+in CPU seconds of the process (all DuckDB threads: the work done), and in wall seconds
+(where a one-row-group partition uses one core while the whole read uses them all, so
+the wall ratio overstates the work on a multi-core host).
+
+The plan's own estimate (``plan.cost``, in reads) is printed beside it.
+
+Goals (reported, never asserted): Feeder >= 0.8x DuckDB's rows/s; plan cost <= 1.1x at
+every M. The load average (``os.getloadavg``) is printed before and after: figures taken
+while other work runs are not comparable.
+
+Run from the repository root (data generated with ``tpchgen-cli`` when missing)::
+
+    .venv/bin/python -m benchmarks.local_read --scale 1 --repeat 3 --json /tmp/local_read.json
+    .venv/bin/python -m benchmarks.local_read --scale 0.05 --repeat 1    # quick smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import progress as _progress
+from benchmarks.common import run_child
+from benchmarks.common import status_bytes as _status_bytes
+
+__all__ = ["CONTENDERS", "Config", "main", "measure_cost", "measure_reads"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULT_MARK = "@@local_read@@ "
+"""Prefix of the one stdout line on which a child process reports its result."""
+
+FORMATS = ("parquet", "csv")
+GOAL_VS_DUCKDB = 0.8
+GOAL_COST = 1.1
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a child process needs (passed as JSON on its command line).
+
+    Attributes:
+        file: The lineitem file.
+        fmt: ``parquet`` or ``csv``.
+        readers: Feeder readers.
+    """
+
+    file: str
+    fmt: str
+    readers: int = 2
+
+    def sql(self) -> str:
+        """``SELECT * FROM read_parquet('<file>')`` (``read_csv`` for CSV)."""
+        function = "read_parquet" if self.fmt == "parquet" else "read_csv"
+        return f"SELECT * FROM {function}('" + self.file.replace("'", "''") + "')"
+
+
+Outcome = tuple[int, float, dict[str, Any]]
+"""What a contender returns: (rows, seconds, details)."""
+
+
+def _feeder(cfg: Config) -> Outcome:
+    import sqlfeed
+
+    start = time.perf_counter()
+    source = sqlfeed.connect("duckdb://")
+    feeder = sqlfeed.Feeder(cfg.sql(), source, format="arrow", readers=cfg.readers)
+    rows = sum(batch.num_rows for batch in feeder)
+    seconds = time.perf_counter() - start
+    plan = getattr(feeder, "plan", None)
+    details = {}
+    if plan is not None:
+        details = {"strategy": plan.strategy, "partitions": plan.num_partitions,
+                   "cost": plan.cost}  # fmt: skip
+    source.close()
+    return rows, seconds, details
+
+
+def _duckdb(cfg: Config) -> Outcome:
+    import duckdb
+
+    start = time.perf_counter()
+    con = duckdb.connect()
+    relation = con.sql(cfg.sql())
+    to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
+    rows = sum(batch.num_rows for batch in to_reader(BATCH_ROWS))
+    seconds = time.perf_counter() - start
+    con.close()
+    return rows, seconds, {}
+
+
+def _pyarrow(cfg: Config) -> Outcome:
+    import pyarrow.dataset as ds
+
+    start = time.perf_counter()
+    dataset = ds.dataset(cfg.file, format=cfg.fmt)
+    rows = sum(batch.num_rows for batch in dataset.to_batches(batch_size=BATCH_ROWS))
+    return rows, time.perf_counter() - start, {}
+
+
+CONTENDERS: dict[str, tuple[str, Callable[[Config], Outcome]]] = {
+    "feeder": ("sqlfeed.Feeder (auto, readers=N)", _feeder),
+    "duckdb": ("duckdb.sql().to_arrow_reader()", _duckdb),
+    "pyarrow": ("pyarrow.dataset.to_batches()", _pyarrow),
+}
+
+
+def _child_main(name: str, config_json: str) -> int:
+    """Run one contender in this (fresh) process and print its result on stdout."""
+    cfg = Config(**json.loads(config_json))
+    result: dict[str, Any] = {"id": name}
+    try:
+        rows, seconds, details = CONTENDERS[name][1](cfg)
+        result.update(rows=rows, seconds=seconds, details=details)
+    except Exception as err:
+        traceback.print_exc()
+        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+    result["peak_rss_bytes"] = _status_bytes("VmHWM")
+    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
+    return 1 if "error" in result else 0
+
+
+@dataclass
+class Read:
+    """The best run of one contender on one format."""
+
+    id: str
+    fmt: str
+    contender: str
+    rows: int = -1
+    seconds: float = 0.0
+    rows_per_second: float = 0.0
+    peak_rss_bytes: int = -1
+    runs: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def measure_reads(
+    files: dict[str, str], names: Sequence[str], readers: int, repeat: int, timeout: float
+) -> list[Read]:
+    """Run every ``(format, contender)`` ``repeat`` times (interleaved), each run in its own
+    subprocess; keep the fastest run of each."""
+    results = {f"{fmt}-{n}": Read(f"{fmt}-{n}", fmt, n) for fmt in files for n in names}
+    for run in range(repeat):
+        for key, read in results.items():
+            cfg = Config(files[read.fmt], read.fmt, readers)
+            command = [sys.executable, "-m", "benchmarks.local_read", "--child", read.contender,
+                       "--child-config", json.dumps(asdict(cfg))]  # fmt: skip
+            got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
+            if "error" in got:
+                read.error = str(got["error"])
+                _progress(f"[read] {key} run {run + 1}: {read.error}")
+                continue
+            read.runs.append(float(got["seconds"]))
+            _progress(f"[read] {key} run {run + 1}: {got['rows']:,} rows in {got['seconds']:.2f}s")
+            if read.rows < 0 or got["seconds"] < read.seconds:
+                read.rows, read.seconds = int(got["rows"]), float(got["seconds"])
+                read.rows_per_second = read.rows / max(read.seconds, 1e-9)
+                read.peak_rss_bytes = int(got["peak_rss_bytes"])
+                read.details = dict(got.get("details") or {})
+    return list(results.values())
+
+
+@dataclass
+class Cost:
+    """One plan's measured cost at one M."""
+
+    fmt: str
+    asked: int
+    partitions: int = 0
+    strategy: str = ""
+    estimate: float | None = None
+    plan_seconds: float = 0.0
+    one_read_cpu: float = 0.0
+    partitions_cpu: float = 0.0
+    ratio: float = 0.0
+    """CPU seconds of the partition reads / CPU seconds of one read: the work."""
+    wall_ratio: float = 0.0
+    """The same in wall time (one read runs on all cores; a small partition may not)."""
+    rows_match: bool = False
+
+
+def _drain(source: Any, sql: str, schema: Any) -> tuple[float, float, int]:
+    """(CPU seconds of this process, all threads; wall seconds; rows) of one read."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    rows = sum(batch.num_rows for batch in source.read(sql, schema=schema))
+    return time.process_time() - cpu, time.perf_counter() - wall, rows
+
+
+def measure_cost(fmt: str, file: str, partitions: Sequence[int]) -> list[Cost]:
+    """Plan cost (sum of the partition reads / one read) at each M, on one source."""
+    import sqlfeed
+
+    sql = Config(file, fmt).sql()
+    out = []
+    with sqlfeed.connect("duckdb://") as source:
+        schema = source.schema(sql)
+        one_cpu, one_wall, rows = min(_drain(source, sql, schema) for _ in range(2))
+        for m in partitions:
+            cell = Cost(fmt, m)
+            start = time.perf_counter()
+            plan = sqlfeed.plan(sql, source, partitions=m)
+            cell.plan_seconds = time.perf_counter() - start
+            cell.partitions, cell.strategy, cell.estimate = (
+                plan.num_partitions, plan.strategy, plan.cost)  # fmt: skip
+            read = [_drain(source, p.sql, plan.arrow_schema()) for p in plan.partitions]
+            cell.one_read_cpu = one_cpu
+            cell.partitions_cpu = sum(cpu for cpu, _, _ in read)
+            cell.ratio = cell.partitions_cpu / max(one_cpu, 1e-9)
+            cell.wall_ratio = sum(wall for _, wall, _ in read) / max(one_wall, 1e-9)
+            cell.rows_match = sum(count for _, _, count in read) == rows
+            _progress(
+                f"[cost] {fmt} M={m}: {plan.num_partitions} partitions ({plan.strategy}), "
+                f"{cell.ratio:.2f}x one read (CPU), {cell.wall_ratio:.2f}x (wall)"
+            )
+            out.append(cell)
+    return out
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]]:
+    """The tables, and the goals' lines (``ok`` / ``MISSED``)."""
+    read_rows = []
+    for r in reads:
+        vs = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
+        ratio = r.rows_per_second / vs.rows_per_second if vs and vs.rows_per_second else 0
+        extra = ", ".join(f"{k}={v}" for k, v in r.details.items())
+        read_rows.append([r.id, r.error or f"{r.rows:,}", f"{r.seconds:.2f}",
+                          f"{r.rows_per_second:,.0f}", f"{ratio:.2f}x",
+                          f"{r.peak_rss_bytes / 2**20:,.0f}", extra])  # fmt: skip
+    text = _table(["contender", "rows", "best s", "rows/s", "vs duckdb", "peak MB", "plan"],
+                  read_rows)  # fmt: skip
+    cost_rows = [[c.fmt, str(c.asked), str(c.partitions), c.strategy, f"{c.estimate}",
+                  f"{c.plan_seconds:.2f}", f"{c.one_read_cpu:.2f}", f"{c.partitions_cpu:.2f}",
+                  f"{c.ratio:.2f}x", f"{c.wall_ratio:.2f}x", str(c.rows_match)]
+                 for c in costs]  # fmt: skip
+    text += "\n\n" + _table(["format", "M", "parts", "strategy", "plan.cost", "plan s",
+                             "one read cpu s", "parts cpu s", "cost (cpu)", "cost (wall)",
+                             "rows ok"], cost_rows)  # fmt: skip
+    goals = []
+    for r in reads:
+        duck = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
+        if r.contender == "feeder" and duck and duck.rows_per_second and not r.error:
+            ratio = r.rows_per_second / duck.rows_per_second
+            mark = "ok" if ratio >= GOAL_VS_DUCKDB else "MISSED"
+            goals.append(f"{mark}: {r.fmt} Feeder {ratio:.2f}x DuckDB (goal >= {GOAL_VS_DUCKDB})")
+    for c in costs:
+        mark = "ok" if c.ratio <= GOAL_COST and c.rows_match else "MISSED"
+        goals.append(f"{mark}: {c.fmt} plan cost at M={c.asked}: {c.ratio:.2f}x one read's CPU "
+                     f"time (goal <= {GOAL_COST}; wall time {c.wall_ratio:.2f}x)")  # fmt: skip
+    return text, goals
+
+
+def csv_copy(parquet: Path) -> Path:
+    """``lineitem.csv`` beside ``parquet`` (written once, atomically)."""
+    import duckdb
+
+    target = parquet.with_suffix(".csv")
+    if not target.is_file():
+        temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        with duckdb.connect() as con:
+            source = "'" + str(parquet).replace("'", "''") + "'"
+            con.execute(f"COPY (FROM read_parquet({source})) TO '{temporary}' (HEADER)")
+        os.replace(temporary, target)
+    return target
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor")
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="ids or globs: parquet-feeder, csv-*, cost-parquet, ...")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _picked(item: str, only: Sequence[str] | None) -> bool:
+    return only is None or any(fnmatch.fnmatch(item, pattern) for pattern in only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare the files, run both sections, print the tables and the goals."""
+    args = _parse_args(argv)
+    if args.child:
+        return _child_main(args.child, args.child_config)
+    from benchmarks.tpch import lineitem_parquet
+
+    parquet = lineitem_parquet(args.scale)
+    files = {"parquet": str(parquet)}
+    if "csv" in args.formats:
+        files["csv"] = str(csv_copy(parquet))
+    files = {fmt: path for fmt, path in files.items() if fmt in args.formats}
+    load_before = os.getloadavg()
+    _progress(f"[setup] SF {args.scale}: {files}; load average {load_before}")
+    names = [n for n in CONTENDERS if any(_picked(f"{fmt}-{n}", args.only) for fmt in files)]
+    reads = measure_reads(files, names, args.readers, args.repeat, args.timeout)
+    reads = [r for r in reads if _picked(r.id, args.only)]
+    costs = [
+        cell
+        for fmt, path in files.items()
+        if _picked(f"cost-{fmt}", args.only)
+        for cell in measure_cost(fmt, path, args.partitions)
+    ]
+    load_after = os.getloadavg()
+    text, goals = report(reads, costs)
+    print(f"TPC-H lineitem SF {args.scale} on {platform.node()}, {os.cpu_count()} cores")
+    print(f"load average before {load_before}, after {load_after}\n")
+    print(text + "\n\n" + "\n".join(goals))
+    if args.json:
+        document = {"scale": args.scale, "load_before": load_before, "load_after": load_after,
+                    "reads": [asdict(r) for r in reads], "costs": [asdict(c) for c in costs],
+                    "goals": goals}  # fmt: skip
+        args.json.write_text(json.dumps(document, indent=2, default=str))
+    return 1 if any(r.error for r in reads) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,438 @@
+"""Scaling out: sqlfeed's plan into Ray Data and Dask, against their own SQL readers.
+
+TPC-H ``lineitem`` at one scale factor, in PostgreSQL (``SELECT * FROM lineitem_sf<tag>``),
+read to the end by each contender, side by side in one run:
+
+* **Ray Data**, every batch drained with ``ds.iter_batches(batch_format="pyarrow")``:
+
+  - ``ray-sqlfeed``: ``sqlfeed.ray.dataset(sql, url, strategy=--strategy,
+    partitions=--partitions)`` (planning is timed and included);
+  - ``ray-read_sql``: ``ray.data.read_sql(sql, psycopg.connect, shard_keys=["l_orderkey"],
+    override_num_blocks=--partitions)``, Ray's default ``shard_hash_fn="MD5"``: on
+    PostgreSQL ``ABS(MD5(...))`` fails, Ray refuses to shard ("set override_num_blocks to
+    1"), and the read runs in one task, as Ray asks;
+  - ``ray-read_sql-hashtext``: ``shard_keys=["l_orderkey::text"], shard_hash_fn="hashtext"``
+    (an integer hash PostgreSQL has), so Ray's reader does run ``--partitions`` tasks.
+
+* **Dask**, computed to one pandas DataFrame on the threaded scheduler (``--dask-scheduler``):
+
+  - ``dask-sqlfeed``: ``sqlfeed.dask.dataframe(sql, url, strategy=..., partitions=...)``;
+  - ``dask-read_sql_query``: ``dask.dataframe.read_sql_query(select * from the table,
+    url, index_col="l_orderkey", npartitions=--partitions)`` (pandas ``read_sql`` per
+    partition; Dask queries MIN/MAX of the index for the divisions);
+  - ``dask-sqlfeed-arrow``: sqlfeed's partitions straight to Arrow
+    (``dask.delayed(reader.table)`` per partition, concatenated), what a pipeline that
+    wants Arrow rather than pandas gets.
+
+Every contender runs in a fresh Python subprocess. The clock starts after the imports and,
+for Ray, after ``ray.init(num_cpus=--cpus)`` (cluster start-up is reported apart, as
+``startup_s``); it stops after the last row was counted. **Memory**: a thread samples the
+proportional set size (PSS, so pages shared with Ray's object store count once) of the
+child and all its descendants (Ray's raylet, GCS and workers; Dask's threads are in the
+child) every 0.2 s; reported as the peak and as the peak above the level just before the
+read (``peak_tree_pss``, ``read_pss``), plus the child's own ``VmHWM``. The goal: sqlfeed
+>= 1.5x the rows/s of each peer on the same engine. Nothing is asserted.
+
+Run from the repository root (PostgreSQL must be running; the data is generated and loaded
+by :mod:`benchmarks.tpch` when missing)::
+
+    .venv/bin/python -m benchmarks.scale_out --scale 1 --json /tmp/scale_out.json
+    .venv/bin/python -m benchmarks.scale_out --scale 0.01 --only 'dask-*'
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import progress as _progress
+from benchmarks.common import run_child
+from benchmarks.common import status_bytes as _status_bytes
+
+__all__ = ["CONTENDERS", "Config", "main"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULT_MARK = "@@scale_out@@ "
+SCAN_SQL = "SELECT * FROM {table}"
+SHARD_KEY = "l_orderkey"
+GOAL_RATIO = 1.5
+SAMPLE_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a child needs (passed as JSON on its command line).
+
+    Attributes:
+        pg_url: libpq URL (``postgresql://...``), for psycopg.
+        sa_url: the same as a SQLAlchemy URL (``postgresql+psycopg://...``).
+        table: the ``lineitem`` table.
+        partitions: partitions / blocks / shards for every contender.
+        cpus: Ray's ``num_cpus``; Dask's thread count.
+        strategy: sqlfeed's plan strategy.
+        dask_scheduler: ``threads`` or ``processes``.
+    """
+
+    pg_url: str
+    sa_url: str
+    table: str
+    partitions: int
+    cpus: int
+    strategy: str
+    dask_scheduler: str = "threads"
+
+    @property
+    def sql(self) -> str:
+        return SCAN_SQL.format(table=self.table)
+
+
+class TreeMemory:
+    """Samples the PSS of this process and its descendants in a thread; keeps the peak."""
+
+    def __init__(self) -> None:
+        import psutil  # type: ignore[import-untyped]
+
+        self._psutil = psutil
+        self.peak = 0
+        self.baseline = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        """The summed PSS (bytes) of this process tree now."""
+        me = self._psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                info = proc.memory_full_info()
+            except (self._psutil.Error, OSError):
+                continue
+            total += int(getattr(info, "pss", info.rss))
+        return total
+
+    def __enter__(self) -> TreeMemory:
+        self.baseline = self.peak = self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.sample())
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self.peak = max(self.peak, self.sample())
+
+
+Outcome = tuple[int, dict[str, Any]]
+"""What a contender's read returns: (rows, details)."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of reading the whole table into a framework.
+
+    Attributes:
+        id: name for ``--only`` and the tables.
+        framework: ``ray`` or ``dask``.
+        label: what it runs.
+        setup: imports and starts the framework; returns a context (or None).
+        read: reads every row (timed); returns (rows, details).
+    """
+
+    id: str
+    framework: str
+    label: str
+    setup: Callable[[Config], Any]
+    read: Callable[[Config, Any], Outcome]
+
+
+def _ray_setup(cfg: Config) -> Any:
+    import ray
+    import ray.data
+
+    import sqlfeed.ray  # noqa: F401  (imported before the clock starts, like Ray)
+
+    ray.init(num_cpus=cfg.cpus, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    return ray
+
+
+def _ray_drain(ds: Any) -> int:
+    return sum(b.num_rows for b in ds.iter_batches(batch_format="pyarrow", batch_size=None))
+
+
+def _ray_sqlfeed(cfg: Config, ray: Any) -> Outcome:
+    import sqlfeed.ray
+
+    ds = sqlfeed.ray.dataset(cfg.sql, cfg.sa_url, strategy=cfg.strategy, partitions=cfg.partitions)
+    return _ray_drain(ds), {"ray": ray.__version__}
+
+
+def _ray_read_sql(cfg: Config, ray: Any, hash_fn: str = "MD5", key: str = SHARD_KEY) -> Outcome:
+    import psycopg
+
+    url = cfg.pg_url
+
+    def factory() -> Any:
+        return psycopg.connect(url)
+
+    blocks = cfg.partitions
+    details: dict[str, Any] = {"ray": ray.__version__, "shard_hash_fn": hash_fn, "key": key}
+    try:
+        ds = ray.data.read_sql(
+            cfg.sql, factory, shard_keys=[key], shard_hash_fn=hash_fn, override_num_blocks=blocks
+        )
+    except ValueError as err:  # "Database does not support sharding": one task, as Ray asks
+        details["sharding"] = f"refused ({err}); read in 1 task"
+        blocks = 1
+        ds = ray.data.read_sql(cfg.sql, factory, override_num_blocks=1)
+    details["blocks"] = blocks
+    return _ray_drain(ds), details
+
+
+def _ray_read_sql_hashtext(cfg: Config, ray: Any) -> Outcome:
+    # hashtext takes text: Ray pastes the key into MOD(ABS(hashtext(<key>)), n).
+    return _ray_read_sql(cfg, ray, "hashtext", f"{SHARD_KEY}::text")
+
+
+def _dask_setup(cfg: Config) -> Any:
+    import dask
+    import dask.dataframe
+
+    import sqlfeed.dask  # noqa: F401
+
+    dask.config.set(scheduler=cfg.dask_scheduler, num_workers=cfg.cpus)
+    return dask
+
+
+def _dask_sqlfeed(cfg: Config, dask: Any) -> Outcome:
+    import sqlfeed.dask
+
+    frame = sqlfeed.dask.dataframe(
+        cfg.sql, cfg.sa_url, strategy=cfg.strategy, partitions=cfg.partitions
+    )
+    return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
+
+
+def _dask_sqlfeed_arrow(cfg: Config, dask: Any) -> Outcome:
+    import pyarrow as pa
+
+    from sqlfeed.feed.remote import plan_for_url, reader_for
+    from sqlfeed.io import DEFAULT_BATCH_ROWS
+
+    plan = plan_for_url(
+        cfg.sql, cfg.sa_url, {"strategy": cfg.strategy, "partitions": cfg.partitions}
+    )
+    reader = reader_for(plan, cfg.sa_url, DEFAULT_BATCH_ROWS, None)
+    parts = [dask.delayed(reader.table)(p) for p in plan.partitions]
+    tables = dask.compute(*parts)
+    return pa.concat_tables(tables).num_rows, {"dask": dask.__version__}
+
+
+def _dask_read_sql_query(cfg: Config, dask: Any) -> Outcome:
+    import dask.dataframe as dd
+    import sqlalchemy as sa
+
+    query = sa.select(sa.text("*")).select_from(sa.table(cfg.table))
+    frame = dd.read_sql_query(
+        query, cfg.sa_url, index_col=sa.column(SHARD_KEY), npartitions=cfg.partitions
+    )
+    return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
+
+
+CONTENDERS: dict[str, Contender] = {
+    c.id: c
+    for c in (
+        Contender("ray-sqlfeed", "ray", "sqlfeed.ray.dataset", _ray_setup, _ray_sqlfeed),
+        Contender("ray-read_sql", "ray", "ray.data.read_sql shard_keys (MD5)", _ray_setup,
+                  _ray_read_sql),
+        Contender("ray-read_sql-hashtext", "ray", "ray.data.read_sql shard_keys (hashtext)",
+                  _ray_setup, _ray_read_sql_hashtext),
+        Contender("dask-sqlfeed", "dask", "sqlfeed.dask.dataframe -> pandas", _dask_setup,
+                  _dask_sqlfeed),
+        Contender("dask-sqlfeed-arrow", "dask", "sqlfeed partitions -> Arrow (delayed)",
+                  _dask_setup, _dask_sqlfeed_arrow),
+        Contender("dask-read_sql_query", "dask", "dd.read_sql_query -> pandas", _dask_setup,
+                  _dask_read_sql_query),
+    )
+}  # fmt: skip
+
+
+def _child_main(name: str, config_json: str) -> int:
+    """Run one contender in this fresh process; print its result after :data:`RESULT_MARK`."""
+    cfg = Config(**json.loads(config_json))
+    contender = CONTENDERS[name]
+    result: dict[str, Any] = {"id": name}
+    try:
+        started = time.perf_counter()
+        context = contender.setup(cfg)
+        result["startup_s"] = time.perf_counter() - started
+        with TreeMemory() as memory:
+            started = time.perf_counter()
+            rows, details = contender.read(cfg, context)
+            result["seconds"] = time.perf_counter() - started
+        result.update(rows=rows, details=details, peak_tree_pss=memory.peak,
+                      read_pss=memory.peak - memory.baseline)  # fmt: skip
+    except Exception as err:
+        traceback.print_exc()
+        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+    result["vm_hwm"] = _status_bytes("VmHWM")
+    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
+    return 1 if "error" in result else 0
+
+
+@dataclass
+class Result:
+    """One contender's best run (see the module docstring for the fields)."""
+
+    id: str
+    framework: str
+    label: str
+    rows: int = -1
+    seconds: float = 0.0
+    rows_per_second: float = 0.0
+    startup_s: float = 0.0
+    peak_tree_pss: int = -1
+    read_pss: int = -1
+    vm_hwm: int = -1
+    runs: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def measure(
+    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
+) -> list[Result]:
+    """Run each contender ``repeat`` times in fresh subprocesses; keep the fastest run."""
+    results = []
+    for contender in contenders:
+        out = Result(contender.id, contender.framework, contender.label)
+        best: dict[str, Any] | None = None
+        for attempt in range(repeat):
+            _progress(f"{contender.id}: run {attempt + 1}/{repeat}")
+            command = [sys.executable, "-m", "benchmarks.scale_out", "--child", contender.id,
+                       "--child-config", json.dumps(asdict(cfg))]  # fmt: skip
+            got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
+            if "error" in got:
+                out.error = got["error"]
+                break
+            out.runs.append(got["seconds"])
+            if best is None or got["seconds"] < best["seconds"]:
+                best = got
+        if best is not None and out.error is None:
+            out.rows, out.seconds = best["rows"], best["seconds"]
+            out.rows_per_second = best["rows"] / best["seconds"] if best["seconds"] else 0.0
+            out.startup_s, out.details = best["startup_s"], best["details"]
+            out.peak_tree_pss, out.read_pss = best["peak_tree_pss"], best["read_pss"]
+            out.vm_hwm = best["vm_hwm"]
+        results.append(out)
+    return results
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.0f}" if value >= 0 else "-"
+
+
+def format_results(results: Sequence[Result]) -> str:
+    """The side-by-side table, and sqlfeed's ratio to each peer of its framework."""
+    lines = [
+        f"{'contender':<24} {'rows':>10} {'seconds':>8} {'rows/s':>12} {'start s':>8} "
+        f"{'peak MiB':>9} {'read MiB':>9}  what",
+    ]
+    for r in results:
+        if r.error:
+            lines.append(f"{r.id:<24} ERROR {r.error}")
+            continue
+        lines.append(
+            f"{r.id:<24} {r.rows:>10,} {r.seconds:>8.2f} {r.rows_per_second:>12,.0f} "
+            f"{r.startup_s:>8.1f} {_mib(r.peak_tree_pss):>9} {_mib(r.read_pss):>9}  {r.label}"
+        )
+    lines.append("")
+    by_id = {r.id: r for r in results if not r.error}
+    for ours, peers in (("ray-sqlfeed", ("ray-read_sql", "ray-read_sql-hashtext")),
+                        ("dask-sqlfeed", ("dask-read_sql_query",))):  # fmt: skip
+        for peer in peers:
+            if ours in by_id and peer in by_id and by_id[peer].rows_per_second:
+                ratio = by_id[ours].rows_per_second / by_id[peer].rows_per_second
+                mem = by_id[ours].read_pss / max(by_id[peer].read_pss, 1)
+                verdict = "meets" if ratio >= GOAL_RATIO else "misses"
+                lines.append(
+                    f"{ours} / {peer}: {ratio:.2f}x rows/s ({verdict} the {GOAL_RATIO}x goal), "
+                    f"{mem:.2f}x read memory"
+                )
+    return "\n".join(lines)
+
+
+def _prepare(args: argparse.Namespace) -> Config:
+    from benchmarks.tpch import DEFAULT_CACHE_DIR, DEFAULT_PG_URL, lineitem_parquet, load_postgres
+
+    pg_url: str = args.pg_url or DEFAULT_PG_URL
+    parquet = lineitem_parquet(args.scale, args.cache_dir or DEFAULT_CACHE_DIR)
+    table = load_postgres(pg_url, parquet, "lineitem", args.scale)
+    scheme, sep, rest = pg_url.partition("://")
+    sa_url = (
+        f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else pg_url
+    )
+    return Config(pg_url, sa_url, table, args.partitions, args.cpus, args.strategy,
+                  args.dask_scheduler)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare the data, run the contenders, print the table (and write ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
+    parser.add_argument("--partitions", type=int, default=16, help="partitions/blocks (16)")
+    parser.add_argument(
+        "--cpus", type=int, default=os.cpu_count() or 2, help="Ray CPUs, Dask threads"
+    )
+    parser.add_argument(
+        "--strategy", default="auto", help="sqlfeed's strategy (default auto: ctid)"
+    )
+    parser.add_argument("--dask-scheduler", choices=("threads", "processes"), default="threads")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per contender (fastest kept)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per child run")
+    parser.add_argument("--only", nargs="+", default=["*"], metavar="GLOB", help="contender ids")
+    parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-config", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child_main(args.child, args.child_config)
+    chosen = [c for c in CONTENDERS.values() if any(fnmatch.fnmatch(c.id, g) for g in args.only)]
+    if not chosen:
+        parser.error(f"--only matches no contender (ids: {', '.join(CONTENDERS)})")
+    cfg = _prepare(args)
+    load = os.getloadavg()
+    _progress(f"TPC-H lineitem SF {args.scale:g} in PostgreSQL ({cfg.table}); load {load[0]:.2f}")
+    results = measure(chosen, cfg, args.repeat, args.timeout)
+    title = (
+        f"scale-out reads, TPC-H lineitem SF {args.scale:g} from PostgreSQL ({platform.node()}, "
+        f"{os.cpu_count()} CPUs, {cfg.partitions} partitions, Ray num_cpus={cfg.cpus}, Dask "
+        f"{cfg.dask_scheduler}; load average {load[0]:.2f} at start)"
+    )
+    print(title)
+    print(format_results(results))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({"title": title, "config": asdict(cfg), "scale": args.scale,
+                       "results": [asdict(r) for r in results]}, out, indent=2)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
