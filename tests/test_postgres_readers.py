@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import gc
 import importlib.util
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+import sqlfeed
 from dialects import EngineError
-from sqlfeed.io import PostgresSource, connect
+from sqlfeed.io import PostgresSource, arrow, connect
+from sqlfeed.io import source as sourcemodule
 from tests.cli_helpers import run_cli
 from tests.conftest import get_engine
 from tests.engines import POSTGRES_URL, Engine
@@ -26,7 +32,12 @@ from tests.engines import POSTGRES_URL, Engine
 pytestmark = pytest.mark.engine
 
 URL = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
-MODULES = {"connectorx": "connectorx", "adbc": "adbc_driver_postgresql", "psycopg": "psycopg"}
+MODULES = {
+    "copy": "psycopg",
+    "connectorx": "connectorx",
+    "adbc": "adbc_driver_postgresql",
+    "psycopg": "psycopg",
+}
 
 # Columns of types connectorx cannot carry (it panics on them) or ADBC returns raw.
 ODD = {
@@ -177,7 +188,9 @@ def test_an_odd_type_with_a_server_error_is_one_line(source: PostgresSource) -> 
 def test_the_reader_follows_the_column_types(postgres: Engine) -> None:
     with connect(URL) as source:
         assert isinstance(source, PostgresSource)
-        installed = [r for r in MODULES if importlib.util.find_spec(MODULES[r])]
+        installed = [
+            r for r in ("connectorx", "adbc", "psycopg") if importlib.util.find_spec(MODULES[r])
+        ]
         source.readers = ("connectorx", "adbc", "psycopg")
         plain = "SELECT i, 'x' || i AS t, i * 0.5::float8 AS f, ARRAY[i, 2] AS a FROM t3 AS g(i)"
         exact = "SELECT i, i * 0.1 AS n, i * interval '1 day' AS iv FROM t3 AS g(i)"
@@ -187,6 +200,13 @@ def test_the_reader_follows_the_column_types(postgres: Engine) -> None:
         assert source.reader_for(exact) == ("adbc" if "adbc" in installed else "psycopg")
         assert source.reader_for(odd) == "psycopg"
         assert source.reader_for(plain, snapshot="00000003-1") == "psycopg"
+        source.readers = ("copy", "connectorx", "psycopg")
+        scalars = "SELECT i, 'x' || i AS t, (i * 0.5)::numeric(15, 2) AS d FROM t3 AS g(i)"
+        scalars = scalars.replace("t3", "generate_series(1, 3)")
+        assert source.reader_for(scalars) == "copy"  # every type parsed from its text
+        assert source.reader_for(plain) == installed[0]  # a list: the next reader
+        source.readers = ("connectorx", "psycopg")  # a bounded numeric: connectorx
+        assert source.reader_for(scalars) == installed[0]
 
 
 @pytest.mark.parametrize("reader", list(MODULES))
@@ -216,7 +236,7 @@ def test_an_unknown_reader_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     assert run.code == 2
     assert run.err.strip().splitlines() == [
         "sqlfeed: error: SQLFEED_POSTGRES_READERS='connectorx,turbo': unknown reader 'turbo'; "
-        "use a comma-separated list of connectorx, adbc, psycopg"
+        "use a comma-separated list of copy, connectorx, adbc, psycopg"
     ]
 
 
@@ -234,3 +254,145 @@ def test_a_late_value_no_reader_can_type_is_one_line(source: PostgresSource) -> 
     assert "\n" not in message
     assert message.startswith("postgres returned a value that does not fit its column's Arrow")
     assert "[50000]" in message
+
+
+# -- connections kept per reading thread; batches in the plan's own types ----------------------
+
+KEPT = ("copy", "adbc")
+
+
+@pytest.fixture
+def items(postgres: Engine) -> Iterator[str]:
+    """A table of numeric(15,2), int4, text and date columns (with NULLs), dropped after."""
+    table = postgres.qualify(f"reader_items_{uuid.uuid4().hex[:8]}")
+    postgres.execute(
+        f"CREATE TABLE {table} AS SELECT i::int4 AS n, (i * 1.25)::numeric(15, 2) AS price, "
+        "CASE WHEN i % 7 = 0 THEN NULL ELSE 'item ' || i END AS label, "
+        "DATE '2024-01-01' + i AS day FROM generate_series(1, 20000) AS g(i)"
+    )
+    yield table
+    postgres.execute(f"DROP TABLE {table}")
+
+
+def _named_source(reader: str, name: str) -> PostgresSource:
+    if importlib.util.find_spec(MODULES[reader]) is None:
+        pytest.skip(f"{MODULES[reader]} is not installed")
+    source = connect(f"{URL}?application_name={name}")
+    assert isinstance(source, PostgresSource)
+    source.readers = (reader,)
+    return source
+
+
+def _backends(postgres: Engine, name: str) -> set[int]:
+    rows = postgres.rows(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{name}'")
+    return {int(r[0]) for r in rows}
+
+
+@pytest.mark.parametrize("reader", KEPT)
+def test_a_reading_thread_keeps_one_connection_for_all_its_partitions(
+    postgres: Engine, items: str, reader: str
+) -> None:
+    name = f"sqlfeed_keep_{uuid.uuid4().hex[:8]}"
+    source = _named_source(reader, name)
+    try:
+        plan = sqlfeed.plan(f"SELECT * FROM {items}", source, strategy="ctid", partitions=8)
+        schema = plan.arrow_schema()
+        before = _backends(postgres, name)  # the engine's own pool (planning queries)
+        served = []
+        rows = 0
+        for partition in plan.partitions:
+            rows += sum(b.num_rows for b in source.read(partition.sql, schema=schema))
+            served.append(_backends(postgres, name) - before)
+        assert rows == 20000
+        assert len(served[0]) == 1
+        assert all(s == served[0] for s in served)
+        assert source.connections[reader].opened == 1
+        (pid,) = served[0]
+        postgres.execute(f"SELECT pg_terminate_backend({pid})")  # a connection broken
+        _wait_gone(postgres, {pid})
+        assert source.read_table(f"SELECT count(*) AS c FROM {items}").column(0)[0].as_py() == (
+            20000
+        )
+        assert source.connections[reader].opened == 2  # dropped and reopened once
+    finally:
+        source.close()
+    _wait_gone(postgres, _backends(postgres, name))  # closing the source closes them all
+
+
+def test_a_thread_connection_closes_when_its_thread_ends(postgres: Engine, items: str) -> None:
+    name = f"sqlfeed_thread_{uuid.uuid4().hex[:8]}"
+    with _named_source("copy", name) as source:
+        assert isinstance(source, PostgresSource)
+        before = _backends(postgres, name)
+        seen: list[set[int]] = []
+
+        def read() -> None:
+            source.read_table(f"SELECT * FROM {items}")
+            seen.append(_backends(postgres, name) - before)  # its connection, still open
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        thread.join()
+        assert len(seen[0]) == 1
+        del thread
+        gc.collect()
+        _wait_gone(postgres, seen[0])
+
+
+def _wait_gone(postgres: Engine, pids: set[int]) -> None:
+    """Poll until none of ``pids`` is a backend any more (a backend exits asynchronously)."""
+    listed = ", ".join(str(p) for p in pids) or "0"
+    for _ in range(100):
+        if not postgres.rows(f"SELECT pid FROM pg_stat_activity WHERE pid IN ({listed})"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"backends {pids} still open")
+
+
+@pytest.mark.parametrize("reader", ["copy", "connectorx", "adbc", "psycopg"])
+def test_batches_arrive_in_the_plan_types_on_every_reader(
+    postgres: Engine, items: str, reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _named_source(reader, "sqlfeed_types")
+    cast: list[str] = []
+
+    def watch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+        if not batch.schema.equals(schema):
+            cast.append(str(batch.schema))
+        return arrow.conform(batch, schema)
+
+    monkeypatch.setattr(sourcemodule, "conform", watch)
+    sql = f"SELECT * FROM {items}"
+    expected = postgres.rows(f"{sql} ORDER BY n")
+    with source:
+        plan = sqlfeed.plan(sql, source, strategy="ctid", partitions=4)
+        schema = plan.arrow_schema()
+        assert [f.type for f in schema] == [
+            pa.int32(), pa.decimal128(15, 2), pa.string(), pa.date32()
+        ]  # fmt: skip
+        batches = [b for p in plan.partitions for b in source.read(p.sql, schema=schema)]
+    table = pa.Table.from_batches(batches).sort_by("n")
+    assert [tuple(r.values()) for r in table.to_pylist()] == [tuple(r) for r in expected]
+    if reader in ("copy", "psycopg"):  # connectorx: int64 and decimal128(38, 10), cast
+        assert cast == []  # ADBC: numeric as text, cast
+
+
+def test_copy_keeps_null_empty_and_odd_text_apart(source: PostgresSource) -> None:
+    sql = (
+        "SELECT i, CASE WHEN i % 3 = 0 THEN NULL WHEN i % 3 = 1 THEN '' ELSE "
+        "E'a,\"b\"\\n' || i END AS t, 'NULL' AS n, (i * 0.1)::float4 AS f4, "
+        "CASE WHEN i = 2 THEN 'NaN'::float8 ELSE 1.0 / i END AS f8, i % 2 = 0 AS b, "
+        "TIMESTAMPTZ '2024-03-01 10:00:00.25+02' + i * interval '1 min' AS tz "
+        "FROM generate_series(1, 30) AS g(i)"
+    )
+    got = source.read_table(sql).to_pylist()
+    assert source.reader_for(sql) == source.readers[0] or source.readers[0] == "adbc"
+    for row in got:
+        i = row["i"]
+        assert row["t"] == (None if i % 3 == 0 else "" if i % 3 == 1 else f'a,"b"\n{i}')
+        assert row["n"] == "NULL"
+        assert row["f4"] == pa.scalar(i * 0.1, pa.float32()).as_py()
+        assert row["b"] == (i % 2 == 0)
+        assert row["tz"] == dt.datetime(2024, 3, 1, 8, i, 0, 250000, tzinfo=dt.UTC)
+    assert got[1]["f8"] != got[1]["f8"]  # NaN
+    assert got[2]["f8"] == 1.0 / 3

@@ -2,12 +2,13 @@
 
 :func:`connect` turns a URL, engine or connection into a :class:`Source`
 (:mod:`sqlfeed.io.source`), with one module per engine family: :mod:`sqlfeed.io.duckdb`,
-:mod:`sqlfeed.io.sqlalchemy` (any SQLAlchemy engine, SQLite included),
-:mod:`sqlfeed.io.postgres` and :mod:`sqlfeed.io.mysql`. Engine-independent Arrow helpers
-are in :mod:`sqlfeed.io.arrow`, PostgreSQL's types and readers' reach in
-:mod:`sqlfeed.io.pgtypes`, file URLs (``duckdb:``, ``sqlite:``, ``dataset:``) in
-:mod:`sqlfeed.io.files`, the pieces of local files partition queries name (byte
-ranges, ORC stripes) in :mod:`sqlfeed.io.ranges`. This layer imports only
+:mod:`sqlfeed.io.sqlalchemy` (any SQLAlchemy engine), :mod:`sqlfeed.io.postgres`,
+:mod:`sqlfeed.io.mysql` and :mod:`sqlfeed.io.sqlite` (the last two share connectorx's
+reads and fallback, :mod:`sqlfeed.io.cxread`). Engine-independent Arrow helpers are in
+:mod:`sqlfeed.io.arrow`, PostgreSQL's types and readers' reach in :mod:`sqlfeed.io.pgtypes`,
+file URLs (``duckdb:``, ``sqlite:``, ``dataset:``) in :mod:`sqlfeed.io.files`, the pieces
+of local files partition queries name (byte ranges, ORC stripes) in
+:mod:`sqlfeed.io.ranges`. This layer imports only
 :mod:`sqlfeed.sql` and ``dialects``.
 """
 
@@ -22,6 +23,7 @@ from sqlfeed.io.postgres import READERS, PostgresSource
 from sqlfeed.io.ranges import range_url
 from sqlfeed.io.source import SnapshotHolder, Source, driver_message, redact_url
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
+from sqlfeed.io.sqlite import SQLiteSource
 
 __all__ = [
     "DEFAULT_BATCH_ROWS",
@@ -31,6 +33,7 @@ __all__ = [
     "MySQLSource",
     "PostgresSource",
     "SQLAlchemySource",
+    "SQLiteSource",
     "SnapshotHolder",
     "Source",
     "connect",

@@ -15,6 +15,7 @@ from sqlfeed.io.mysql import MySQLSource
 from sqlfeed.io.postgres import PostgresSource
 from sqlfeed.io.source import Source
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
+from sqlfeed.io.sqlite import SQLiteSource
 
 __all__ = ["connect", "register_scheme"]
 
@@ -23,6 +24,7 @@ _SCHEMES: dict[str, Callable[[str], Source]] = {}
 _FAMILIES: dict[str, type[SQLAlchemySource]] = {
     "postgres": PostgresSource,
     "mysql": MySQLSource,
+    "sqlite": SQLiteSource,
 }
 """The SQLAlchemy source class of each dialect with reader specifics; others are generic."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import re
 import threading
 import uuid
@@ -39,6 +40,16 @@ from sqlfeed.io.source import Source, driver_message
 from sqlfeed.sql import function_name
 
 _ORC = re.compile(r"read_orc\s*\(|\.orc['\"]", re.IGNORECASE)
+_CSV = re.compile(r"read_csv|\.[ct]sv['\"]", re.IGNORECASE)
+_SNIFFABLE = frozenset(
+    ("delim", "sep", "quote", "escape", "header", "skip", "new_line", "dateformat",
+     "timestampformat", "decimal_separator", "sample_size", "all_varchar")
+)  # fmt: skip
+"""The ``read_csv`` options a sniffed call keeps (the sniffer takes them, its call says
+them): a call with others is not replaced by its sniffed call."""
+_SNIFFED: dict[tuple[str, int, int, str], str] = {}
+"""The sniffed ``read_csv`` call of each CSV file (path, size, modification time and the
+options given): DuckDB sniffs a CSV file again for every query that reads it."""
 _REGISTER_LOCK = threading.Lock()
 
 __all__ = ["DuckDBSource", "duckdb_file", "open_duckdb"]
@@ -171,13 +182,49 @@ class DuckDBSource(Source):
 
     def sniff_csv(self, file: str, options: str) -> str:
         """The ``read_csv(...)`` call DuckDB's sniffer finds for ``file`` read with the
-        ``read_csv`` ``options`` (SQL, may be empty): every option explicit."""
+        ``read_csv`` ``options`` (SQL, may be empty): every option explicit. Remembered
+        for the file's size and modification time."""
+        try:
+            stat = os.stat(file)
+        except OSError:
+            stat = None
+        key = (file, stat.st_size, stat.st_mtime_ns, options) if stat is not None else None
+        if key is not None and key in _SNIFFED:
+            return _SNIFFED[key]
         extra = f", {options}" if options else ""
         literal = exp.Literal.string(file).sql(dialect="duckdb")
         prompt = str(
             self.scalar(f"SELECT prompt FROM sniff_csv({literal}{extra})", what="csv sniff")
         )
-        return prompt.strip().removeprefix("FROM").strip().rstrip(";").strip()
+        call = prompt.strip().removeprefix("FROM").strip().rstrip(";").strip()
+        if key is not None:
+            _SNIFFED[key] = call
+        return call
+
+    def _sniffed_sql(self, sql: str) -> str:
+        """``sql`` with each ``read_csv`` of one local file (or ``FROM 'x.csv'``) replaced
+        by its sniffed call (see :meth:`sniff_csv`): the same columns and types, read
+        without sniffing again. For the planner's schema probes; ``sql`` unchanged when
+        it reads no such file, or a sniff fails."""
+        if not _CSV.search(sql):
+            return sql
+        try:
+            tree: exp.Expr = exp.maybe_parse(sql, dialect="duckdb")
+            for table in list(tree.find_all(exp.Table)):
+                found = _csv_call(table)
+                if found is None:
+                    continue
+                path, options, alias = found
+                sniffed: exp.Table | None = exp.maybe_parse(
+                    f"SELECT * FROM {self.sniff_csv(path, options)}", dialect="duckdb"
+                ).find(exp.Table)
+                if sniffed is None:
+                    return sql
+                name = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(alias))
+                table.replace(exp.Table(this=sniffed.this, alias=name))
+            return tree.sql(dialect="duckdb")
+        except Exception:  # a probe that cannot use a sniff runs as written
+            return sql
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         with self._cursor(sql) as cursor:
@@ -195,6 +242,7 @@ class DuckDBSource(Source):
         return table
 
     def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
+        sql = self._sniffed_sql(sql)  # CSV files: sniffed once, not for every probe
         with self._cursor(sql) as cursor:
             relation = cursor.sql(self._local_sql(cursor, sql))
             # DuckDB 2 renamed arrow() / fetch_record_batch() to to_arrow_table/_reader().
@@ -227,6 +275,35 @@ class DuckDBSource(Source):
                         f"duckdb failed running the partition query: {driver_message(err)}"
                     ) from None
                 yield batch
+
+
+def _csv_call(table: exp.Table) -> tuple[str, str, str] | None:
+    """``(path, options SQL, default alias)`` of a table that reads one local CSV file by
+    ``read_csv(_auto)`` (sniffable options only) or ``FROM 'x.csv'``; None otherwise."""
+    call = table.this
+    if isinstance(call, exp.Identifier):
+        path = call.name
+        if not call.quoted or table.args.get("db") or not path.lower().endswith((".csv", ".tsv")):
+            return None
+        options, alias = "", path.rsplit("/", 1)[-1].split(".", 1)[0]
+    elif function_name(call) in ("read_csv", "read_csv_auto"):
+        first = call.this if isinstance(call.this, exp.Expr) else None
+        arguments = [*([first] if first is not None else []), *call.expressions]
+        if not arguments or not (isinstance(arguments[0], exp.Literal) and arguments[0].is_string):
+            return None
+        named = arguments[1:]
+        if not all(
+            isinstance(a, exp.EQ | exp.PropertyEQ) and a.this.name.lower() in _SNIFFABLE
+            for a in named
+        ):
+            return None
+        path, alias = str(arguments[0].this), function_name(call)
+        options = ", ".join(f"{a.this.name} = {a.expression.sql('duckdb')}" for a in named)
+    else:
+        return None
+    if "://" in path or any(c in path for c in "*?[{") or not os.path.isfile(path):
+        return None
+    return path, options, alias
 
 
 def _orc_arguments(call: exp.Expr) -> tuple[list[str], dict[str, Any]]:

@@ -1,17 +1,64 @@
-"""MySQL and MariaDB: :class:`MySQLSource` (pymysql's unbuffered cursor) and its column types.
+"""MySQL and MariaDB: :class:`MySQLSource`, its readers, session settings and column types.
 
-pymysql is optional and imported when a read needs its ``SSCursor``.
+A read takes the first reader of :attr:`MySQLSource.readers` that can carry every column
+of the query: connectorx (its Arrow stream over the binary protocol) or pymysql's
+unbuffered ``SSCursor``, which carries them all. connectorx is taken only for the
+columns it was checked to return exactly (:data:`CONNECTORX_TYPES`; decimals of at
+most 18 integer and 10 fractional digits), on a plain ``host:port`` URL, and its failures
+never reach the caller (:func:`sqlfeed.io.cxread.read_with_fallback`). Every read, by
+either reader, runs :data:`MYSQL_SESSION` first: the hash of a row is taken over its
+text, so every worker must render ``TIMESTAMP`` values alike. connectorx and pymysql are
+optional and imported when used.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from sqlfeed.io.cxread import (
+    connectorx_batches,
+    connectorx_module,
+    read_with_fallback,
+    readers_from_environment,
+)
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
+from sqlfeed.sql import schema_sql
 
-__all__ = ["MySQLSource", "mysql_description_schema"]
+__all__ = [
+    "CONNECTORX_TYPES",
+    "MYSQL_SESSION",
+    "READERS",
+    "READERS_VARIABLE",
+    "MySQLSource",
+    "mysql_description_schema",
+]
+
+MYSQL_SESSION = ("SET time_zone = '+00:00'",)
+"""Run on every connection a read uses: ``TIMESTAMP`` values (and their text, which hash
+partitions hash) in UTC, whatever the server's own time zone."""
+
+READERS = ("connectorx", "pymysql")
+"""The MySQL/MariaDB readers, fastest first (the default order of :attr:`MySQLSource.readers`)."""
+
+READERS_VARIABLE = "SQLFEED_MYSQL_READERS"
+"""Environment variable: the readers to try, in order, comma-separated (e.g. ``pymysql``)."""
+
+CONNECTORX_TYPES = frozenset({1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 15, 246, 247, 248})
+CONNECTORX_TYPES |= frozenset({249, 250, 251, 252, 253, 254})
+"""MySQL field types connectorx returns exactly (integers signed and unsigned, floats,
+decimals, dates, datetimes, timestamps, years, text in any character set, enums, sets,
+blobs); not ``TIME`` (it panics on negative or 24-hour-plus values), ``BIT`` (raw
+bytes), MySQL's ``JSON`` (re-serialized), ``GEOMETRY`` nor ``NULL``."""
+
+_CONNECTORX_DECIMAL = (18, 10)
+"""connectorx reads decimals as 28-digit ``rust_decimal`` rescaled to 10 places: at most
+this many integer and fractional digits."""
+
+_TYPE_CACHE_SIZE = 1024
 
 # MySQL field type codes -> Arrow types; text/blob types are told apart by their values.
 _MYSQL_TYPES: dict[int, pa.DataType] = {
@@ -27,7 +74,7 @@ _MYSQL_TYPES: dict[int, pa.DataType] = {
     11: pa.duration("us"),
     12: pa.timestamp("us"),
     13: pa.int16(),
-    16: pa.int64(),
+    # 16 (BIT): pymysql returns its bytes, so its type is inferred from them (binary).
     245: pa.string(),
 }
 _MYSQL_UNSIGNED = {1: pa.uint8(), 2: pa.uint16(), 3: pa.uint32(), 8: pa.uint64(), 9: pa.uint32()}
@@ -36,12 +83,89 @@ _MYSQL_UNSIGNED_FLAG = 32
 
 
 class MySQLSource(SQLAlchemySource):
-    """MySQL/MariaDB through SQLAlchemy; pymysql streams with an unbuffered (server-side) cursor."""
+    """MySQL/MariaDB through SQLAlchemy, read with connectorx or pymysql's unbuffered cursor.
+
+    Attributes:
+        readers: the readers a read may take, in order (default :data:`READERS`, or the
+            ``SQLFEED_MYSQL_READERS`` environment variable); pymysql, which carries every
+            type, is taken when connectorx cannot (and with any other driver, the
+            driver's own cursor).
+    """
+
+    session_settings = MYSQL_SESSION
+
+    def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
+        super().__init__(engine, dialect, owned=owned, label=label)
+        self.readers: tuple[str, ...] = readers_from_environment(READERS_VARIABLE, READERS)
+        self._fields: dict[str, tuple[tuple[int, int, int], ...]] = {}
 
     def _description_schema(self, cursor: Any) -> pa.Schema | None:
         if self.driver == "pymysql":
             return mysql_description_schema(cursor)
         return None
+
+    def column_fields(self, sql: str) -> tuple[tuple[int, int, int], ...]:
+        """(type code, precision, scale) of each output column of ``sql`` (pymysql only;
+        one ``LIMIT 0`` query, remembered)."""
+        fields = self._fields.get(sql)
+        if fields is None:
+            with self._errors("schema query"), self._raw() as connection:
+                cursor = connection.cursor()
+                try:
+                    cursor.execute(schema_sql(self.parse(sql)))
+                    metas = cursor._result.fields
+                    fields = tuple(
+                        (meta.type_code, *_decimal_digits(meta, description))
+                        for meta, description in zip(metas, cursor.description, strict=True)
+                    )
+                    cursor.fetchall()
+                finally:
+                    cursor.close()
+                    connection.commit()
+            if len(self._fields) >= _TYPE_CACHE_SIZE:
+                self._fields.clear()
+            self._fields[sql] = fields
+        return fields
+
+    def reader_for(self, sql: str) -> str:
+        """The reader a read of ``sql`` takes: the first of :attr:`readers` that is
+        installed and carries every column type; else ``pymysql``."""
+        for name in self.readers:
+            if name == "pymysql" or self.driver != "pymysql":
+                return "pymysql"
+            if (
+                self._connectorx_url()
+                and connectorx_module() is not None
+                and all(_connectorx_carries(*field) for field in self.column_fields(sql))
+            ):
+                return name
+        return "pymysql"
+
+    def _connectorx_url(self) -> str | None:
+        """The engine's URL for connectorx: ``mysql://`` on a host, no options but a charset."""
+        url = self.engine.url
+        if not url.host or set(url.query) - {"charset"}:
+            return None
+        return str(url.set(drivername="mysql", query={}).render_as_string(hide_password=False))
+
+    def _read(
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        snapshot: str | None,
+    ) -> Iterator[pa.RecordBatch]:
+        def pymysql_read() -> Iterator[pa.RecordBatch]:
+            return SQLAlchemySource._read(self, sql, schema, batch_rows, stop, ordered, snapshot)
+
+        url = self._connectorx_url()
+        if url is None or self.reader_for(sql) != "connectorx":
+            yield from pymysql_read()
+            return
+        batches = connectorx_batches(url, sql, batch_rows, stop, MYSQL_SESSION)
+        yield from read_with_fallback("mysql", batches, schema, pymysql_read)
 
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         if self.driver != "pymysql":
@@ -49,6 +173,26 @@ class MySQLSource(SQLAlchemySource):
         import pymysql.cursors
 
         return connection.driver_connection.cursor(pymysql.cursors.SSCursor)
+
+
+def _connectorx_carries(code: int, precision: int, scale: int) -> bool:
+    if code in (0, 246):
+        integer_digits, fraction_digits = _CONNECTORX_DECIMAL
+        return scale <= fraction_digits and precision - scale <= integer_digits
+    return code in CONNECTORX_TYPES
+
+
+def _decimal_digits(meta: Any, description: Sequence[Any]) -> tuple[int, int]:
+    """A column's declared precision and scale (decimals; else its length and 0).
+
+    pymysql reports a decimal's display length as its precision: one more for the sign
+    (unless unsigned), one more for the point (when it has a scale).
+    """
+    length, scale = int(description[4] or 0), int(description[5] or 0)
+    if meta.type_code not in _MYSQL_DECIMAL:
+        return length, 0
+    signed = not meta.flags & _MYSQL_UNSIGNED_FLAG
+    return length - int(signed) - int(scale > 0), scale
 
 
 def mysql_description_schema(cursor: Any) -> pa.Schema | None:
@@ -69,7 +213,7 @@ def mysql_description_schema(cursor: Any) -> pa.Schema | None:
         code = meta.type_code
         unsigned = bool(meta.flags & _MYSQL_UNSIGNED_FLAG)
         if code in _MYSQL_DECIMAL:
-            precision, scale = description[4], description[5]
+            precision, scale = _decimal_digits(meta, description)
             arrow_type = (
                 pa.decimal128(precision, scale) if precision and precision <= 38 else pa.float64()
             )

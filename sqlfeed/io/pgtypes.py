@@ -25,6 +25,7 @@ __all__ = [
     "ADBC_TYPES",
     "CONNECTORX_TYPES",
     "adbc_batch",
+    "connectorx_carries",
     "libpq_message",
     "panic_database_message",
     "postgres_description_schema",
@@ -73,6 +74,27 @@ ADBC_TYPES = frozenset(
 """Types ADBC returns exactly (after :func:`adbc_batch`): no arrays (it flattens
 multi-dimensional ones silently), no ``money`` (its raw integer), no ``uuid``, ``xml``,
 ``point``, ranges or other types it passes as opaque binary."""
+
+
+def connectorx_carries(types: Sequence[int], schema: pa.Schema) -> bool:
+    """Whether connectorx returns every column of a query exactly.
+
+    Args:
+        types: the columns' type OIDs.
+        schema: the query's Arrow schema (:func:`postgres_description_schema`).
+
+    Returns:
+        True when every type is in :data:`CONNECTORX_TYPES`, or is a ``numeric`` read as a
+        decimal of precision at most 28 and scale at most 10 (connectorx returns it as
+        ``decimal128(38, 10)``, cast back to the column's own decimal).
+    """
+    for oid, field in zip(types, schema, strict=True):
+        if oid in CONNECTORX_TYPES:
+            continue
+        bounded = pa.types.is_decimal128(field.type) and field.type.precision <= 28
+        if oid != _NUMERIC or not bounded or field.type.scale > 10:
+            return False
+    return True
 
 
 def postgres_description_schema(description: Sequence[Any]) -> pa.Schema:

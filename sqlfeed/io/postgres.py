@@ -1,9 +1,13 @@
 """PostgreSQL: :class:`PostgresSource`, its readers, snapshots and session settings.
 
-A read takes the first reader of :attr:`PostgresSource.readers` (connectorx's Arrow
-stream, ADBC's binary COPY, then psycopg's server-side cursor) that is installed and
+A read takes the first reader of :attr:`PostgresSource.readers` (``copy``: a CSV ``COPY``
+parsed by Arrow into the query's own types, :mod:`sqlfeed.io.pgcopy`; connectorx's Arrow
+stream; ADBC's binary COPY; then psycopg's server-side cursor) that is installed and
 carries every column type of the query (:mod:`sqlfeed.io.pgtypes`); psycopg carries them
-all, and is the only reader for a read inside an exported snapshot. connectorx reports a
+all, and is the only reader for a read inside an exported snapshot. ``copy`` and ADBC keep
+one connection per reading thread, set up once and reused for every partition the thread
+reads (:mod:`sqlfeed.io.pgsessions`); connectorx opens one per partition, psycopg takes the
+engine's pooled connections. connectorx reports a
 failure as a Rust panic (``PanicException``, not an ``Exception``): before its first
 batch the read runs again on the next reader, which returns the rows or the database's
 own error; after it, the panic becomes a one-line :class:`~dialects.EngineError` with
@@ -14,6 +18,7 @@ optional and imported when used.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Iterator
@@ -23,10 +28,13 @@ import pyarrow as pa
 
 from dialects import EngineError, InvalidArgumentError, SqlfeedError
 from dialects.postgres import HASHABLE_TYPE_OIDS
+from sqlfeed.io.cxread import connectorx_module
+from sqlfeed.io.pgcopy import COPY_SESSION, copy_batches, copy_fits
+from sqlfeed.io.pgsessions import KeptConnection, ThreadConnections
 from sqlfeed.io.pgtypes import (
     ADBC_TYPES,
-    CONNECTORX_TYPES,
     adbc_batch,
+    connectorx_carries,
     libpq_message,
     panic_database_message,
     postgres_description_schema,
@@ -60,8 +68,9 @@ POSTGRES_ORDERED = (
     "SET synchronize_seqscans = off",
 )
 
-READERS = ("connectorx", "adbc", "psycopg")
-"""The PostgreSQL readers, fastest first (the default order of :attr:`PostgresSource.readers`)."""
+READERS = ("copy", "connectorx", "adbc", "psycopg")
+"""The PostgreSQL readers, fastest first (the default order of :attr:`PostgresSource.readers`;
+measured by ``benchmarks/pg_readers.py``)."""
 
 READERS_VARIABLE = "SQLFEED_POSTGRES_READERS"
 """Environment variable: the readers to try, in order, comma-separated (e.g. ``adbc,psycopg``)."""
@@ -70,7 +79,7 @@ _TYPE_CACHE_SIZE = 1024
 
 
 class PostgresSource(SQLAlchemySource):
-    """PostgreSQL through SQLAlchemy, read with connectorx, ADBC or a psycopg named cursor.
+    """PostgreSQL through SQLAlchemy, read with COPY, connectorx, ADBC or a psycopg cursor.
 
     Attributes:
         readers: the readers a read may take, in order (default :data:`READERS`, or the
@@ -84,6 +93,34 @@ class PostgresSource(SQLAlchemySource):
         super().__init__(engine, dialect, owned=owned, label=label)
         self.readers: tuple[str, ...] = readers_from_environment()
         self._types: dict[str, tuple[int, ...]] = {}
+        self.connections = {
+            "copy": ThreadConnections(self._open_psycopg),
+            "adbc": ThreadConnections(self._open_adbc),
+        }
+        """Per reader that keeps its connections: one per reading thread, reused."""
+
+    def close(self) -> None:
+        for connections in self.connections.values():
+            connections.close()
+        super().close()
+
+    def _reader_url(self) -> str:
+        url = self.engine.url.set(drivername="postgresql")
+        return str(url.render_as_string(hide_password=False))
+
+    def _open_psycopg(self) -> Any:
+        import psycopg
+
+        connection = psycopg.connect(self._reader_url())
+        _set_up(connection, (*POSTGRES_SESSION, *COPY_SESSION))
+        return connection
+
+    def _open_adbc(self) -> Any:
+        dbapi = _adbc_postgres()
+        assert dbapi is not None
+        connection = dbapi.connect(self._reader_url())
+        _set_up(connection, POSTGRES_SESSION)
+        return connection
 
     def _description_schema(self, cursor: Any) -> pa.Schema | None:
         if self.driver == "psycopg":
@@ -120,21 +157,39 @@ class PostgresSource(SQLAlchemySource):
             self._types[sql] = types
         return types
 
-    def reader_for(self, sql: str, *, snapshot: str | None = None, after: str = "") -> str:
+    def reader_for(
+        self,
+        sql: str,
+        *,
+        snapshot: str | None = None,
+        after: str = "",
+        schema: pa.Schema | None = None,
+    ) -> str:
         """The reader a read of ``sql`` takes: the first of :attr:`readers` (after ``after``)
-        that is installed and carries every column type; else ``psycopg``."""
+        that is installed and carries every column type; else ``psycopg``.
+
+        ``copy`` is chosen from the read's Arrow ``schema`` alone (derived when not given);
+        connectorx and ADBC from the columns' type OIDs (one ``LIMIT 0`` query).
+        """
         if snapshot is not None:
             return "psycopg"
-        types = set(self.column_types(sql))
         names = self.readers
         if after in names:
             names = names[names.index(after) + 1 :]
+        if schema is None and set(names) & {"copy", "connectorx"}:
+            schema = self.schema(sql)
+        oids: tuple[int, ...] | None = None
         for name in names:
-            if name == "psycopg":
+            if name in ("psycopg", "copy"):
+                if name == "psycopg" or (_installed("psycopg") and copy_fits(schema)):
+                    return name
+                continue
+            if oids is None:
+                oids = self.column_types(sql)
+            cx = name == "connectorx" and _connectorx() is not None
+            if cx and connectorx_carries(oids, schema):
                 return name
-            if name == "connectorx" and types <= CONNECTORX_TYPES and _connectorx() is not None:
-                return name
-            if name == "adbc" and types <= ADBC_TYPES and _adbc_postgres() is not None:
+            if name == "adbc" and set(oids) <= ADBC_TYPES and _adbc_postgres() is not None:
                 return name
         return "psycopg"
 
@@ -147,7 +202,7 @@ class PostgresSource(SQLAlchemySource):
         ordered: bool,
         snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
-        reader = self.reader_for(sql, snapshot=snapshot)
+        reader = self.reader_for(sql, snapshot=snapshot, schema=schema)
         yield from self._read_with(reader, sql, schema, batch_rows, stop, ordered, snapshot)
 
     def _read_with(
@@ -161,10 +216,13 @@ class PostgresSource(SQLAlchemySource):
         snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         settings = [*POSTGRES_SESSION, *(POSTGRES_ORDERED if ordered else ())]
-        if reader == "connectorx":
+        local = [s.replace("SET ", "SET LOCAL ", 1) for s in POSTGRES_ORDERED] if ordered else []
+        if reader == "copy":
+            yield from self._read_copy(sql, schema, batch_rows, stop, ordered, local)
+        elif reader == "connectorx":
             yield from self._read_connectorx(sql, schema, batch_rows, stop, ordered, settings)
         elif reader == "adbc":
-            yield from self._read_adbc(sql, batch_rows, stop, settings)
+            yield from self._read_adbc(sql, batch_rows, stop, local)
         else:
             yield from super()._read(sql, schema, batch_rows, stop, ordered, snapshot)
 
@@ -206,30 +264,64 @@ class PostgresSource(SQLAlchemySource):
         return SnapshotHolder(snapshot, connection)
 
     def _read_adbc(
-        self, sql: str, batch_rows: int, stop: threading.Event | None, settings: list[str]
+        self, sql: str, batch_rows: int, stop: threading.Event | None, local: list[str]
     ) -> Iterator[pa.RecordBatch]:
-        dbapi = _adbc_postgres()
-        assert dbapi is not None
-        url = self.engine.url.set(drivername="postgresql")
-        uri = url.render_as_string(hide_password=False)
-        with dbapi.connect(uri) as connection, connection.cursor() as cursor:
-            for setting in settings:
-                cursor.execute(setting)
-            cursor.adbc_statement.set_options(
-                **{"adbc.postgresql.batch_size_hint_bytes": str(batch_rows * 64)}
-            )
-            cursor.execute(sql)
-            reader = cursor.fetch_record_batch()
-            while stop is None or not stop.is_set():
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    return
-                except (OSError, pa.ArrowException) as err:  # a server error mid-stream
-                    raise EngineError(
-                        f"postgres failed running the partition query: {libpq_message(str(err))}"
-                    ) from None
-                yield adbc_batch(batch)
+        """ADBC's binary COPY on this thread's connection (``local``: ``SET LOCAL``s).
+
+        A kept connection found broken before any row is reopened once.
+        """
+        connections = self.connections["adbc"]
+        for attempt in (1, 2):
+            kept = connections.get()
+            yielded = finished = False
+            try:
+                for batch in _adbc_batches(kept.connection, sql, batch_rows, stop, local):
+                    yielded = True
+                    yield batch
+                finished = stop is None or not stop.is_set()
+                return
+            except Exception:
+                if yielded or attempt == 2 or _alive(kept.connection):
+                    raise
+            finally:
+                if not finished:
+                    connections.drop(kept)
+
+    def _read_copy(
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        local: list[str],
+    ) -> Iterator[pa.RecordBatch]:
+        """``COPY ... (FORMAT csv)`` on this thread's psycopg connection, parsed by Arrow.
+
+        A connection found broken before any row is reopened once; a value Arrow cannot
+        parse before the first batch sends the read to the next reader.
+        """
+        connections = self.connections["copy"]
+        for attempt in (1, 2):
+            kept = connections.get()
+            connection = kept.connection
+            yielded = False
+            try:
+                for batch in copy_batches(connection, sql, schema, batch_rows, stop, local):
+                    yielded = True
+                    yield batch
+                return
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                if yielded:
+                    raise
+                break
+            except Exception:
+                if yielded or attempt == 2 or not connection.broken:
+                    raise
+            finally:
+                _settle(kept, connections)
+        after = self.reader_for(sql, after="copy", schema=schema)
+        yield from self._read_with(after, sql, schema, batch_rows, stop, ordered, None)
 
     def _read_connectorx(
         self,
@@ -294,6 +386,81 @@ def readers_from_environment() -> tuple[str, ...]:
     return names
 
 
+def _adbc_batches(
+    connection: Any, sql: str, batch_rows: int, stop: threading.Event | None, local: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``sql`` on an ADBC connection; its transaction committed at the end
+    (left open when ``stop`` ends the read early)."""
+    with connection.cursor() as cursor:
+        for setting in local:
+            cursor.execute(setting)
+        cursor.adbc_statement.set_options(
+            **{"adbc.postgresql.batch_size_hint_bytes": str(batch_rows * 64)}
+        )
+        cursor.execute(sql)
+        reader = cursor.fetch_record_batch()
+        while stop is None or not stop.is_set():
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException) as err:  # a server error mid-stream
+                raise EngineError(
+                    f"postgres failed running the partition query: {libpq_message(str(err))}"
+                ) from None
+            yield adbc_batch(batch)
+        else:
+            return
+    connection.commit()
+
+
+def _alive(connection: Any) -> bool:
+    """Whether a reader connection still answers after a failed read (rolled back)."""
+    try:
+        connection.rollback()
+        cursor = connection.cursor()
+        try:
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
+        finally:
+            cursor.close()
+        connection.rollback()
+    except Exception:
+        return False
+    return True
+
+
+def _set_up(connection: Any, settings: tuple[str, ...]) -> None:
+    """Run a new reader connection's session ``settings`` and commit them."""
+    cursor = connection.cursor()
+    try:
+        for setting in settings:
+            cursor.execute(setting)
+    finally:
+        cursor.close()
+    connection.commit()
+
+
+def _settle(kept: KeptConnection, connections: ThreadConnections) -> None:
+    """After a ``copy`` read: keep the connection when its transaction is over (or can be
+    rolled back), else drop it (broken, or a ``COPY`` still sending rows)."""
+    from psycopg import pq
+
+    connection = kept.connection
+    if connection is None:  # closed with the source meanwhile
+        return
+    status = connection.info.transaction_status
+    if status == pq.TransactionStatus.IDLE:
+        return
+    if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        try:
+            connection.rollback()
+            return
+        except Exception:  # the connection broke meanwhile
+            pass
+    connections.drop(kept)
+
+
 def _connectorx_failure(err: BaseException) -> bool:
     """A connectorx failure: its Rust panic, or an error it raised (never ours, nor an exit)."""
     if type(err).__name__ == "PanicException":
@@ -303,16 +470,16 @@ def _connectorx_failure(err: BaseException) -> bool:
     )
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
 def _connectorx() -> Any:
-    try:
-        import connectorx
-    except ImportError:
-        return None
-    return connectorx
+    return connectorx_module()
 
 
 def _adbc_postgres() -> Any:

@@ -154,16 +154,24 @@ class Source:
             if not yielded:
                 yield empty_batch(schema)
 
-    def arrow(self, sql: str, *, what: str = "query") -> pa.Table:
-        """A small result (aggregates, catalog look-ups) as a table, types from its values."""
+    def arrow(self, sql: str, *, what: str = "query", settings: tuple[str, ...] = ()) -> pa.Table:
+        """A small result (aggregates, catalog look-ups) as a table, types from its values.
+
+        ``settings``: statements (``SET LOCAL ...``) run before the query in its transaction.
+        """
         with self._errors(what):
+            if settings:
+                names, rows = self._rows_with_names(sql, settings)
+                return rows_table(names, rows)
             return self._arrow(sql)
 
     def _arrow(self, sql: str) -> pa.Table:
         names, rows = self._rows_with_names(sql)
         return rows_table(names, rows)
 
-    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _rows_with_names(
+        self, sql: str, settings: tuple[str, ...] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         raise NotImplementedError
 
     def read_table(self, sql: str, *, schema: pa.Schema | None = None) -> pa.Table:

@@ -92,10 +92,14 @@ class SQLAlchemySource(Source):
                 cursor.close()
                 connection.commit()
 
-    def _rows_with_names(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _rows_with_names(
+        self, sql: str, settings: tuple[str, ...] = ()
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         with self._raw() as connection:
             cursor = connection.cursor()
             try:
+                for setting in settings:  # SET LOCAL: ends with this transaction
+                    cursor.execute(setting)
                 cursor.execute(sql)
                 names = [d[0] for d in cursor.description]
                 return names, [tuple(row) for row in cursor.fetchall()]

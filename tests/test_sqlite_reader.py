@@ -1,0 +1,207 @@
+"""Every SQLite reader (connectorx, sqlite3) returns exactly the query's rows in the plan's
+types, whatever SQLite's dynamic typing holds: NULLs (also in a column's first row),
+unicode text, negative and int64 edge numbers, reals in an INTEGER column, numbers in a
+TEXT-affinity-less column, BOOLEAN columns holding 2, dates and datetimes as text, blobs.
+Queries calling sqlfeed's own functions (hash partitions) are read by sqlite3.
+
+The expected values come from the ``sqlite3`` module directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import sqlfeed
+from dialects import EngineError, InvalidArgumentError
+from sqlfeed.io import SQLiteSource, connect
+
+READERS = ("connectorx", "sqlite3")
+
+ROWS: list[tuple[Any, ...]] = [
+    (1, None, None, None, None, None, None, None, None),
+    (2, -9223372036854775808, -1.5, "héllo 🐍", "2024-02-29", "2024-02-29 12:00:00.5",
+     b"\x00\xff", 1, 7),
+    (3, 9223372036854775807, 1e300, "日本語 'q' \\", "0001-01-01", "9999-12-31 23:59:59",
+     b"", 0, "seven"),
+    (4, 0, -0.0, "", "2024-13-45", "not a date", b"\x01" * 300, 2, 7.5),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-reader") / "types.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER, r REAL, txt TEXT, day DATE,"
+            " at DATETIME, data BLOB, flag BOOLEAN, anything)"
+        )
+        connection.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", ROWS)
+        connection.execute("CREATE TABLE i (id INTEGER PRIMARY KEY, x INTEGER)")
+        connection.executemany("INSERT INTO i VALUES (?, ?)", [(1, 1), (2, 2.5), (3, -3)])
+    connection.close()
+    return path
+
+
+@pytest.fixture(params=READERS)
+def source(request: pytest.FixtureRequest, database: Path) -> Iterator[SQLiteSource]:
+    if request.param == "connectorx" and importlib.util.find_spec("connectorx") is None:
+        pytest.skip("connectorx is not installed")
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        opened.readers = (request.param,)
+        yield opened
+
+
+def _expected(database: Path, sql: str) -> list[dict[str, Any]]:
+    with sqlite3.connect(database) as connection:
+        cursor = connection.execute(sql)
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    connection.close()
+    return rows
+
+
+def _as_planned(rows: list[dict[str, Any]], schema: pa.Schema) -> list[dict[str, Any]]:
+    """sqlite3's values in the plan's types (text columns: numbers as their text)."""
+    out = []
+    for row in rows:
+        fixed = {}
+        for name, value in row.items():
+            wanted = schema.field(name).type
+            if pa.types.is_string(wanted) and value is not None and not isinstance(value, str):
+                value = str(value)
+            elif pa.types.is_floating(wanted) and isinstance(value, int):
+                value = float(value)
+            fixed[name] = value
+        out.append(fixed)
+    return out
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM t ORDER BY id",
+        "SELECT id, n, r, txt, day, at, data FROM t WHERE id > 1 ORDER BY id",
+        "SELECT id, flag, anything FROM t WHERE id > 1 ORDER BY id",
+        "SELECT id, x FROM i ORDER BY id",
+        "SELECT id, n * 2 AS twice, r / 2 AS half FROM t WHERE id > 1 ORDER BY id",
+    ],
+)
+def test_every_reader_returns_the_rows_in_the_plans_types(
+    source: SQLiteSource, database: Path, sql: str
+) -> None:
+    schema = source.schema(sql)
+    table = source.read_table(sql, schema=schema)
+    assert table.schema == schema
+    assert table.to_pylist() == _as_planned(_expected(database, sql), schema)
+
+
+def test_the_plans_types_of_sqlites_values(source: SQLiteSource) -> None:
+    schema = source.schema("SELECT * FROM t WHERE id > 1")
+    assert dict(zip(schema.names, schema.types, strict=True)) == {
+        "id": pa.int64(),
+        "n": pa.int64(),
+        "r": pa.float64(),
+        "txt": pa.string(),
+        "day": pa.string(),
+        "at": pa.string(),
+        "data": pa.binary(),
+        "flag": pa.int64(),
+        "anything": pa.string(),
+    }
+    assert source.schema("SELECT x FROM i").field("x").type == pa.float64()
+
+
+def test_hash_partitions_are_read_by_sqlite3_with_every_row_once(source: SQLiteSource) -> None:
+    sql = "SELECT id, txt FROM t"
+    plan = sqlfeed.plan(sql, source, strategy="hash", partitions=3)
+    assert source.reader_for(plan.partitions[0].sql) == "sqlite3"
+    ids = [i for p in plan.partitions for i in source.read_table(p.sql).column("id").to_pylist()]
+    assert sorted(ids) == [1, 2, 3, 4]
+
+
+def test_connectorx_reads_plain_queries_on_files(
+    database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SQLFEED_SQLITE_READERS", raising=False)
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        expected = "connectorx" if importlib.util.find_spec("connectorx") else "sqlite3"
+        assert opened.reader_for("SELECT * FROM t") == expected
+    with connect("sqlite://") as memory:
+        assert isinstance(memory, SQLiteSource)
+        assert memory.reader_for("SELECT 1") == "sqlite3"
+
+
+def test_a_query_error_is_one_line_with_the_databases_message(source: SQLiteSource) -> None:
+    schema = pa.schema([("id", pa.int64())])
+    with pytest.raises(EngineError, match="partition query: no such table: missing_t") as err:
+        source.read_table("SELECT id FROM missing_t", schema=schema)
+    assert "\n" not in str(err.value)
+
+
+def test_the_readers_come_from_the_environment(
+    database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SQLFEED_SQLITE_READERS", "sqlite3")
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        assert opened.readers == ("sqlite3",)
+        assert opened.reader_for("SELECT * FROM t") == "sqlite3"
+    monkeypatch.setenv("SQLFEED_SQLITE_READERS", "fast")
+    with pytest.raises(InvalidArgumentError, match=r"SQLFEED_SQLITE_READERS.*'fast'"):
+        connect(f"sqlite:///{database}")
+
+
+def test_a_value_past_the_first_batch_that_does_not_fit_is_a_one_line_error(
+    source: SQLiteSource, tmp_path: Path
+) -> None:
+    """connectorx fails mid-stream (a text value in an INTEGER column): never a panic."""
+    path = tmp_path / "late.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE late (x INTEGER)")
+        connection.executemany("INSERT INTO late VALUES (?)", [(i,) for i in range(3000)])
+        connection.execute("INSERT INTO late VALUES ('abc')")
+    connection.close()
+    with connect(f"sqlite:///{path}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        opened.readers = source.readers
+        schema = pa.schema([("x", pa.int64())])
+        with pytest.raises(EngineError, match="does not fit its column's Arrow type") as err:
+            for _ in opened.read("SELECT x FROM late", schema=schema, batch_rows=100):
+                pass
+    assert "\n" not in str(err.value)
+
+
+def _read_in_child(database: str, answers: Any) -> None:
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        table = opened.read_table("SELECT id, n, txt FROM t ORDER BY id")
+        answers.put((opened.reader_for("SELECT id FROM t"), table.column("id").to_pylist()))
+
+
+def test_a_process_forked_after_a_connectorx_read_reads_with_sqlite3(database: Path) -> None:
+    """connectorx's runtime does not survive fork (DataLoader workers): the child must not
+    take it, and must still read every row."""
+    if importlib.util.find_spec("connectorx") is None:
+        pytest.skip("connectorx is not installed")
+    with connect(f"sqlite:///{database}") as opened:
+        assert opened.reader_for("SELECT id FROM t") == "connectorx"
+        assert opened.read_table("SELECT id FROM t").num_rows == len(ROWS)
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(database), answers))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0, f"the forked reader exited with {child.exitcode}"
+    reader, ids = answers.get(timeout=5)
+    assert reader == "sqlite3"
+    assert ids == [row[0] for row in ROWS]
