@@ -83,7 +83,7 @@ def close_duckdb_file() -> None:
 
 def skip_reason(engine: str, plan: str) -> str | None:
     """Why a (engine, plan) pair is not tested, or None."""
-    if plan == "physical" and engine not in ("postgres", "duckdb"):
+    if plan == "physical" and engine not in ("postgres", "duckdb", "sqlite"):
         return f"{engine} has no physical row address"
     return None
 

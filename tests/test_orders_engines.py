@@ -51,6 +51,7 @@ def plan_rows(engine: Engine, planned: sqlfeed.Plan) -> Counter[tuple[Any, ...]]
         rows = multiset(engine.rows(partition.sql))
         assert not set(rows) & set(union), f"rows in two partitions: {partition.sql}"
         union.update(rows)
+    sqlfeed.plans.drop_scratch(planned, engine.source())  # auto may materialize (servers)
     return union
 
 

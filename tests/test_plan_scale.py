@@ -140,8 +140,8 @@ def test_a_capped_partition_count_is_said_in_the_reason() -> None:
 
 def test_a_partition_count_from_a_huge_row_count_is_capped_and_said() -> None:
     counted = types.SimpleNamespace(count=lambda parsed, columns: 10**12)
-    context: Any = types.SimpleNamespace(source=counted, parsed=None, columns=[])
-    rows, m, note = prepare.partition_count(context, "hash", None, 100_000, 1)
-    assert (rows, m) == (10**12, MAX_PARTITIONS)
-    assert f"M capped at {MAX_PARTITIONS}" in note
-    assert "--target-rows" in note
+    context: Any = types.SimpleNamespace(source=counted, parsed=None, columns=[], table=None)
+    sizing = prepare.partition_count(context, "hash", None, 100_000, 1)
+    assert (sizing.rows, sizing.m) == (10**12, MAX_PARTITIONS)
+    assert f"M capped at {MAX_PARTITIONS}" in sizing.capped
+    assert "--target-rows" in sizing.capped

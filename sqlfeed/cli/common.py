@@ -142,14 +142,16 @@ def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = 
         choices=STRATEGIES,
         default="auto",
         help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
-        "(PostgreSQL ctid, DuckDB rowid); materialize: run once into --scratch; fragments: "
-        "the shard files, row groups and stripes of --db dataset:///DIR; auto: the "
+        "(PostgreSQL ctid, DuckDB and SQLite rowid); materialize: run once into --scratch; "
+        "fragments: the shard files, row groups and stripes of --db dataset:///DIR; auto: the "
         "cheapest that applies (all but hash need --db)",
     )
     parser.add_argument(
         "--scratch",
         metavar="SCHEMA",
-        help="a schema sqlfeed may create a table in, for --strategy materialize",
+        help="a schema sqlfeed may create a table in, for --strategy materialize (auto "
+        "materializes an expensive query on PostgreSQL and MySQL into sqlfeed_scratch, "
+        "created when allowed, without it)",
     )
     parser.add_argument(
         "--key",

@@ -113,10 +113,11 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
         statements = [p.sql for p in planned.partitions]
         _warn_unequal_shares(planned.num_partitions, args.workers)
         if planned.scratch_table:
+            schema, _, table = planned.scratch_table.rpartition(".")  # auto may pick the schema
             warn(
                 f"the partitions read the scratch table {planned.scratch_table}; drop it "
                 f"when done: sqlfeed scratch drop --db {redact_url(args.db)} --schema "
-                f"{args.scratch} {planned.scratch_table.rsplit('.', 1)[-1]}"
+                f"{args.scratch or schema} {table}"
             )
     else:
         m = args.partitions or max(16, 4 * args.workers)
@@ -135,6 +136,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
             "key": args.key,
             "columns": parsed.output_names,
             "rows": None,
+            "estimated_rows": None,
             "count_sql": count_sql(parsed),
             "sample_sql": sample_sql(parsed, args.sample_rows),
             "partitions": [{"index": i, "sql": q} for i, q in enumerate(statements)],

@@ -37,8 +37,10 @@ from sqlfeed.feed.batches import (
 )
 from sqlfeed.feed.state import Cursor, Position, check_state, feed_state
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
+from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.model import Partition, Plan, fragment_order
 from sqlfeed.plans.planner import plan as make_plan
+from sqlfeed.plans.spans import ReadUnit, read_units
 
 __all__ = [
     "FORMATS",
@@ -78,6 +80,11 @@ class Progress:
     rows: int
     """Rows read so far in this epoch."""
     partition: Partition
+    """The partition just read (adjacent partitions merged into one query: that query,
+    see ``merge_reads``)."""
+    queries: int = 0
+    """Queries run so far in this epoch (fewer than ``partitions_done`` when adjacent
+    partitions were read by one query)."""
 
 
 class LeasedBatch(Protocol):
@@ -131,7 +138,14 @@ class Feeder:
         rank, world_size: this worker's static share of the partitions.
         epochs: passes over the data when iterating the feeder.
         drop_remainder: drop each epoch's last, smaller batch.
-        progress: called with a :class:`Progress` after each partition.
+        progress: called with a :class:`Progress` after each partition (each query,
+            when ``merge_reads`` merged several partitions into one).
+        merge_reads: read adjacent partitions of the epoch's order that cut one sequence
+            (row groups or byte ranges of one file, see :mod:`sqlfeed.plans.spans`) by one
+            query each: the order is cut into ``readers`` shares of consecutive partitions
+            and each share's adjacent ones are merged, so an unshuffled read of a file
+            runs about ``readers`` queries instead of one per partition. Same rows, same
+            order, same ``state_dict``; False: one query per partition.
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead
             of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
@@ -160,6 +174,7 @@ class Feeder:
         shuffle_window: int | None = None,
         leased: Callable[[Plan, Source], LeasedPartitions] | None = None,
         state: Mapping[str, Any] | None = None,
+        merge_reads: bool = True,
         **plan_options: Any,
     ) -> None:
         _check_options(
@@ -173,6 +188,8 @@ class Feeder:
         )
         self.source: Source = connect(source)
         self.plan = _plan_for(query, self.source, world_size, plan_options)
+        if not isinstance(query, Plan):  # our plan: an auto-materialized table is ours
+            drop_scratch_with(self, self.plan, self.source)  # dropped when the Feeder is gone
         self.share = self.plan.share(rank, world_size)
         self._rank, self._world_size = rank, world_size
         if leased is None and self.plan.num_partitions % world_size:
@@ -195,6 +212,9 @@ class Feeder:
         self.drop_remainder = drop_remainder
         self.read_batch_rows = read_batch_rows
         self.progress = progress
+        self.merge_reads = merge_reads
+        self.queries = 0
+        """Partition queries this feeder ran (all epochs)."""
         self.schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
         self.worker: LeasedPartitions | None = (
             None if leased is None else leased(self.plan, self.source)
@@ -236,16 +256,20 @@ class Feeder:
             start, self._resume = self._resume, None
         cursor = Cursor(start, [p.index for p in order], self.shuffle_buffer or 1)
         self._cursor = cursor
+        units = self._units(order[start.partitions_done :])
 
         def report(done: int, rows: int, partition: Partition) -> None:
-            cursor.partition_read(rows)
+            cursor.partition_read(rows, units[done - 1].count)
+            self.queries += 1
             if self.progress is not None:
-                done += start.partitions_done
-                self.progress(Progress(epoch, done, len(order), cursor.base + rows, partition))
+                parts = start.partitions_done + cursor.counts[-1]
+                self.progress(
+                    Progress(epoch, parts, len(order), cursor.base + rows, partition, done)
+                )
 
         batches = read_ahead(
             self.source,
-            order[start.partitions_done :],
+            [unit.partition for unit in units],
             schema=self.schema,
             readers=self.readers,
             batch_rows=self.read_batch_rows,
@@ -269,6 +293,12 @@ class Feeder:
             cursor.delivered += batch.num_rows
             yield convert(batch, self.format)
         cursor.finished = True
+
+    def _units(self, order: Sequence[Partition]) -> list[ReadUnit]:
+        """The queries that read ``order``: adjacent spans merged (``merge_reads``)."""
+        if not self.merge_reads:
+            return [ReadUnit(partition, 1) for partition in order]
+        return read_units(order, self.readers)
 
     # -- resuming -------------------------------------------------------------------------
 

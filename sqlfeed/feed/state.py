@@ -65,19 +65,26 @@ class Cursor:
         self.base = position.start - position.offset
         """The read-order index of the first row of partition ``first``."""
         self.ends: list[int] = []
-        """Read-order index just past each partition read in full, from ``first`` on."""
+        """Read-order index just past each read unit (a partition, or adjacent partitions
+        read by one merged query) read in full, from ``first`` on."""
+        self.counts: list[int] = []
+        """Partitions of the order read in full, from ``first`` on, after each unit."""
         self.delivered = position.rows
         self.finished = False
 
-    def partition_read(self, rows: int) -> None:
-        """One more partition was read in full; ``rows`` read since ``first`` began."""
+    def partition_read(self, rows: int, partitions: int = 1) -> None:
+        """One more unit was read in full: ``partitions`` partitions of the order (more
+        than one when adjacent ones were merged into one query); ``rows`` read since
+        ``first`` began. A position inside a merged unit is told from its first
+        partition: a resumed read merges from there on (the rows are the same)."""
         self.ends.append(self.base + rows)
+        self.counts.append((self.counts[-1] if self.counts else 0) + partitions)
 
     def locate(self, row: int) -> tuple[int, int]:
         """``(partitions_done, offset)`` of the read-order row ``row`` (already read)."""
         done = bisect.bisect_right(self.ends, row)
         begin = self.ends[done - 1] if done else self.base
-        return self.first + done, row - begin
+        return self.first + (self.counts[done - 1] if done else 0), row - begin
 
     def position(self, rows: int | None = None) -> Position:
         """The position after ``rows`` delivered rows (default: all delivered so far)."""

@@ -16,6 +16,7 @@ from typing import Any
 from dialects import InvalidArgumentError
 from sqlfeed.io import Source, connect
 from sqlfeed.io.views import plain, plain_schema
+from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
 from stats.accumulate import StatsAccumulator
@@ -44,7 +45,9 @@ def compute_stats(
     """Statistics of the query's columns.
 
     Methods:
-        ``pushdown``: aggregate SQL run by the engine over all rows (a few scans).
+        ``pushdown``: aggregate SQL run by the engine over all rows (two scans; see
+            :mod:`stats.pushdown`), with the dialect's ``STATS_SETTINGS`` (PostgreSQL:
+            ``SET LOCAL work_mem``) in each statement's transaction.
         ``sample``: the same over the query's sample (``sample_rows`` and ``sample_method``
             ``limit`` / ``bernoulli`` / ``hash`` with ``fraction``), for large tables.
         ``accumulate``: the rows streamed partition by partition (plan options apply),
@@ -81,7 +84,7 @@ def compute_stats(
     result = compute_pushdown(
         relation,
         schema,
-        lambda sql: src.arrow(sql, what="statistics query"),
+        lambda sql: src.arrow(sql, what="statistics query", settings=src.dialect.STATS_SETTINGS),
         spec,
         dialect=src.dialect,
         method=method,
@@ -117,8 +120,11 @@ def _accumulate(
                 progress(f"partition {done[0]}/{len(partitions)}")
         return accumulator
 
-    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="sqlfeed-stats") as pool:
-        parts = list(pool.map(one, range(len(partitions))))
+    try:
+        with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="sqlfeed-stats") as pool:
+            parts = list(pool.map(one, range(len(partitions))))
+    finally:  # an auto plan may have materialized the query: its table is ours to drop
+        drop_scratch_with(plan, plan, src)()
     merged = StatsAccumulator(schema, spec)
     for part in parts:  # the partitions' statistics merge into the query's
         merged.merge(part)

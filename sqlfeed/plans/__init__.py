@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlfeed.plans.context import PlanContext, Strategy
 from sqlfeed.plans.fragments import FragmentInfo, FragmentSource, fragment_problem
-from sqlfeed.plans.materialize import drop_expired_scratch, drop_scratch
+from sqlfeed.plans.materialize import drop_expired_scratch, drop_scratch, drop_scratch_with
 from sqlfeed.plans.model import PLAN_FORMAT_VERSION, STRATEGIES, Partition, Plan, fragment_order
 from sqlfeed.plans.planner import AUTO_ORDER, DEFAULT_TARGET_ROWS, plan
 
@@ -31,6 +31,7 @@ __all__ = [
     "Strategy",
     "drop_expired_scratch",
     "drop_scratch",
+    "drop_scratch_with",
     "fragment_order",
     "fragment_problem",
     "plan",

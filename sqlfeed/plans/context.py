@@ -12,6 +12,7 @@ A strategy is a module (:mod:`sqlfeed.plans.hash`, :mod:`~sqlfeed.plans.range`,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -22,7 +23,15 @@ from sqlfeed.io import Source
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery, single_table
 
-__all__ = ["Built", "PlanContext", "Strategy", "expensive", "unique_keys"]
+__all__ = [
+    "Built",
+    "Extent",
+    "PlanContext",
+    "Strategy",
+    "expensive",
+    "physical_extent",
+    "unique_keys",
+]
 
 Built = tuple[list[Partition], str | None]
 """What a strategy builds: the partitions, and the scratch table they read (or None)."""
@@ -46,6 +55,23 @@ class Strategy(Protocol):
         """About ``m`` partitions whose rows add up to exactly the query's rows."""
 
 
+@dataclass(frozen=True)
+class Extent:
+    """The physical row addresses of a base table: ``[low, high)`` in ``unit``."""
+
+    low: int
+    high: int
+    rows: float | None
+    """The catalog's row estimate; None when it has none (never analyzed)."""
+    rows_from: str
+    """Where ``rows`` comes from, for ``plan.reason``."""
+    address: str
+    """The column holding a row's address: ``ctid``, ``rowid`` (or SQLite's ``_rowid_``,
+    ``oid`` when a column named rowid hides it)."""
+    unit: str
+    """``pages`` (PostgreSQL) or ``rowids``."""
+
+
 class PlanContext:
     """What the planner knows about one query on one source."""
 
@@ -53,6 +79,8 @@ class PlanContext:
     """Keep ORDER BYs that may tie as written (``plan(strict=True)``): no tie-breakers."""
     table_keys: list[list[str]] | None = None
     """The unique keys of the query's only base table, when the planner read them."""
+    counted_rows: int | None = None
+    """The query's exact row count, when the planner counted it (to size M)."""
 
     def __init__(
         self,
@@ -95,44 +123,50 @@ class PlanContext:
         return plain.sql(self.engine.sqlglot_dialect)
 
     @cached_property
-    def base_table_info(self) -> tuple[int, float] | None:
-        """(pages or max rowid + 1, estimated rows) of the query's base table; None if the
-        table is not one (a view, or not found). PostgreSQL and DuckDB only."""
+    def physical(self) -> Extent | str:
+        """The physical row addresses of the query's base table (PostgreSQL, DuckDB,
+        SQLite), or why it has none (a view, not found, a WITHOUT ROWID table)."""
         assert self.table is not None
-        name = exp.Literal.string(self.quoted_table_name()).sql(self.engine.sqlglot_dialect)
-        if self.engine.name == "postgres":
-            rows = self.source.rows(
-                "SELECT c.relkind, pg_relation_size(c.oid) / current_setting('block_size')::int, "
-                f"c.reltuples FROM pg_class c WHERE c.oid = to_regclass({name})",
-                what="catalog query",
-            )
-            if not rows or rows[0][0] not in ("r", "m"):
+        return physical_extent(self.source, self.table, self.quoted_table_name())
+
+    @cached_property
+    def catalog_rows(self) -> tuple[int, str] | None:
+        """(rows, where the number comes from) of the query's one base table, from the
+        catalog or the table's physical extent, without counting; None: no estimate."""
+        if self.table is None:
+            return None
+        if self.engine.name in ("postgres", "sqlite"):  # DuckDB counts a table for free
+            extent = self.physical
+            if isinstance(extent, str) or extent.rows is None:
                 return None
-            return int(rows[0][1]), max(float(rows[0][2]), 0.0)
-        schema = self.table.db or "main"
+            return round(extent.rows), extent.rows_from
+        if self.engine.name != "mysql":
+            return None
+        schema = exp.Literal.string(self.table.db).sql("mysql") if self.table.db else "DATABASE()"
         found = self.source.rows(
-            "SELECT estimated_size FROM duckdb_tables() WHERE lower(table_name) = lower("
-            f"{exp.Literal.string(self.table.name).sql('duckdb')}) AND lower(schema_name) = "
-            f"lower({exp.Literal.string(schema).sql('duckdb')})",
+            "SELECT table_rows, engine FROM information_schema.tables WHERE table_schema = "
+            f"{schema} AND table_name = {exp.Literal.string(self.table.name).sql('mysql')} "
+            "AND table_type = 'BASE TABLE'",
             what="catalog query",
         )
-        if not found:
+        if not found or not found[0][0]:  # 0: maybe stale statistics; count instead
             return None
-        span = self.source.scalar(
-            f"SELECT MAX(rowid) FROM {self.quoted_table_name()}", what="catalog query"
-        )
-        return (int(span) + 1 if span is not None else 0), float(found[0][0] or 0)
+        kind = "an estimate" if str(found[0][1]).lower() == "innodb" else "exact"
+        return int(found[0][0]), f"information_schema.tables.table_rows, {kind}"
 
     @cached_property
     def integer_primary_key(self) -> str | None:
-        """The output column that is the query's table's one-column integer primary key."""
+        """The output column that is the first column of the query's table's primary key,
+        when it is an integer (the whole key, or the leading column of a composite one:
+        ranges of it are disjoint whatever the other key columns, and follow the key's
+        index, as InnoDB's clustered index does)."""
         if self.table is None:
             return None
         sql = self._primary_key_sql()
         if sql is None:
             return None
         rows = self.source.rows(sql, what="catalog query")
-        if len(rows) != 1 or "int" not in str(rows[0][1]).lower():
+        if not rows or "int" not in str(rows[0][1]).lower():
             return None
         name_in_table = str(rows[0][0])
         # The output column that is this table column, as the query names it.
@@ -151,7 +185,8 @@ class PlanContext:
             return (
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_index i "
                 "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                f"WHERE i.indrelid = to_regclass({name}) AND i.indisprimary"
+                f"WHERE i.indrelid = to_regclass({name}) AND i.indisprimary "
+                "ORDER BY array_position(i.indkey::int2[], a.attnum)"
             )
         if engine == "duckdb":
             return (
@@ -159,7 +194,8 @@ class PlanContext:
                 "unnest(k.constraint_column_names) AS u(column_name) JOIN duckdb_columns() c "
                 "ON c.table_name = k.table_name AND c.column_name = u.column_name "
                 "WHERE k.constraint_type = 'PRIMARY KEY' AND lower(k.table_name) = "
-                f"lower({table})"
+                f"lower({table}) ORDER BY list_position(k.constraint_column_names, "
+                "u.column_name)"
             )
         if engine == "mysql":
             return (
@@ -167,11 +203,93 @@ class PlanContext:
                 "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
                 "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
                 "WHERE k.CONSTRAINT_NAME = 'PRIMARY' AND k.TABLE_SCHEMA = DATABASE() "
-                f"AND k.TABLE_NAME = {table}"
+                f"AND k.TABLE_NAME = {table} ORDER BY k.ORDINAL_POSITION"
             )
         if engine == "sqlite":
-            return f"SELECT name, type FROM pragma_table_info({table}) WHERE pk > 0"
+            return f"SELECT name, type FROM pragma_table_info({table}) WHERE pk > 0 ORDER BY pk"
         return None
+
+
+def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
+    """The physical extent of ``table`` (spelled ``quoted``), or why it has none.
+
+    PostgreSQL: its pages, and ``reltuples`` scaled to its current size as the planner
+    does (None when never analyzed); DuckDB: rowids up to ``MAX(rowid)``; SQLite: rowids
+    from ``MIN(rowid)`` to ``MAX(rowid)`` (both read off the b-tree's ends).
+    """
+    engine = source.dialect.name
+    if engine == "postgres":
+        return _postgres_extent(source, quoted)
+    if engine == "duckdb":
+        schema = exp.Literal.string(table.db or "main").sql("duckdb")
+        found = source.rows(
+            "SELECT estimated_size FROM duckdb_tables() WHERE lower(table_name) = lower("
+            f"{exp.Literal.string(table.name).sql('duckdb')}) AND lower(schema_name) = "
+            f"lower({schema})",
+            what="catalog query",
+        )
+        if not found:
+            return f"{quoted} is not a base table (a view, or not found)"
+        span = source.scalar(f"SELECT MAX(rowid) FROM {quoted}", what="catalog query")
+        high = int(span) + 1 if span is not None else 0
+        return Extent(0, high, float(found[0][0] or 0), "duckdb_tables().estimated_size",
+                      "rowid", "rowids")  # fmt: skip
+    if engine == "sqlite":
+        return _sqlite_extent(source, table, quoted)
+    return f"{engine} has no physical row address (PostgreSQL ctid, DuckDB or SQLite rowid)"
+
+
+def _postgres_extent(source: Source, quoted: str) -> Extent | str:
+    name = exp.Literal.string(quoted).sql("postgres")
+    rows = source.rows(
+        "SELECT c.relkind, pg_relation_size(c.oid) / current_setting('block_size')::int, "
+        f"c.reltuples, c.relpages FROM pg_class c WHERE c.oid = to_regclass({name})",
+        what="catalog query",
+    )
+    if not rows or rows[0][0] not in ("r", "m"):
+        return f"{quoted} is not a base table (a view, a partitioned table, or not found)"
+    pages, tuples, analyzed_pages = int(rows[0][1]), float(rows[0][2]), int(rows[0][3])
+    estimate = None
+    if tuples > 0:  # -1: never analyzed (0 before PostgreSQL 14): count instead
+        estimate = tuples * pages / analyzed_pages if analyzed_pages > 0 else tuples
+    return Extent(0, pages, estimate, "pg_class.reltuples", "ctid", "pages")
+
+
+def _sqlite_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
+    literal = exp.Literal.string(table.name).sql("sqlite")
+    where = (
+        f"WHERE lower(schema) = lower({exp.Literal.string(table.db).sql('sqlite')}) "
+        if table.db
+        else ""
+    )
+    found = source.rows(
+        f"SELECT type, wr, schema FROM pragma_table_list({literal}) {where}ORDER BY CASE schema "
+        "WHEN 'temp' THEN 0 WHEN 'main' THEN 1 ELSE 2 END LIMIT 1",  # how SQLite resolves it
+        what="catalog query",
+    )
+    if not found or found[0][0] != "table":
+        return f"{quoted} is not a base table (a view, or not found)"
+    if found[0][1]:
+        return f"{quoted} is a WITHOUT ROWID table: it has no rowid to cut ranges of"
+    columns = {
+        str(r[0]).casefold()
+        for r in source.rows(
+            f"SELECT name FROM pragma_table_info({literal}, "
+            f"{exp.Literal.string(str(found[0][2])).sql('sqlite')})",
+            what="catalog query",
+        )
+    }
+    address = next((a for a in ("rowid", "_rowid_", "oid") if a not in columns), None)
+    if address is None:
+        return f"{quoted} has columns named rowid, _rowid_ and oid: they hide its rowid"
+    # One aggregate per query: SQLite reads MIN or MAX of the rowid off the b-tree's end
+    # only when it is alone; together they scan the table.
+    low = source.scalar(f"SELECT MIN({address}) FROM {quoted}", what="catalog query")
+    high = source.scalar(f"SELECT MAX({address}) FROM {quoted}", what="catalog query")
+    if low is None or high is None:
+        return Extent(0, 0, 0.0, "its rowid span", address, "rowids")
+    return Extent(int(low), int(high) + 1, float(int(high) - int(low) + 1),
+                  "its rowid span, an upper bound after deletes", address, "rowids")  # fmt: skip
 
 
 def expensive(parsed: ParsedQuery) -> str:

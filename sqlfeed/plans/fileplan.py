@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, runtime_checkable
@@ -47,6 +47,7 @@ from sqlfeed.plans.files import (
     table_problem,
 )
 from sqlfeed.plans.model import Partition
+from sqlfeed.plans.spans import template
 from sqlfeed.sql import ParsedQuery
 
 __all__ = [
@@ -189,6 +190,9 @@ class _Piece:
     part: FilePart
     rows: int
     label: str
+    merged: Callable[[int, int], FilePart] | None = None
+    """The part that reads positions ``[start, end)`` of this piece's sequence (the
+    file's rows, stripes or bytes), for the partition's span; None: no span."""
 
 
 def build(ctx: PlanContext, m: int) -> list[Partition]:
@@ -215,13 +219,44 @@ def build(ctx: PlanContext, m: int) -> list[Partition]:
         else:
             pieces.extend(cut)
     _gather(whole, pieces)
+    if len(pieces) < m:
+        found.notes.insert(0, _bound(found.table.fmt))
     out = []
     sqls = PartSql(ctx.parsed, found.table, multi=found.multi)
+    templates: dict[tuple[str, ...], str | None] = {}
     for index, piece in enumerate(pieces):
         sql = sqls.sql(piece.part)
         single = piece.part.files[0] if len(piece.part.files) == 1 else None
-        out.append(Partition(index, sql, piece.rows, piece.label, file=single))
+        span = _span(sqls, piece, templates)
+        out.append(Partition(index, sql, piece.rows, piece.label, file=single, span=span))
     return out
+
+
+def _span(
+    sqls: PartSql, piece: _Piece, templates: dict[tuple[str, ...], str | None]
+) -> tuple[str, int, int] | None:
+    """The partition's span: the template of its file's positions (made once per file
+    and kind), and the positions it reads."""
+    merged, part = piece.merged, piece.part
+    if merged is None:
+        return None
+    key = (part.kind, *part.files)
+    if key not in templates:
+        templates[key] = template(lambda s, e: sqls.sql(merged(s, e)), part.start, part.end)
+    text = templates[key]
+    return None if text is None else (text, part.start, part.end)
+
+
+def _bound(fmt: str) -> str:
+    """Why a file table has fewer pieces than asked for."""
+    unit = {
+        "parquet": "whole row groups (a smaller piece would re-read its row group)",
+        "orc": "whole stripes",
+        "csv": f"byte ranges of at least {MIN_RANGE_BYTES >> 20} MiB (a smaller range "
+        "costs more to set up than it spreads)",
+    }
+    text = unit.get(fmt, unit["csv"])
+    return f"a partition reads whole small files, or {text}"
 
 
 def _gather(whole: list[tuple[str, int]], pieces: list[_Piece]) -> None:
@@ -244,16 +279,17 @@ def _cut(
             found.notes.append(f"{file} is read whole: it has a column named file_row_number")
             return None
         runs = even_runs(file, "rows", parquet_row_groups(file), target, by_rows=True)
+        rows_of = _merged("rows", file)
         return [
-            _Piece(FilePart("rows", (file,), p.start, p.end), p.rows,
-                   f"{file} rows [{p.start}, {p.end})")
+            _Piece(rows_of(p.start, p.end), p.rows, f"{file} rows [{p.start}, {p.end})", rows_of)
             for p in runs if p.kind == "rows"
         ] or None  # fmt: skip
     if table.fmt == "orc":
         runs = even_runs(file, "stripes", orc_stripes(file), target, by_rows=False)
+        stripes_of = _merged("stripes", file)
         return [
-            _Piece(FilePart("stripes", (file,), p.start, p.end), p.rows,
-                   f"{file} stripes [{p.start}, {p.end})")
+            _Piece(stripes_of(p.start, p.end), p.rows, f"{file} stripes [{p.start}, {p.end})",
+                   stripes_of)
             for p in runs if p.kind == "stripes"
         ] or None  # fmt: skip
     return _cut_text(ctx, found, file, rows, target)
@@ -279,14 +315,23 @@ def _cut_text(
         serial = _with_path(call, marker)
         serial.append("expressions", exp.EQ(this=exp.column("parallel"), expression=exp.false()))
         templates.append(serial.sql("duckdb").split(marker))
+
+    def ranged(start: int, end: int, serial: bool = False) -> FilePart:
+        url = range_url(file, prefix, start, end).replace("'", "''")  # in a SQL string
+        before, after = templates[-1] if serial else templates[0]
+        return FilePart("bytes", (file,), start, end, before + url + after)
+
     pieces = []
     for start, end in itertools.pairwise(cuts):
-        url = range_url(file, prefix, start, end).replace("'", "''")  # in a SQL string
         share = round(rows * (end - start) / max(1, cuts[-1] - cuts[0]))
-        before, after = templates[-1] if end - start < _SERIAL_BYTES else templates[0]
-        part = FilePart("bytes", (file,), start, end, before + url + after)
-        pieces.append(_Piece(part, share, f"{file} bytes [{start}, {end})"))
+        part = ranged(start, end, serial=end - start < _SERIAL_BYTES)
+        pieces.append(_Piece(part, share, f"{file} bytes [{start}, {end})", ranged))
     return pieces if len(pieces) > 1 else None
+
+
+def _merged(kind: str, file: str) -> Callable[[int, int], FilePart]:
+    """The part of ``file`` that reads ``kind`` (rows, stripes) ``[start, end)``."""
+    return lambda start, end: FilePart(kind, (file,), start, end)
 
 
 # -- byte ranges of text files: the reader call that reads a range as the whole read does --

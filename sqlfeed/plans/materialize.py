@@ -1,93 +1,194 @@
 """The ``materialize`` strategy, and the scratch tables it leaves behind.
 
-The query runs once into a scratch table with a row number (indexed where the engine
-needs it), and the partitions read row-number ranges of it: the choice for expensive
-queries (joins, aggregations). It needs ``scratch``, a schema sqlfeed may create tables
-in. :func:`drop_scratch` drops a plan's table; scratch tables older than
-:data:`SCRATCH_TTL_SECONDS` are dropped by the next ``materialize`` plan;
-:func:`list_scratch` and :func:`drop_scratch_tables` list and drop them by name
-(``sqlfeed scratch list|drop``).
+The query runs once into a scratch table, and the partitions read ranges of it: on
+PostgreSQL ranges of its pages (TID range scans, like ``ctid``: no row number, no index),
+elsewhere row-number ranges (the row number indexed where the engine needs it). The choice
+for expensive queries (joins, aggregations). It needs ``scratch``, a schema sqlfeed may
+create tables in; ``auto`` uses :data:`DEFAULT_SCRATCH` on PostgreSQL and MySQL/MariaDB
+when none is given and the user may create tables there. :func:`drop_scratch` drops a
+plan's table; scratch tables older than :data:`SCRATCH_TTL_SECONDS` are dropped by the
+next ``materialize`` plan; :func:`list_scratch` and :func:`drop_scratch_tables` list and
+drop them by name (``sqlfeed scratch list|drop``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import Source, connect
 from sqlfeed.plans.context import Built, PlanContext, expensive
 from sqlfeed.plans.model import Partition, Plan
+from sqlfeed.plans.physical import range_spans, range_sqls
 from sqlfeed.sql import Template, numbered_sql
 
 __all__ = [
+    "DEFAULT_SCRATCH",
     "SCRATCH_PREFIX",
     "SCRATCH_TTL_SECONDS",
     "ScratchTable",
     "build",
+    "default_scratch",
     "drop_expired_scratch",
     "drop_scratch",
     "drop_scratch_tables",
+    "drop_scratch_with",
     "list_scratch",
     "problem",
     "reason",
     "scratch_created",
+    "stored_rows",
 ]
 
 SCRATCH_PREFIX = "sqlfeed_"
 """Scratch tables are named ``sqlfeed_<unix time>_<random>``."""
 SCRATCH_TTL_SECONDS = 24 * 3600
 """Scratch tables older than this are dropped by the next ``materialize`` plan."""
+DEFAULT_SCRATCH = "sqlfeed_scratch"
+"""The schema (MySQL: database) ``auto`` materializes into on PostgreSQL and MySQL/MariaDB
+when no ``scratch`` is given, created by sqlfeed when the user may."""
 _ROW_NUMBER = "_sqlfeed_rn"
+_DEFAULT_MEMO = "materialize:default scratch"
+_TABLE_MEMO = "materialize:table"
 _SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Without ``scratch`` there is nowhere to write; ``auto`` also passes cheap queries."""
+    """Without a scratch schema there is nowhere to write; ``auto`` also passes cheap
+    queries, and on PostgreSQL and MySQL/MariaDB uses :data:`DEFAULT_SCRATCH` when the user
+    may create tables there (see :func:`default_scratch`)."""
+    if auto and not expensive(ctx.parsed):
+        return "the query is cheap to run once per partition"
+    unstorable = _unstorable(ctx)
+    if unstorable:
+        return unstorable
+    if ctx.scratch is None and auto and ctx.engine.name in ("postgres", "mysql"):
+        refused = default_scratch(ctx)
+        if refused is None:
+            return None
+        return (
+            f"sqlfeed may not write its scratch table into {DEFAULT_SCRATCH}: {refused}; "
+            "pass scratch=SCHEMA (--scratch) naming a schema you may create tables in"
+        )
     if ctx.scratch is None:
         return (
             "strategy materialize needs scratch=SCHEMA (--scratch), a schema sqlfeed may "
             "create a table in"
         )
-    if auto and not expensive(ctx.parsed):
-        return "the query is cheap to run once per partition"
+    return None
+
+
+def default_scratch(ctx: PlanContext) -> str | None:
+    """Make :data:`DEFAULT_SCRATCH` the context's scratch schema, creating it if need be;
+    None when done, else why the user may not (a read-only server or session, no CREATE
+    privilege), as the server says it."""
+    if _DEFAULT_MEMO not in ctx.memo:
+        try:
+            ctx.memo[_DEFAULT_MEMO] = _prepare_default(ctx.source)
+        except EngineError as err:
+            ctx.memo[_DEFAULT_MEMO] = str(err)
+        if ctx.memo[_DEFAULT_MEMO] is None:
+            ctx.scratch = DEFAULT_SCRATCH
+    refused: str | None = ctx.memo[_DEFAULT_MEMO]
+    return refused
+
+
+def _prepare_default(source: Source) -> str | None:
+    """Create :data:`DEFAULT_SCRATCH` where allowed; None when a table can be made in it."""
+    schema = exp.to_identifier(DEFAULT_SCRATCH)
+    if source.dialect.name == "postgres":
+        recovery, read_only, exists, allowed, user, database = source.rows(
+            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only'), "
+            "n.oid IS NOT NULL, CASE WHEN n.oid IS NULL THEN has_database_privilege("
+            "current_database(), 'CREATE') ELSE has_schema_privilege(n.oid, 'CREATE') END, "
+            "current_user, current_database() FROM (SELECT 1) AS one LEFT JOIN pg_namespace n "
+            f"ON n.nspname = '{DEFAULT_SCRATCH}'",
+            what="catalog query",
+        )[0]
+        if recovery:
+            return "the server is a read-only standby (in recovery)"
+        if read_only == "on":
+            return "the session is read-only (default_transaction_read_only)"
+        if not allowed and exists:
+            return f"no CREATE privilege on it (GRANT CREATE ON SCHEMA {DEFAULT_SCRATCH} TO {user})"
+        if not allowed:
+            return (
+                f"it does not exist and {user} may not create schemas (CREATE SCHEMA "
+                f"{DEFAULT_SCRATCH} AUTHORIZATION {user}, or GRANT CREATE ON DATABASE {database} "
+                f"TO {user})"
+            )
+        if not exists:
+            source.execute(
+                f"CREATE SCHEMA IF NOT EXISTS {schema.sql('postgres')}", what="scratch schema"
+            )
+        return None
+    source.execute(f"CREATE DATABASE IF NOT EXISTS {schema.sql('mysql')}", what="scratch schema")
+    probe = exp.table_(f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}", db=schema)
+    source.execute(f"CREATE TABLE {probe.sql('mysql')} (x INT)", what="scratch probe")
+    source.execute(source.dialect.sql(_drop(probe)), what="scratch clean-up")
     return None
 
 
 def reason(ctx: PlanContext, auto: bool = False) -> str:
     """Where the query runs once, and with ``auto`` what makes it worth it."""
+    made = " (sqlfeed's default scratch schema: drop the table when done)"
+    where = f"{ctx.scratch}{made if ctx.memo.get(_DEFAULT_MEMO, 1) is None else ''}"
     if auto:
         return (
             f"the query has {expensive(ctx.parsed)}, so it runs once into a scratch table in "
-            f"{ctx.scratch} instead of once per partition"
+            f"{where} instead of once per partition"
         )
-    return f"run once into a table in {ctx.scratch}"
+    return f"run once into a table in {where}"
 
 
-def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
-    """Run the query into a new scratch table, then up to ``m`` row-number ranges of it."""
-    assert ctx.scratch is not None
+def stored_rows(ctx: PlanContext) -> int:
+    """Run the query into its scratch table (once per plan); the table's row count."""
+    if _TABLE_MEMO not in ctx.memo:
+        assert ctx.scratch is not None
+        if _unstorable(ctx):
+            raise InvalidArgumentError(_unstorable(ctx))
+        drop_expired_scratch(ctx.source, ctx.scratch)
+        name = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
+        table = exp.table_(name, db=ctx.scratch)
+        ctx.memo[_TABLE_MEMO] = (table, _fill(ctx, table, name))
+    rows: int = ctx.memo[_TABLE_MEMO][1]
+    return rows
+
+
+def _unstorable(ctx: PlanContext) -> str:
+    """Why the query's rows cannot be stored in a table as they are (empty: they can)."""
     folded = [c.casefold() for c in ctx.columns]
     if len(set(folded)) != len(folded):
-        raise InvalidArgumentError(
+        return (
             "materialize stores the rows in a table, so the output column names must differ: "
             "alias the repeated ones apart"
         )
     if _ROW_NUMBER in ctx.columns:
-        raise InvalidArgumentError(f"the query may not have an output column named {_ROW_NUMBER}")
-    drop_expired_scratch(ctx.source, ctx.scratch)
-    engine = ctx.engine
-    name = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
-    table = exp.table_(name, db=ctx.scratch)
-    rows = _fill(ctx, table, name)
+        return f"the query may not have an output column named {_ROW_NUMBER}"
+    return ""
+
+
+def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
+    """Run the query into a new scratch table (unless :func:`stored_rows` did), then up to
+    ``m`` ranges of it: ctid pages on PostgreSQL, row numbers elsewhere."""
+    rows = stored_rows(ctx)
+    table: exp.Table = ctx.memo[_TABLE_MEMO][0]
+    projection = [exp.column(exp.to_identifier(c, quoted=True)) for c in ctx.columns]
+    if ctx.engine.name == "postgres":
+        return _page_ranges(ctx, table, projection, rows, m), ctx.engine.sql(table)
     parts = max(1, min(m, rows))
     cuts = [rows * i // parts for i in range(parts + 1)]
-    projection = [exp.column(exp.to_identifier(c, quoted=True)) for c in ctx.columns]
+    engine = ctx.engine
     built = []
 
     def rows_after(bounded: bool) -> Template:
@@ -109,17 +210,52 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     return built, engine.sql(table)
 
 
+def _page_ranges(
+    ctx: PlanContext, table: exp.Table, projection: list[exp.Column], rows: int, m: int
+) -> list[Partition]:
+    """PostgreSQL: ranges of the scratch table's pages (TID range scans, no index)."""
+    engine = ctx.engine
+    name = exp.Literal.string(engine.sql(table)).sql("postgres")
+    pages = int(
+        ctx.source.scalar(
+            f"SELECT pg_relation_size(to_regclass({name})) / current_setting('block_size')::int",
+            what="catalog query",
+        )
+        or 0
+    )
+    parts = max(1, min(m, pages))
+    cuts = [pages * i // parts for i in range(1, parts)]
+    query = exp.select(*[p.copy() for p in projection]).from_(table.copy())
+    address = exp.column("ctid", table=table.name)
+    sqls = range_sqls(engine.sql(query), engine, address, cuts)
+    merged = range_spans(engine.sql(query), engine, address, cuts)
+    spans = list(zip([0, *cuts], [*cuts, pages], strict=True))
+    return [
+        Partition(
+            i,
+            sql,
+            round(rows * (hi - lo) / pages) if pages else 0,
+            f"pages [{lo}, {hi}){' and beyond' if i == len(sqls) - 1 else ''}",
+            span=merged[i],
+        )
+        for i, (sql, (lo, hi)) in enumerate(zip(sqls, spans, strict=True))
+    ]
+
+
 def _fill(ctx: PlanContext, table: exp.Table, name: str) -> int:
-    """Create ``table`` from the numbered query, index its row numbers; its row count."""
+    """Create ``table`` from the query (numbered and indexed on its row numbers, except on
+    PostgreSQL, read by ctid pages); its row count."""
     assert ctx.scratch is not None
     engine = ctx.engine
     numbered = numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns)
+    if engine.name == "postgres":  # no ROW_NUMBER() (a window: no parallel plan), no index
+        numbered.set("expressions", numbered.expressions[1:])
     create = exp.Create(kind="TABLE", this=table, expression=numbered)
     if engine.name == "postgres":  # a scratch copy needs no write-ahead log: about 2x faster
         create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
     ctx.source.execute(engine.sql(create), what="materialize statement")
     try:
-        if engine.name != "duckdb":  # DuckDB prunes row ranges with its zone maps
+        if engine.name not in ("duckdb", "postgres"):  # DuckDB prunes with its zone maps
             index_table = table.copy()
             index_name: exp.Expr = exp.to_identifier(f"{name}_rn")
             if engine.name == "sqlite":  # SQLite qualifies the index, not its table
@@ -151,6 +287,32 @@ def drop_scratch(plan_: Plan, source: Any) -> None:
     src = connect(source)
     table = exp.to_table(plan_.scratch_table, dialect=src.dialect.sqlglot_dialect)
     src.execute(src.dialect.sql(_drop(table)), what="scratch clean-up")
+
+
+def drop_scratch_with(owner: object, plan_: Plan, source: Source | str) -> Callable[[], None]:
+    """Drop ``plan_``'s scratch table when ``owner`` is garbage-collected or the process
+    exits, whichever comes first: for the plans sqlfeed makes itself from SQL (a Feeder's,
+    a dataset's, a statistics pass's), which the user never sees to drop. ``source`` is a
+    live source or a URL (opened for the drop).
+
+    Returns the finalizer: call it to drop the table now (later calls do nothing). Only
+    the process that registered it drops (a forked worker holding a copy of ``owner`` never
+    does); a failure to drop is silent, as the next plan's expiry sweep removes old tables.
+    """
+    if plan_.scratch_table is None:
+        return lambda: None
+    return weakref.finalize(owner, _drop_quietly, plan_, source, os.getpid())
+
+
+def _drop_quietly(plan_: Plan, source: Source | str, pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    with contextlib.suppress(Exception):  # a closed source, a lost server: expiry sweeps it
+        if isinstance(source, str):  # a URL: opened for the drop only
+            with connect(source) as opened:
+                drop_scratch(plan_, opened)
+        else:
+            drop_scratch(plan_, source)
 
 
 def scratch_created(name: str) -> int | None:

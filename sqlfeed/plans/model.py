@@ -29,12 +29,18 @@ class Partition:
     index: int
     sql: str
     estimated_rows: int | None = None
-    """The planner's estimate (exact for range and materialize plans), None if unknown."""
+    """The planner's estimate (exact for range plans and row-number materialize plans;
+    proportional to pages or rowids for ctid plans), None if unknown."""
     description: str = ""
     """What the partition covers, for people: ``hash bucket 3 of 16``, ``id in [10, 20)``."""
 
     file: str | None = None
     """The file a ``fragments`` partition reads (its main shardset's shard file)."""
+    span: tuple[str, int, int] | None = None
+    """``(template, start, end)`` when the partition reads positions ``[start, end)`` of
+    one ordered sequence (a file's rows or bytes, a table's row ids): its SQL is
+    ``template`` with ``start`` and ``end`` filled in, so adjacent spans of one template
+    merge into one query (see :mod:`sqlfeed.plans.spans`); None: it merges with none."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,9 @@ class Plan:
     """The output column names, as the engine reports them."""
     key: tuple[str, ...] | None = None
     rows: int | None = None
-    """The query's row count when the planner counted it."""
+    """The query's exact row count when the planner knows it (a ``COUNT(*)``, the files'
+    or the scratch table's own counts); None when it did not count (see
+    :attr:`estimated_rows`)."""
     count_sql: str = ""
     sample_sql: str = ""
     schema: bytes | None = field(default=None, repr=False)
@@ -67,6 +75,17 @@ class Plan:
     """What reading all the partitions costs, in reads of the whole query (estimated by
     the planner: 1 when each row is read once, M for M hash partitions); not part of the
     fingerprint."""
+    estimated_rows: int | None = None
+    """The row count M was sized from: :attr:`rows` when counted, else the catalog's
+    estimate for the query's one base table (PostgreSQL ``pg_class.reltuples``,
+    MySQL/MariaDB ``information_schema.tables.table_rows``, SQLite's rowid span), an upper
+    bound when the query filters the table.
+    None when neither is known (``partitions`` given)."""
+
+    @property
+    def rows_estimated(self) -> bool:
+        """Whether the plan's row count is only an estimate (:attr:`rows` is None)."""
+        return self.rows is None and self.estimated_rows is not None
 
     @property
     def fingerprint(self) -> str:
@@ -114,6 +133,7 @@ class Plan:
             "key": list(self.key) if self.key else None,
             "columns": list(self.columns),
             "rows": self.rows,
+            "estimated_rows": self.estimated_rows,
             "count_sql": self.count_sql,
             "sample_sql": self.sample_sql,
             "scratch_table": self.scratch_table,
@@ -126,6 +146,7 @@ class Plan:
                     "estimated_rows": p.estimated_rows,
                     "description": p.description,
                     **({"file": p.file} if p.file is not None else {}),
+                    **({"span": list(p.span)} if p.span is not None else {}),
                 }
                 for p in self.partitions
             ],
@@ -149,6 +170,7 @@ class Plan:
             key=tuple(data["key"]) if data.get("key") else None,
             columns=tuple(data["columns"]),
             rows=data.get("rows"),
+            estimated_rows=data.get("estimated_rows"),
             count_sql=data.get("count_sql", ""),
             sample_sql=data.get("sample_sql", ""),
             scratch_table=data.get("scratch_table"),
@@ -161,6 +183,7 @@ class Plan:
                     p.get("estimated_rows"),
                     p.get("description", ""),
                     p.get("file"),
+                    tuple(p["span"]) if p.get("span") else None,  # type: ignore[arg-type]
                 )
                 for p in data["partitions"]
             ),

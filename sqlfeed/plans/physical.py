@@ -1,30 +1,50 @@
 """The ``ctid`` strategy: physical row ranges of one base table, no key needed.
 
 PostgreSQL partitions are ranges of ``ctid`` pages (a TID range scan reads only its
-pages); DuckDB partitions are ``rowid`` ranges, cut at row-group edges. Each row is read
-once, so a whole plan costs about one scan of the table.
+pages); DuckDB partitions are ``rowid`` ranges, cut at row-group edges; SQLite partitions
+are ``rowid`` ranges between ``MIN(rowid)`` and ``MAX(rowid)`` (a rowid b-tree range
+search; WITHOUT ROWID tables are refused). Each row is read once, so a whole plan costs
+about one scan of the table. Every row has exactly one address and the first and last
+ranges are open, so the partitions add up to exactly the query's rows (NULLs included:
+the address is never NULL, and the query's own WHERE is kept in every partition).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 
 from sqlglot import exp
 
+from dialects import Dialect
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
-from sqlfeed.sql import physical_partition_sqls
+from sqlfeed.plans.spans import template
+from sqlfeed.sql import ParsedQuery, physical_partition_sqls
 
-__all__ = ["DUCKDB_ROW_GROUP", "build", "problem", "reason"]
+__all__ = [
+    "DUCKDB_ROW_GROUP",
+    "address_conditions",
+    "build",
+    "problem",
+    "range_sqls",
+    "reason",
+]
 
 DUCKDB_ROW_GROUP = 122_880
 """Rows in a DuckDB row group: rowid partitions are cut at multiples of it."""
+_PLACEHOLDERS = (738_291_046_153, 738_291_046_171)
+_PLACEHOLDER_TEXT = re.compile("|".join(str(p) for p in _PLACEHOLDERS))
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Physical ranges need PostgreSQL or DuckDB, a plain scan of one base table, no key."""
-    if ctx.engine.name not in ("postgres", "duckdb"):
-        why = f"{ctx.engine.name} has no physical row address (PostgreSQL ctid, DuckDB rowid)"
+    """Physical ranges need PostgreSQL, DuckDB or SQLite, a plain scan of one base table
+    with a row address (not a view, not a WITHOUT ROWID table), no key."""
+    if ctx.engine.name not in ("postgres", "duckdb", "sqlite"):
+        why = (
+            f"{ctx.engine.name} has no physical row address (PostgreSQL ctid, DuckDB or "
+            "SQLite rowid)"
+        )
     elif ctx.table is None:
         why = (
             "needs a plain filter over one table (no join, aggregate, DISTINCT, LIMIT, window, "
@@ -32,8 +52,8 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
         )
     elif ctx.keys:
         why = "a key was given"
-    elif ctx.base_table_info is None:
-        why = f"{ctx.table.sql()} is not a base table (a view, or not found)"
+    elif isinstance(ctx.physical, str):
+        why = ctx.physical
     else:
         return None
     return f"strategy ctid: {why}"
@@ -51,48 +71,109 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
 
 
 def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
-    """Up to ``m`` ranges of pages (PostgreSQL) or rowids (DuckDB); the last is open."""
-    info = ctx.base_table_info
-    assert info is not None
+    """Up to ``m`` ranges of pages (PostgreSQL) or rowids (DuckDB, SQLite); both ends open."""
+    extent = ctx.physical
+    assert not isinstance(extent, str)
     assert ctx.table is not None
-    extent, estimated = info
-    parts = max(1, min(m, extent))
-    cuts = [extent * i // parts for i in range(1, parts)]
-    if ctx.engine.name == "duckdb" and extent >= parts * DUCKDB_ROW_GROUP:
+    span = extent.high - extent.low
+    parts = max(1, min(m, span))
+    cuts = [extent.low + span * i // parts for i in range(1, parts)]
+    if ctx.engine.name == "duckdb" and span >= parts * DUCKDB_ROW_GROUP:
         # Cut at row-group edges: a range across a row group decompresses all of it twice.
         aligned = {round(c / DUCKDB_ROW_GROUP) * DUCKDB_ROW_GROUP for c in cuts}
-        cuts = sorted(c for c in aligned if 0 < c < extent)
-    unit = "pages" if ctx.engine.name == "postgres" else "rowids"
-    sqls = physical_partition_sqls(
-        ctx.parsed, _conditions(ctx, cuts), dialect=ctx.engine, allow_unstable=allow_unstable
-    )
-    spans = list(zip([0, *cuts], [*cuts, extent], strict=True))
+        cuts = sorted(c for c in aligned if extent.low < c < extent.high)
+    address = exp.column(extent.address, table=ctx.table.alias_or_name)
+    sqls = range_sqls(ctx.parsed, ctx.engine, address, cuts, allow_unstable)
+    merged = range_spans(ctx.parsed, ctx.engine, address, cuts, allow_unstable)
+    rows = extent.rows if extent.rows is not None else ctx.counted_rows
+    spans = list(zip([extent.low, *cuts], [*cuts, extent.high], strict=True))
     return [
         Partition(
             i,
             sql,
-            round(estimated * (hi - lo) / extent) if extent else 0,
-            f"{unit} [{lo}, {hi}){' and beyond' if i == len(sqls) - 1 else ''}",
+            round(rows * (hi - lo) / span) if span and rows is not None else None,
+            f"{extent.unit} [{lo}, {hi}){' and beyond' if i == len(sqls) - 1 else ''}",
+            span=merged[i],
         )
         for i, (sql, (lo, hi)) in enumerate(zip(sqls, spans, strict=True))
     ], None
 
 
-def _conditions(ctx: PlanContext, cuts: list[int]) -> list[exp.Expr]:
-    """``address >= lo AND address < hi`` for each span between the cuts (open ends)."""
-    assert ctx.table is not None
-    alias = ctx.table.alias_or_name
-    if ctx.engine.name == "postgres":
-        address = exp.column("ctid", table=alias)
+def range_spans(
+    query: str | ParsedQuery,
+    engine: Dialect,
+    address: exp.Column,
+    cuts: list[int],
+    allow_unstable: bool = False,
+) -> list[tuple[str, int, int] | None]:
+    """The span (:mod:`sqlfeed.plans.spans`) of each partition of :func:`range_sqls`: the
+    closed ranges between cuts share one template, so a reader that takes several
+    adjacent ones runs one query; the open first and last ranges have none."""
+    none: list[tuple[str, int, int] | None] = [None] * (len(cuts) + 1)
+    if len(cuts) < 3:  # fewer than two closed ranges: nothing to merge
+        return none
 
-        def at(value: int) -> exp.Expr:
+    def render(low: int, high: int) -> str:
+        return range_sqls(query, engine, address, [low, high], allow_unstable)[1]
+
+    text = template(render, cuts[0], cuts[1])
+    if text is None:
+        return none
+    return [None, *((text, low, high) for low, high in itertools.pairwise(cuts)), None]
+
+
+def range_sqls(
+    query: str | ParsedQuery,
+    engine: Dialect,
+    address: exp.Column,
+    cuts: list[int],
+    allow_unstable: bool = False,
+) -> list[str]:
+    """The query once per span between ``cuts`` (see :func:`address_conditions`).
+
+    Only three shapes are rendered (first, middle, last span), with placeholder bounds
+    that are then replaced as text: rendering each of M partitions costs about a
+    millisecond. Falls back to rendering each when a placeholder is not found once.
+    """
+    shapes = physical_partition_sqls(
+        query,
+        address_conditions(engine.name, address, list(_PLACEHOLDERS) if len(cuts) > 1 else []),
+        dialect=engine,
+        allow_unstable=allow_unstable,
+    )
+    low, high = (str(p) for p in _PLACEHOLDERS)
+    counts = [(shape.count(low), shape.count(high)) for shape in shapes]
+    if counts != [(1, 0), (1, 1), (0, 1)]:
+        return physical_partition_sqls(
+            query,
+            address_conditions(engine.name, address, cuts),
+            dialect=engine,
+            allow_unstable=allow_unstable,
+        )
+    first, middle, last = shapes
+
+    def fill(shape: str, lo: int, hi: int) -> str:
+        values = {low: str(lo), high: str(hi)}
+        return _PLACEHOLDER_TEXT.sub(lambda match: values[match.group()], shape)
+
+    spans = itertools.pairwise(cuts)
+    return [
+        fill(first, cuts[0], 0),
+        *(fill(middle, lo, hi) for lo, hi in spans),
+        fill(last, 0, cuts[-1]),
+    ]
+
+
+def address_conditions(engine: str, address: exp.Column, cuts: list[int]) -> list[exp.Expr]:
+    """``address >= lo AND address < hi`` for each span between the cuts, the first and
+    last open-ended, so together they cover every row once. PostgreSQL compares ctids
+    with ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids."""
+
+    def at(value: int) -> exp.Expr:
+        if engine == "postgres":
             kind = exp.DataType.build("tid", dialect="postgres", udt=True)
             return exp.cast(exp.Literal.string(f"({value},0)"), kind)
-    else:
-        address = exp.column("rowid", table=alias)
-
-        def at(value: int) -> exp.Expr:
-            return exp.Literal.number(value)
+        return exp.Literal.number(value)
 
     conditions: list[exp.Expr] = []
     edges = [None, *cuts, None]

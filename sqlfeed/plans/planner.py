@@ -11,12 +11,19 @@ Each strategy is a module with the :class:`~sqlfeed.plans.context.Strategy` func
 * ``range`` (:mod:`sqlfeed.plans.range`): ranges of one numeric/date/timestamp key, with a
   NULL branch.
 * ``ctid`` (:mod:`sqlfeed.plans.physical`): physical row ranges of one base table
-  (PostgreSQL ctid pages, DuckDB rowids). No key needed.
+  (PostgreSQL ctid pages, DuckDB and SQLite rowids). No key needed.
 * ``materialize`` (:mod:`sqlfeed.plans.materialize`): run the query once into a scratch
-  table, then read row-number ranges; for expensive queries. Needs ``scratch``.
+  table, then read ranges of it (ctid pages on PostgreSQL, row numbers elsewhere); for
+  expensive queries. Needs ``scratch``.
 * ``auto``: the first of :data:`AUTO_ORDER` that applies: fragments where valid, else ctid,
-  else range on the given key or the table's integer primary key, else materialize for
-  an expensive query when ``scratch`` is given, else hash.
+  else range on the given key or the table's (leading) integer primary key, else materialize for
+  an expensive query when ``scratch`` is given (on PostgreSQL and MySQL/MariaDB, without
+  ``scratch``, into :data:`~sqlfeed.plans.materialize.DEFAULT_SCRATCH`, created when the
+  user may; drop the table with :func:`sqlfeed.plans.drop_scratch`), else hash, the reason
+  saying why it was not materialized and the fix.
+
+M comes from ``partitions``, else from the row count: for a plain scan of one base
+table the catalog's estimate (no ``COUNT(*)``; ``Plan.estimated_rows``), else a count.
 """
 
 from __future__ import annotations
@@ -83,14 +90,14 @@ def plan(
     Args:
         query: the SELECT.
         source: anything :func:`sqlfeed.connect` takes (default: in-memory DuckDB).
-        partitions: the number of partitions M; by default ceil(COUNT / target_rows), at
-            least 4 x workers.
+        partitions: the number of partitions M; by default ceil(rows / target_rows), at
+            least 4 x workers (rows: see the module).
         target_rows: rows per partition when M is not given.
         strategy: one of ``auto``, ``hash``, ``range``, ``ctid``, ``materialize``,
             ``fragments`` (pieces of a shardset dataset's or a DuckDB query's files).
         key: the column(s) to hash, or the one column to range-partition on.
         workers: the expected number of workers.
-        scratch: a schema sqlfeed may create tables in (``materialize``).
+        scratch: a schema sqlfeed may create tables in (``materialize``; auto's: see above).
         allow_unstable: partition a query whose result may change between runs anyway.
         sample_rows: rows in the plan's sample query.
         strict: refuse an ORDER BY that may tie instead of completing it (see the reason).
@@ -118,11 +125,11 @@ def plan(
     context = ready.context(src, columns, schema, keys, scratch)
 
     chosen, reason = choose(context, strategy)
-    rows, m, capped = partition_count(context, chosen, partitions, target_rows, workers or 1)
-    built, scratch_table = STRATEGY_MODULES[chosen].build(context, m, allow_unstable)
+    sizing = partition_count(context, chosen, partitions, target_rows, workers or 1)
+    built, scratch_table = STRATEGY_MODULES[chosen].build(context, sizing.m, allow_unstable)
     if not built:
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
-    reason += notes(ready.tiebreaks, capped, m, len(built), chosen)
+    reason += notes(ready.tiebreaks, sizing.capped, sizing.m, len(built), chosen, sizing.note)
     if chosen == "fragments":
         reason += fragments.notes(context)  # what stayed whole, and why
     cost = scan_cost(chosen, len(built))
@@ -136,7 +143,8 @@ def plan(
         partitions=tuple(built),
         columns=tuple(columns),
         key=tuple(keys) if keys else None,
-        rows=rows,
+        rows=sizing.rows,
+        estimated_rows=sizing.estimated_rows,
         count_sql=count_sql(parsed, columns=columns),
         sample_sql=sample_sql(context.parsed, sample_rows, columns=columns),
         schema=schema.serialize().to_pybytes(),
@@ -155,10 +163,14 @@ def choose(ctx: PlanContext, strategy: str) -> tuple[str, str]:
         if problem is not None:
             raise InvalidArgumentError(problem)
         return strategy, "asked for: " + asked.reason(ctx)
+    declined = ""
     for name in AUTO_ORDER:
         candidate = STRATEGY_MODULES[name]
-        if candidate.problem(ctx, auto=True) is None:
-            return name, "auto: " + candidate.reason(ctx, auto=True)
+        problem = candidate.problem(ctx, auto=True)
+        if problem is None:
+            return name, "auto: " + candidate.reason(ctx, auto=True) + declined
+        if name == "materialize" and materialize.DEFAULT_SCRATCH in problem:
+            declined = f"; not materialized: {problem}"  # what stopped it, and the fix
     raise AssertionError("hash partitions every query")
 
 

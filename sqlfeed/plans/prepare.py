@@ -5,8 +5,9 @@
   tie-breakers (:func:`sqlfeed.sql.complete_orders`), after asking the catalog for the
   unique keys of the query's only base table (an ORDER BY over one needs none); with
   ``strict`` they are refused instead, as are volatile functions unless ``allow_unstable``.
-* :func:`partition_count`: M from the row count (or the files' own counts), capped at
-  :data:`~sqlfeed.sql.MAX_PARTITIONS`.
+* :func:`partition_count`: M from the row count: the files' own counts, the scratch
+  table's, the catalog's estimate for a plain scan of one base table, else a
+  ``COUNT(*)``; capped at :data:`~sqlfeed.sql.MAX_PARTITIONS`.
 * :func:`notes`: what the reason adds: which ORDER BY was completed with what, and that M
   was capped (by the limit, or because the strategy could not cut the data finer).
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sqlfeed.io import Source
-from sqlfeed.plans import fragments
+from sqlfeed.plans import fragments, materialize
 from sqlfeed.plans.context import PlanContext, unique_keys
 from sqlfeed.sql import (
     MAX_PARTITIONS,
@@ -30,7 +31,14 @@ from sqlfeed.sql import (
     partitions_for,
 )
 
-__all__ = ["Deterministic", "deterministic_query", "notes", "partition_count"]
+__all__ = [
+    "Deterministic",
+    "Sizing",
+    "catalog_estimate",
+    "deterministic_query",
+    "notes",
+    "partition_count",
+]
 
 
 @dataclass(frozen=True)
@@ -92,32 +100,79 @@ def deterministic_query(
     return Deterministic(completion.parsed, list(completion.completed), table_keys)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """How many rows the planner expects and the M it chose (see :func:`partition_count`)."""
+
+    rows: int | None
+    """The exact row count, when counted (``Plan.rows``)."""
+    estimated_rows: int | None
+    """The count M was sized from (``Plan.estimated_rows``)."""
+    m: int
+    capped: str
+    """A note when M was capped at :data:`MAX_PARTITIONS`."""
+    note: str = ""
+    """Where an estimate came from, for the reason (empty when counted)."""
+
+
 def partition_count(
     context: PlanContext, chosen: str, partitions: int | None, target_rows: int, workers: int
-) -> tuple[int | None, int, str]:
-    """(rows counted or None, M, a note when M was capped at :data:`MAX_PARTITIONS`)."""
+) -> Sizing:
+    """M from ``partitions``, else from the rows: the files' own counts (``fragments``),
+    the scratch table's count (``materialize``: the query ran once already), the catalog's
+    estimate for a plain scan of one base table (see :func:`catalog_estimate`), else a
+    ``COUNT(*)`` of the query. Capped at :data:`MAX_PARTITIONS`."""
     if partitions is not None:
-        return None, partitions, ""
+        if chosen == "materialize":  # the scratch table's count costs little: keep it
+            stored = materialize.stored_rows(context)
+            return Sizing(stored, stored, partitions, "")
+        return Sizing(None, None, partitions, "")
+    rows: int | None = None
+    note = ""
     if chosen == "fragments":  # sized by the files' own row counts: no COUNT(*) scan
-        rows = None
-        m = partitions_for(fragments.stored_rows(context), target_rows, workers)
+        estimated = fragments.stored_rows(context)
+    elif chosen == "materialize":
+        rows = estimated = materialize.stored_rows(context)
     else:
-        rows = context.source.count(context.parsed, columns=context.columns)
-        m = partitions_for(rows, target_rows, workers)
+        found = catalog_estimate(context, chosen)
+        if found is not None:
+            estimated, note = found
+        else:
+            rows = estimated = context.source.count(context.parsed, columns=context.columns)
+            context.counted_rows = rows
+    m = partitions_for(estimated, target_rows, workers)
     if m <= MAX_PARTITIONS:
-        return rows, m, ""
-    return (
-        rows,
-        MAX_PARTITIONS,
-        (
-            f"M capped at {MAX_PARTITIONS} (the most a plan may have) instead of {m}; raise "
-            "target_rows (--target-rows)"
-        ),
+        return Sizing(rows, estimated, m, "", note)
+    capped = (
+        f"M capped at {MAX_PARTITIONS} (the most a plan may have) instead of {m}; raise "
+        "target_rows (--target-rows)"
     )
+    return Sizing(rows, estimated, MAX_PARTITIONS, capped, note)
 
 
-def notes(tiebreaks: Sequence[str], capped: str, m: int, built: int, strategy: str) -> str:
-    """What ``plan.reason`` adds after the strategy's own reason (empty, or ``; ...``)."""
+def catalog_estimate(context: PlanContext, chosen: str) -> tuple[int, str] | None:
+    """(rows, note) from the catalog instead of a ``COUNT(*)``, or None to count.
+
+    Only for a plain scan of one base table (the count only picks M). Without a WHERE the
+    table's size is the query's; with one it is an upper bound: used for ``ctid`` and
+    ``range`` (more, smaller partitions still read each row once) but not ``hash``, whose
+    every partition re-runs the query.
+    """
+    if context.table is None or context.catalog_rows is None:
+        return None
+    filtered = context.parsed.tree.args.get("where") is not None
+    if filtered and chosen not in ("ctid", "range"):
+        return None
+    rows, where = context.catalog_rows
+    bound = ", an upper bound: the query filters the table" if filtered else ""
+    return rows, f"M sized from the catalog's {rows} rows ({where}{bound}), not a COUNT(*)"
+
+
+def notes(
+    tiebreaks: Sequence[str], capped: str, m: int, built: int, strategy: str, sized: str = ""
+) -> str:
+    """What ``plan.reason`` adds after the strategy's own reason (empty, or ``; ...``);
+    ``sized`` says where the rows M was sized from came from, when not a count."""
     parts = []
     if tiebreaks:
         parts.append(
@@ -130,4 +185,6 @@ def notes(tiebreaks: Sequence[str], capped: str, m: int, built: int, strategy: s
             f"{built} partitions instead of the {m} asked for: {strategy} cannot cut this "
             "data finer"
         )
+    if sized:
+        parts.append(sized)
     return "".join(f"; {p}" for p in parts)

@@ -2,7 +2,7 @@
 
 The ranges are cut at in-database quantiles where the engine has them (PostgreSQL,
 DuckDB), else evenly between MIN and MAX (MySQL, SQLite), exactly for integers. The key
-is the one the user named, else the table's integer primary key.
+is the one the user named, else the table's integer primary key (its leading column).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pyarrow as pa
 from dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.dispatch import Feeder, Worker, default_worker_id
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
-from sqlfeed.plans import Plan
+from sqlfeed.plans import Plan, drop_scratch_with
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.tf.convert import Converter
 from sqlfeed.tf.job import JobEpochs
@@ -144,6 +144,8 @@ class Feed:
         plan, schema = _plan_and_schema(query, self.source, plan_options, mapping, world_size)
         self.mappings: list[ColumnMapping] = column_mappings(schema, **mapping)
         self.plan = plan
+        if isinstance(query, str):  # our plan: an auto-materialized table is ours to drop
+            drop_scratch_with(self, plan, self.source)
         self.batch_size = batch_size
         self.drop_remainder = drop_remainder
         self.prefetch = prefetch
@@ -408,6 +410,7 @@ def input_fn(
             size = int(input_context.get_per_replica_batch_size(batch_size))
         return dataset(plan, src, batch_size=size, input_context=input_context, **options)
 
+    drop_scratch_with(make, plan, src)  # planned here: an auto-materialized table is ours
     return make
 
 
