@@ -6,26 +6,35 @@ Two measurements, side by side in one run, on each queue backend (``memory``: a
 
 1. **Lease throughput.** A job of M tasks (``--partitions``, default 2000 and 300; a cheap
    hash plan over an in-memory DuckDB ``range``) is created in this process; then 1, 4 and
-   16 concurrent workers (``--workers``) each loop ``acquire -> complete`` (the task's one
-   batch acknowledged with the completion, in the same round trip, as a Worker does;
-   ``--per-batch-acks``: ``acquire -> ack(offset 1) -> complete``, three calls) until
-   ``acquire`` returns None or ``--seconds`` have passed (each size and worker count in a
-   new job). M=300 because a larger spec does not fit MySQL/MariaDB's
-   ``TEXT`` column. Workers on SQL backends are separate processes (spawned once, before
-   any timing, and reused); on ``memory`` they are threads. All workers start together at
+   16 concurrent workers (``--workers``, e.g. ``1,16,64``) each loop, by ``--protocol``:
+   ``ahead`` (the default, what a Worker claiming ahead does): one ``acquire``, then per
+   task one ``complete_and_acquire`` (the task's one batch acknowledged with its
+   completion, and the next task claimed, in one transaction); ``serial``: ``acquire ->
+   complete``; ``per-batch``: ``acquire -> ack(offset 1) -> complete``; until the job
+   runs out or ``--seconds`` have passed (each size and worker count in a new job).
+   M=300 because a larger spec does not fit MySQL/MariaDB's ``TEXT`` column. Workers on
+   SQL backends are processes forked from a fork server that imported this module once
+   (started before any timing and reused: 64 of them take ~1.5 GB PSS together, where
+   spawned ones would import sqlfeed each, ~165 MB apiece); on ``memory`` they are
+   threads. All workers start together at
    a set moment; throughput is completed tasks / (time of the last completion - start).
-   Each task is one acquire and one complete (and one ack with ``--per-batch-acks``), so
-   ``calls/s`` is about 2 x ``tasks/s`` (3 x; plus ``Wait`` answers). After each run the
+   ``calls/s`` is about 1 x ``tasks/s`` with ``ahead`` (2 x ``serial``, 3 x
+   ``per-batch``; plus ``Wait`` answers). After each run the
    queue is checked: every task counted as completed is ``done`` exactly once. Transient
    errors (deadlocks, lock time-outs, ``database is locked``) that the queue retried
    internally are counted in ``retries``.
 2. **Dispatch overhead per partition.** In this process, single worker: the time of one
    dispatch cycle (median of ``--cycles``) against the time to read one typical partition,
-   for two protocols timed on alternate cycles: ``per-batch`` is ``acquire + heartbeat +
-   ack x A + complete``; ``worker`` is what a :class:`~sqlfeed.dispatch.worker.Worker`
-   does per partition on its consumer's path with its default ``ack_interval`` (1 s) when a
-   partition streams within it: ``acquire + complete`` with the A acknowledgements in the
-   completion (heartbeats run in a background thread, every TTL / 3). The partition read:
+   for three protocols: ``per-batch`` is ``acquire + heartbeat + ack x A + complete``;
+   ``ahead`` (timed on a job of its own) is what a Worker claiming ahead does per
+   partition: one ``complete_and_acquire`` carrying the A acks, started in a background
+   thread (``handoff``: the time the consumer's thread spends starting it) while the next
+   partition, claimed before, streams; ``serial`` (timed on cycles alternating with
+   ``per-batch``) is one lease at a time in separate calls, all on the consumer's path,
+   as a :class:`~sqlfeed.dispatch.worker.Worker` did before it claimed ahead (with its
+   default ``ack_interval``, 1 s, when a partition streams within it): ``acquire +
+   complete`` with the A acknowledgements in the completion (heartbeats run in a
+   background thread, every TTL / 3). The partition read:
    TPC-H ``lineitem`` SF1 in PostgreSQL planned with ``strategy="ctid"`` into
    ``--read-partitions`` partitions, read through sqlfeed's PostgreSQL source as a
    :class:`~sqlfeed.dispatch.worker.Worker` reads them (ordered, in ``--batch-rows``
@@ -98,6 +107,9 @@ DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 SYNTHETIC_SQL = "SELECT range AS id FROM range(100000)"
 LEASE_TTL = 30.0
+PROTOCOLS = ("ahead", "serial", "per-batch")
+DRIVERS = ("psycopg", "pymysql", "sqlalchemy.dialects.postgresql.psycopg",
+           "sqlalchemy.dialects.mysql.pymysql")  # fmt: skip
 WAIT_SLEEP = 0.005
 """Seconds a benchmark worker sleeps on a :class:`Wait` (the Worker's ``poll`` is 0.5)."""
 
@@ -182,9 +194,9 @@ def drive(
     worker: str,
     start_at: float,
     deadline: float,
-    per_batch_acks: bool = False,
+    protocol: str = "ahead",
 ) -> WorkerResult:
-    """Run ``acquire -> complete`` from ``start_at`` until done or ``deadline``.
+    """Run one of :data:`PROTOCOLS` from ``start_at`` until done or ``deadline``.
 
     Args:
         queue: The lease queue (shared by threads, or this process's own).
@@ -192,8 +204,10 @@ def drive(
         worker: This worker's id.
         start_at: ``time.monotonic()`` at which to start (all workers start together).
         deadline: ``time.monotonic()`` after which no new task is acquired.
-        per_batch_acks: acknowledge the task's batch in a call of its own
-            (``acquire -> ack -> complete``) instead of with the completion.
+        protocol: ``ahead``: each completion claims the next task in the same call
+            (``complete_and_acquire``, a Worker's claim-ahead); ``serial``: ``acquire ->
+            complete`` (the ack in the completion); ``per-batch``: ``acquire -> ack ->
+            complete``.
 
     Returns:
         The counts and times of this worker.
@@ -203,38 +217,11 @@ def drive(
     retries_before = counting.retries if counting else 0
     kinds_before = dict(counting.kinds) if counting else {}
     time.sleep(max(0.0, start_at - time.monotonic()))
-    clock = time.perf_counter
     try:
-        while time.monotonic() < deadline:
-            t0 = clock()
-            got = queue.acquire(job, worker)
-            result.acquire_seconds += clock() - t0
-            result.acquires += 1
-            if got is None:
-                result.finished = True
-                break
-            if isinstance(got, Wait):
-                result.waits += 1
-                time.sleep(min(max(got.seconds, 0.0), WAIT_SLEEP))
-                continue
-            t0 = clock()
-            held = True
-            if per_batch_acks:
-                held = queue.ack(got, 1, 1)
-                result.acks += 1
-            t1 = clock()
-            result.ack_seconds += t1 - t0
-            if per_batch_acks:
-                done = queue.complete(got)
-            else:
-                done = queue.complete(got, offset=1, rows=1, batches=1)
-            result.complete_seconds += clock() - t1
-            result.completes += 1
-            if held and done:
-                result.tasks += 1
-                result.last = time.monotonic()
-            else:
-                result.lost += 1
+        if protocol == "ahead":
+            _drive_ahead(queue, job, worker, deadline, result)
+        else:
+            _drive_serial(queue, job, worker, deadline, result, protocol == "per-batch")
     except Exception as err:  # reported in the table, the run goes on
         result.error = _error_text(err)
     if counting is not None:
@@ -244,6 +231,82 @@ def drive(
     return result
 
 
+def _drive_ahead(
+    queue: LeaseQueue, job: str, worker: str, deadline: float, result: WorkerResult
+) -> None:
+    """``acquire`` once, then ``complete_and_acquire`` per task: one call per task."""
+    clock = time.perf_counter
+    held: Lease | None = None
+    while time.monotonic() < deadline:
+        t0 = clock()
+        if held is None:
+            got = queue.acquire(job, worker)
+            result.acquire_seconds += clock() - t0
+            result.acquires += 1
+        else:
+            done, got = queue.complete_and_acquire(held, worker, offset=1, rows=1, batches=1)
+            result.complete_seconds += clock() - t0
+            result.completes += 1
+            held = None
+            if done:
+                result.tasks += 1
+                result.last = time.monotonic()
+            else:
+                result.lost += 1
+        if got is None:
+            result.finished = True
+            return
+        if isinstance(got, Wait):
+            result.waits += 1
+            time.sleep(min(max(got.seconds, 0.0), WAIT_SLEEP))
+            continue
+        held = got
+    if held is not None:  # the time is up: the task claimed ahead goes back
+        queue.release(held)
+
+
+def _drive_serial(
+    queue: LeaseQueue,
+    job: str,
+    worker: str,
+    deadline: float,
+    result: WorkerResult,
+    per_batch_acks: bool,
+) -> None:
+    """``acquire -> complete`` (or ``acquire -> ack -> complete``) per task."""
+    clock = time.perf_counter
+    while time.monotonic() < deadline:
+        t0 = clock()
+        got = queue.acquire(job, worker)
+        result.acquire_seconds += clock() - t0
+        result.acquires += 1
+        if got is None:
+            result.finished = True
+            break
+        if isinstance(got, Wait):
+            result.waits += 1
+            time.sleep(min(max(got.seconds, 0.0), WAIT_SLEEP))
+            continue
+        t0 = clock()
+        held = True
+        if per_batch_acks:
+            held = queue.ack(got, 1, 1)
+            result.acks += 1
+        t1 = clock()
+        result.ack_seconds += t1 - t0
+        if per_batch_acks:
+            done = queue.complete(got)
+        else:
+            done = queue.complete(got, offset=1, rows=1, batches=1)
+        result.complete_seconds += clock() - t1
+        result.completes += 1
+        if held and done:
+            result.tasks += 1
+            result.last = time.monotonic()
+        else:
+            result.lost += 1
+
+
 # -- worker processes -------------------------------------------------------------------
 
 
@@ -251,7 +314,7 @@ def _process_main(index: int, commands: Any, results: Any) -> None:
     """A spawned worker process: prepares and drives one worker per throughput run.
 
     Messages in: ``("prepare", cell, url, job)`` then ``("go", cell, start_at,
-    deadline, per_batch_acks)``; ``("exit",)``. Messages out: ``("up", index)``,
+    deadline, protocol)``; ``("exit",)``. Messages out: ``("up", index)``,
     ``("ready", index, cell, error)``, ``("done", index, cell, WorkerResult as dict)``.
     """
     queues: dict[str, _CountingQueue] = {}
@@ -274,11 +337,11 @@ def _process_main(index: int, commands: Any, results: Any) -> None:
             go = commands.get()
             if go[0] == "exit":
                 return
-            _, _, start_at, deadline, per_batch_acks = go
+            _, _, start_at, deadline, protocol = go
             if problem is not None:
                 outcome = WorkerResult(worker, error=problem)
             else:
-                outcome = drive(queues[url], job, worker, start_at, deadline, per_batch_acks)
+                outcome = drive(queues[url], job, worker, start_at, deadline, protocol)
             results.put(("done", index, cell, asdict(outcome)))
     finally:
         for opened in queues.values():
@@ -286,16 +349,22 @@ def _process_main(index: int, commands: Any, results: Any) -> None:
 
 
 class ProcessPool:
-    """Spawned worker processes, started before any timing and reused by every run."""
+    """Worker processes, started before any timing and reused by every run.
+
+    They are forked from a multiprocessing fork server that imported this module (and
+    the queue drivers) once: a worker starts in milliseconds and shares those pages with
+    the server, where a spawned one would import sqlfeed again (~165 MB and seconds of
+    CPU each). So 64 workers fit on a 2-core machine.
+    """
 
     def __init__(self, size: int) -> None:
-        """Spawn ``size`` processes and wait until each has imported sqlfeed.
+        """Start ``size`` processes and wait until each is up.
 
         Args:
             size: The largest number of concurrent workers any run needs.
         """
         self.size = size
-        self._context = mp.get_context("spawn")
+        self._context = _fork_server()
         self._results: Any = None
         self._commands: list[Any] = []
         self._processes: list[Any] = []
@@ -340,7 +409,7 @@ class ProcessPool:
         return got
 
     def run(
-        self, url: str, job: str, workers: int, seconds: float, per_batch_acks: bool = False
+        self, url: str, job: str, workers: int, seconds: float, protocol: str = "ahead"
     ) -> tuple[float, list[WorkerResult]]:
         """Drive ``workers`` processes on ``job`` for at most ``seconds``.
 
@@ -349,7 +418,7 @@ class ProcessPool:
             job: The job's name (created already).
             workers: How many processes take part (at most ``size``).
             seconds: The run's time limit.
-            per_batch_acks: see :func:`drive`.
+            protocol: see :func:`drive`.
 
         Returns:
             The common start (``time.monotonic()``) and one result per worker; a worker
@@ -363,7 +432,7 @@ class ProcessPool:
         ready = self._collect("ready", cell, workers, 120)
         start_at = time.monotonic() + 0.2
         for i in range(workers):
-            self._commands[i].put(("go", cell, start_at, start_at + seconds, per_batch_acks))
+            self._commands[i].put(("go", cell, start_at, start_at + seconds, protocol))
         done = self._collect("done", cell, workers, seconds + 120)
         results = []
         for i in range(workers):
@@ -389,8 +458,15 @@ class ProcessPool:
                 process.join(timeout=5)
 
 
+def _fork_server() -> Any:
+    """The fork-server context, its server preloading this module and the drivers."""
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["benchmarks.dispatch", *DRIVERS])
+    return context
+
+
 def run_threads(
-    queue: LeaseQueue, job: str, workers: int, seconds: float, per_batch_acks: bool = False
+    queue: LeaseQueue, job: str, workers: int, seconds: float, protocol: str = "ahead"
 ) -> tuple[float, list[WorkerResult]]:
     """Drive ``workers`` threads of this process on ``job`` for at most ``seconds``.
 
@@ -399,7 +475,7 @@ def run_threads(
         job: The job's name (created already).
         workers: How many threads.
         seconds: The run's time limit.
-        per_batch_acks: see :func:`drive`.
+        protocol: see :func:`drive`.
 
     Returns:
         The common start (``time.monotonic()``) and one result per thread.
@@ -408,7 +484,7 @@ def run_threads(
     start_at = time.monotonic() + 0.05
 
     def body(i: int) -> None:
-        results[i] = drive(queue, job, f"thread{i}", start_at, start_at + seconds, per_batch_acks)
+        results[i] = drive(queue, job, f"thread{i}", start_at, start_at + seconds, protocol)
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(workers)]
     for thread in threads:
@@ -522,7 +598,7 @@ def measure_throughput(
     seconds: float,
     pool: ProcessPool | None,
     tag: str,
-    per_batch_acks: bool = False,
+    protocol: str = "ahead",
 ) -> list[ThroughputCell]:
     """Run the throughput measurement of one backend for every worker count.
 
@@ -534,7 +610,7 @@ def measure_throughput(
         seconds: Time limit per run.
         pool: Worker processes (SQL backends).
         tag: Unique part of this run's job names.
-        per_batch_acks: see :func:`drive`.
+        protocol: see :func:`drive`.
 
     Returns:
         One cell per worker count.
@@ -555,10 +631,10 @@ def measure_throughput(
             create = time.perf_counter() - started
             try:
                 if backend == "memory":
-                    start_at, results = run_threads(queue, name, workers, seconds, per_batch_acks)
+                    start_at, results = run_threads(queue, name, workers, seconds, protocol)
                 else:
                     assert pool is not None
-                    start_at, results = pool.run(url, name, workers, seconds, per_batch_acks)
+                    start_at, results = pool.run(url, name, workers, seconds, protocol)
                 tasks = sum(r.tasks for r in results)
                 check = _check_queue(queue, name, tasks)
             finally:
@@ -718,6 +794,13 @@ class CycleCell:
         worker_ms: Median time of ``acquire + complete`` with the acks in the completion:
             a Worker's cycle on its consumer's path (see the module docstring).
         worker_overhead_pct: ``worker_ms / read_ms`` in percent.
+        ahead_ms: Median ``complete_and_acquire`` carrying the acks: the one queue call per
+            partition of a Worker claiming ahead, run in a background thread while the
+            next partition streams.
+        ahead_overhead_pct: ``ahead_ms / read_ms`` in percent (as if it were on the
+            consumer's path, which it is not).
+        handoff_ms: Median time the consumer's thread spends per partition with claim-ahead:
+            starting that background call (the lease it reads next was claimed already).
         error: What stopped the measurement, if anything.
     """
 
@@ -736,6 +819,9 @@ class CycleCell:
     overhead_pct: float
     worker_ms: float = float("nan")
     worker_overhead_pct: float = float("nan")
+    ahead_ms: float = float("nan")
+    ahead_overhead_pct: float = float("nan")
+    handoff_ms: float = float("nan")
     error: str | None = None
 
 
@@ -809,6 +895,7 @@ def measure_cycle(
                 times["spec"].append(clock() - t4)
         finally:
             queue.delete(name)
+        times["ahead"], times["handoff"] = _ahead_cycles(queue, f"{name}-ahead", plan, cycles, acks)
     except Exception as err:
         error = _error_text(err)
     finally:
@@ -832,15 +919,64 @@ def measure_cycle(
         overhead_pct=round(100 * cycle_ms / read_ms, 3) if read_ms > 0 else float("nan"),
         worker_ms=worker_ms,
         worker_overhead_pct=round(100 * worker_ms / read_ms, 3) if read_ms > 0 else float("nan"),
+        ahead_ms=_median_ms(times.get("ahead", [])),
+        ahead_overhead_pct=(
+            round(100 * statistics.median(times["ahead"]) * 1000 / read_ms, 3)
+            if read_ms > 0 and times.get("ahead")
+            else float("nan")
+        ),
+        handoff_ms=_median_ms(times.get("handoff", [])),
         error=error,
     )
     _progress(
         f"[{backend} cycle, {label} M={plan.num_partitions}] {cell.cycles} cycles, median "
         f"per-batch {cycle_ms:.2f} ms = {cell.overhead_pct:.2f}%, worker {worker_ms:.2f} ms = "
-        f"{cell.worker_overhead_pct:.2f}% of a {read_ms:.0f} ms read"
-        + (f"; ERROR {error}" if error else "")
+        f"{cell.worker_overhead_pct:.2f}%, claim-ahead {cell.ahead_ms:.2f} ms = "
+        f"{cell.ahead_overhead_pct:.2f}% in the background ({cell.handoff_ms:.3f} ms on the "
+        f"consumer's path) of a {read_ms:.0f} ms read" + (f"; ERROR {error}" if error else "")
     )
     return cell
+
+
+def _ahead_cycles(
+    queue: LeaseQueue, name: str, plan: Plan, cycles: int, acks: int
+) -> tuple[list[float], list[float]]:
+    """A Worker's claim-ahead cycles on a job of its own: per partition, the consumer's
+    thread starts ``complete_and_acquire`` (the acks of the partition just read, and the
+    claim of the one after next) in a background thread, then reads the lease claimed
+    before. Returns the seconds of each call, and of each start on the consumer's path."""
+    epochs = math.ceil((cycles + 2) / plan.num_partitions)
+    queue.create_job(JobSpec(name, plan, epochs=epochs, lease_ttl=LEASE_TTL))
+    calls: list[float] = []
+    handoffs: list[float] = []
+    try:
+        held = queue.acquire(name, "ahead-worker")
+        for _ in range(cycles):
+            if not isinstance(held, Lease):
+                raise RuntimeError(f"acquire returned {held!r} with tasks left")
+            answer: list[Any] = []
+            lease = held
+
+            def call(lease: Lease = lease, answer: list[Any] = answer) -> None:
+                t = time.perf_counter()
+                answer.append(
+                    queue.complete_and_acquire(
+                        lease, "ahead-worker", offset=acks, rows=65536 * acks, batches=acks
+                    )
+                )
+                calls.append(time.perf_counter() - t)  # fmt: skip
+
+            started = time.perf_counter()
+            thread = threading.Thread(target=call, daemon=True)
+            thread.start()
+            handoffs.append(time.perf_counter() - started)
+            thread.join()  # in a Worker: done while the next partition streams
+            done, held = answer[0]
+            if not done:
+                raise RuntimeError(f"lease lost on {lease}")
+    finally:
+        queue.delete(name)
+    return calls, handoffs
 
 
 def _worker_cycle(queue: LeaseQueue, name: str, acks: int) -> float:
@@ -994,7 +1130,8 @@ def format_cycles(cells: Sequence[CycleCell], read: ReadResult) -> str:
     """The dispatch-overhead table."""
     header = (
         "backend", "job plan", "M", "cycles", "acks", "cycle ms", "acquire", "heartbeat",
-        "ack", "complete", "spec", "read ms", "overhead", "worker ms", "worker overhead",
+        "ack", "complete", "spec", "read ms", "overhead", "serial ms", "serial overhead",
+        "ahead ms", "ahead overhead", "handoff ms",
     )  # fmt: skip
     rows = [
         (
@@ -1013,6 +1150,9 @@ def format_cycles(cells: Sequence[CycleCell], read: ReadResult) -> str:
             ("ERROR" if c.error else _num(c.overhead_pct) + "%"),
             _num(c.worker_ms),
             ("ERROR" if c.error else _num(c.worker_overhead_pct) + "%"),
+            _num(c.ahead_ms),
+            ("ERROR" if c.error else _num(c.ahead_overhead_pct) + "%"),
+            _num(c.handoff_ms, 3),
         )
         for c in cells
     ]
@@ -1042,8 +1182,16 @@ def conclusion(throughput: Sequence[ThroughputCell], cycles: Sequence[CycleCell]
         parts.append(
             f"dispatch per {lineitem[0].read_ms:.0f} ms lineitem partition, per-batch acks: "
             + ", ".join(f"{c.backend} {c.overhead_pct:.2f}%" for c in lineitem)
-            + f" (worst {worst.backend}); as a Worker runs it (acks with the completion): "
+            + f" (worst {worst.backend}); one lease at a time (acquire, then complete with "
+            "the acks): "
             + ", ".join(f"{c.backend} {c.worker_overhead_pct:.2f}%" for c in lineitem)
+            + "; a Worker claiming ahead (complete_and_acquire, one round trip per partition "
+            "in the background): "
+            + ", ".join(
+                f"{c.backend} {c.ahead_overhead_pct:.2f}% ({c.handoff_ms:.3f} ms on the "
+                "consumer's path)"
+                for c in lineitem
+            )
         )
     synthetic = [c for c in cycles if c.plan == "synthetic" and not c.error]
     if synthetic:
@@ -1060,6 +1208,21 @@ def conclusion(throughput: Sequence[ThroughputCell], cycles: Sequence[CycleCell]
 # -- main -------------------------------------------------------------------------------
 
 
+_PROTOCOL_TEXT = {
+    "ahead": "complete (+ ack) and claim the next, in one call",
+    "serial": "acquire -> complete (+ ack)",
+    "per-batch": "acquire -> ack -> complete",
+}
+
+
+def _counts(text: str) -> list[int]:
+    """``1,16,64`` (or one number) as a list of integers."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or a comma list: {text!r}") from None
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Lease queue throughput and dispatch overhead per partition."
@@ -1067,8 +1230,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument(
-        "--workers", type=int, nargs="+", default=[1, 4, 16], metavar="N",
-        help="concurrent workers per throughput run (default: 1 4 16)",
+        "--workers", type=_counts, nargs="+", default=[[1, 4, 16]], metavar="N",
+        help="concurrent workers per throughput run, e.g. 1 4 16 or 1,16,64 (default: 1 4 "
+        "16); workers are processes forked from a preloaded server (SQL) or threads (memory)",
     )  # fmt: skip
     parser.add_argument(
         "--partitions", type=int, nargs="+", default=[2000, 300], metavar="M",
@@ -1083,8 +1247,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cycles", type=int, default=64, help="dispatch cycles timed per backend (default 64)"
     )
     parser.add_argument(
-        "--per-batch-acks", action="store_true",
-        help="throughput: acquire -> ack -> complete (default: the ack goes with the completion)",
+        "--protocol", choices=PROTOCOLS, default="ahead",
+        help="throughput: 'ahead' (default): each completion claims the next task in the "
+        "same call, as a Worker claiming ahead; 'serial': acquire -> complete (+ ack); "
+        "'per-batch': acquire -> ack -> complete",
     )  # fmt: skip
     parser.add_argument("--read-table", default="lineitem_sf1")
     parser.add_argument(
@@ -1100,6 +1266,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sqlite-dir", default=None, help="where the SQLite queue file goes")
     parser.add_argument("--json", default=None, help="also write results here")
     args = parser.parse_args(argv)
+    args.workers = [n for group in args.workers for n in group]
     if min(args.workers) < 1 or min(args.partitions) < 1 or args.cycles < 1:
         parser.error("--workers, --partitions and --cycles must be >= 1")
     if args.seconds <= 0 or args.read_samples < 1 or args.batch_rows < 1:
@@ -1154,7 +1321,7 @@ def main(argv: list[str] | None = None) -> int:
                         if backend in urls:
                             throughput += measure_throughput(
                                 backend, urls[backend], plan, worker_counts, args.seconds,
-                                pool, tag, args.per_batch_acks,
+                                pool, tag, args.protocol,
                             )  # fmt: skip
             finally:
                 if pool is not None:
@@ -1183,8 +1350,7 @@ def main(argv: list[str] | None = None) -> int:
     if throughput:
         print()
         print(
-            f"1. Lease throughput: acquire -> "
-            f"{'ack -> complete' if args.per_batch_acks else 'complete (+ ack)'}, jobs of M "
+            f"1. Lease throughput: {_PROTOCOL_TEXT[args.protocol]}, jobs of M "
             f"tasks, up to {args.seconds:g}s per run; workers are processes (SQL) or threads "
             "(memory)"
         )
@@ -1197,7 +1363,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(
             f"2. Dispatch overhead, single worker: acquire + heartbeat + {read.acks} acks + "
-            f"complete (per-batch) and acquire + complete carrying the acks (worker), "
+            f"complete (per-batch), acquire + complete carrying the acks (serial: one lease "
+            f"at a time) and complete_and_acquire carrying them (ahead: a Worker's claim-ahead, "
+            f"in a background thread; handoff: its cost on the consumer's path), "
             f"vs reading one {args.read_table} partition ({read.strategy}, "
             f"M={read.partitions}, median {statistics.median(read.rows):.0f} rows, "
             f"{args.batch_rows}-row batches, median of {len(read.seconds)} reads "

@@ -278,8 +278,9 @@ def test_sigterm_inside_a_queue_transaction_exits_and_gives_the_lease_back(
     assert worker.exitcode == 143
     assert took < DEADLINE_SECONDS, f"exited after {took:.1f}s: the deadline, not the release"
     assert run.tasks("state = 'leased'") == []  # pending again: no TTL (60 s) to wait for
-    [held] = run.tasks("attempts = 1")
-    assert (held.state, held.acked) == ("pending", 0 if at == 1 else 2)
+    held = run.tasks("attempts = 1")  # the one read, and the one claimed ahead (in-ack)
+    assert {row.state for row in held} == {"pending"}
+    assert max(row.acked for row in held) == (0 if at == 1 else 2)
     run.finish()
 
 
@@ -308,14 +309,48 @@ def test_a_worker_stuck_past_the_deadline_exits_and_its_lease_is_taken_over(
     run.finish()
 
 
-def _held_by(run: Run, name: str) -> tuple[int, int]:
-    [row] = run.tasks(f"worker = '{name}' AND state = 'leased'")
-    return int(row.epoch), int(row.part)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lease_claimed_ahead_by_a_killed_worker_is_done_once_by_others_after_expiry(
+    backend: str, make_run: Callable[..., Run]
+) -> None:
+    """SIGKILL while the worker reads one partition and holds the next, claimed ahead,
+    that it never read from: both expire (TTL 1 s) and another worker does them, each
+    exactly once, after the batches the killed worker acknowledged."""
+    run = make_run(backend, partitions=6)
+    victim = run.start("w1", "--consume", "0.3", "--ack-interval", "0")
+    run.wait_for("w1", "A")
+    until = time.monotonic() + 30
+    while len(run.tasks("worker = 'w1' AND state = 'leased'")) < 2:
+        assert time.monotonic() < until, "no lease claimed ahead"
+        time.sleep(0.01)
+    held = _held_by(run, "w1")
+    _signal(victim, signal.SIGKILL)
+    victim.join(timeout=10)
+    read = {(int(line[2]), int(line[3])) for line in run.log("w1") if line[0] == "D"}
+    ahead = [task for task in held if task not in read]
+    assert len(ahead) == 1, (held, read)
+    run.start("w2")
+    while not run.queue.status(run.job).complete:
+        assert time.monotonic() < until + 120, run.queue.status(run.job).to_dict()
+        time.sleep(0.05)
+    [row] = run.tasks(f"epoch = {ahead[0][0]} AND part = {ahead[0][1]}")
+    assert (row.state, row.worker, row.attempts, row.completions) == ("done", "w2", 2, 1)
+    run.finish()  # every task completed once, no acknowledged batch delivered again
 
 
-def _taken_over(run: Run, task: tuple[int, int], name: str) -> bool:
-    [row] = run.tasks(f"epoch = {task[0]} AND part = {task[1]}")
-    return bool(row.state == "done" or row.worker != name)
+def _held_by(run: Run, name: str) -> list[tuple[int, int]]:
+    """The tasks ``name`` holds: the one it reads, and the one it claimed ahead."""
+    rows = run.tasks(f"worker = '{name}' AND state = 'leased'")
+    assert rows, f"{name} holds no lease"
+    return [(int(row.epoch), int(row.part)) for row in rows]
+
+
+def _taken_over(run: Run, tasks: list[tuple[int, int]], name: str) -> bool:
+    for epoch, part in tasks:
+        [row] = run.tasks(f"epoch = {epoch} AND part = {part}")
+        if row.state != "done" and row.worker == name:
+            return False
+    return True
 
 
 @pytest.mark.parametrize("backend", ["postgres", "mysql"])
@@ -333,12 +368,12 @@ def test_a_worker_frozen_inside_a_queue_transaction_stops_nobody(
     _signal(frozen, signal.SIGSTOP)
     stopped = time.monotonic()
     run.frozen.add("w1")
-    task = _held_by(run, "w1")
+    tasks = _held_by(run, "w1")
     before = run.done()
     while run.done() < before + 3:
         assert time.monotonic() - stopped < 10, "the others stopped with the frozen worker"
         time.sleep(0.05)
-    while not _taken_over(run, task, "w1"):
+    while not _taken_over(run, tasks, "w1"):
         assert time.monotonic() - stopped < ttl + 5, "the frozen worker's lease was not taken over"
         time.sleep(0.05)
     assert all(p.is_alive() for p in others)
@@ -357,8 +392,8 @@ def test_sqlite_a_worker_frozen_outside_a_transaction_is_taken_over(
     _signal(frozen, signal.SIGSTOP)
     stopped = time.monotonic()
     run.frozen.add("w1")
-    task = _held_by(run, "w1")
-    while not _taken_over(run, task, "w1"):
+    tasks = _held_by(run, "w1")
+    while not _taken_over(run, tasks, "w1"):
         assert time.monotonic() - stopped < ttl + 5, "the frozen worker's lease was not taken over"
         time.sleep(0.05)
     run.finish()

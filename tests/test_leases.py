@@ -402,11 +402,11 @@ def test_a_failed_heartbeat_of_one_lease_does_not_drop_another(
     second_taken = threading.Event()
 
     class LateHeartbeats(_Proxy):
-        def acquire(self, job: str, worker: str) -> Lease | Wait | None:
-            got = super().acquire(job, worker)
-            if isinstance(got, Lease) and got.partition == 1:
-                second_taken.set()
-            return got
+        def complete(self, lease: Lease, **last: Any) -> bool:
+            done = super().complete(lease, **last)
+            if lease.partition == 0:
+                second_taken.set()  # the worker holds partition 1 by now (claimed ahead)
+            return done
 
         def heartbeat(self, lease: Lease) -> bool:
             if lease.partition == 0:

@@ -242,6 +242,26 @@ class LeaseQueue:
         """
         raise NotImplementedError
 
+    def complete_and_acquire(
+        self, lease: Lease, worker: str, *, offset: int | None = None, rows: int = 0,
+        batches: int = 0,
+    ) -> tuple[bool, Lease | Wait | None]:  # fmt: skip
+        """:meth:`complete` ``lease``, then :meth:`acquire` the next task for ``worker``.
+
+        A SQL queue does both in one transaction (one round trip per partition for a
+        worker that claims ahead). Here, the two calls one after the other: a busy queue
+        on the second is answered ``Wait(epoch, 0)`` (ask again), so that a
+        :class:`QueueBusyError` still means that nothing changed.
+
+        Returns:
+            Whether the task was completed (as :meth:`complete`), and the claim's answer.
+        """
+        done = self.complete(lease, offset=offset, rows=rows, batches=batches)
+        try:
+            return done, self.acquire(lease.job, worker)
+        except QueueBusyError:
+            return done, Wait(lease.epoch, 0.0)
+
     def release(self, lease: Lease) -> None:
         """Give the task back at once (shutdown), keeping its acknowledged offset."""
         raise NotImplementedError

@@ -19,7 +19,6 @@ from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import LONGTEXT
 
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.dispatch.ledger import SQLLedger, check_rewind, rewind_summary
@@ -44,6 +43,7 @@ from sqlfeed.dispatch.sessions import (
     retrying,
     transient,
 )
+from sqlfeed.dispatch.sqlschema import queue_tables
 from sqlfeed.io import driver_message, redact_url
 
 __all__ = ["SQLQueue"]
@@ -133,48 +133,7 @@ class SQLQueue(LeaseQueue):
         self._tables()
 
     def _tables(self) -> None:
-        metadata = sa.MetaData()
-        name = sa.String(200)
-        sa.Table(
-            "sqlfeed_jobs", metadata,
-            sa.Column("name", name, primary_key=True),
-            sa.Column("fingerprint", sa.String(64), nullable=False),
-            # LONGTEXT on MySQL: TEXT stops at 64 KiB, a plan of ~300 partitions.
-            sa.Column("spec", sa.Text().with_variant(LONGTEXT(), "mysql", "mariadb"),
-                      nullable=False),
-            sa.Column("created", sa.Double, nullable=False),
-        )  # fmt: skip
-        tasks = sa.Table(
-            "sqlfeed_tasks", metadata,
-            sa.Column("job", name, primary_key=True),
-            sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("part", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("position", sa.Integer, nullable=False),
-            sa.Column("state", sa.String(10), nullable=False),
-            sa.Column("worker", name),
-            sa.Column("token", sa.String(32)),
-            sa.Column("expires", sa.Double, nullable=False),
-            sa.Column("acked", sa.Integer, nullable=False),
-            sa.Column("rows_acked", sa.BigInteger, nullable=False),
-            sa.Column("attempts", sa.Integer, nullable=False),
-            sa.Column("completions", sa.Integer, nullable=False),
-        )  # fmt: skip
-        sa.Index("sqlfeed_tasks_next", tasks.c.job, tasks.c.epoch, tasks.c.state, tasks.c.position)
-        sa.Table(
-            "sqlfeed_workers", metadata,
-            sa.Column("job", name, primary_key=True),
-            sa.Column("worker", name, primary_key=True),
-            sa.Column("joined", sa.Double, nullable=False),
-            sa.Column("seen", sa.Double, nullable=False),
-            sa.Column("batches", sa.BigInteger, nullable=False),
-            sa.Column("rows_acked", sa.BigInteger, nullable=False),
-        )  # fmt: skip
-        sa.Table(
-            "sqlfeed_shares", metadata,
-            sa.Column("job", name, primary_key=True),
-            sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("worker", name, primary_key=True),
-        )  # fmt: skip
+        metadata = queue_tables()
         try:
             if not self._retrying(self._have_tables, metadata):
                 metadata.create_all(self.engine)
@@ -261,71 +220,101 @@ class SQLQueue(LeaseQueue):
 
     def acquire(self, job: str, worker: str) -> Lease | Wait | None:
         spec = self.job(job)
-        result = self._retrying(self._acquire, spec, worker)
+        return self._claimed(spec, self._retrying(self._acquire, spec, worker))
+
+    def _claimed(self, spec: JobSpec, result: Any) -> Lease | Wait | None:
+        """A claim's answer; when every epoch looked finished, checked outside its
+        transaction (the job deleted meanwhile, or rows missing, are errors)."""
         if result is _ALL_DONE:
-            self.job(job, cached=False)  # deleted meanwhile? then say so
+            self.job(spec.name, cached=False)  # deleted meanwhile? then say so
             self._retrying(self._check_complete, spec)
             return None
         assert result is None or isinstance(result, Lease | Wait)
         return result
 
-    def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | object:
-        job = spec.name
+    def complete_and_acquire(
+        self, lease: Lease, worker: str, *, offset: int | None = None, rows: int = 0,
+        batches: int = 0,
+    ) -> tuple[bool, Lease | Wait | None]:  # fmt: skip
+        """:meth:`complete` then :meth:`acquire`, in one transaction (one round trip)."""
+        spec = self.job(lease.job)
+        assignments, extra = _completion(offset, rows, batches)
+        done, result = self._retrying(self._complete_acquire, lease, assignments, extra, worker)
+        return done, self._claimed(spec, result)
+
+    def _complete_acquire(
+        self, lease: Lease, assignments: str, extra: dict[str, Any], worker: str
+    ) -> tuple[bool, Lease | Wait | object]:
         with self._tx() as c:
-            epoch, now = c.execute(  # the open epoch and the clock, in one round trip
-                sa.text(
-                    f"SELECT MIN(epoch), {self._now} FROM sqlfeed_tasks WHERE job = :j "
-                    "AND state NOT IN ('done', 'dropped')"
-                ),
-                {"j": job},
-            ).one()
-            now = float(now)
+            done = self._update_in(c, lease, assignments, extra, False)
+            seen = done and bool(extra.get("batches"))  # the worker's row was updated then
+            return done, self._acquire_in(c, self.job(lease.job), worker, seen)
+
+    def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | object:
+        with self._tx() as c:
+            return self._acquire_in(c, spec, worker)
+
+    def _acquire_in(
+        self, c: Any, spec: JobSpec, worker: str, seen: bool = False
+    ) -> Lease | Wait | object:
+        """Claim the next task of ``spec`` for ``worker`` inside transaction ``c``
+        (``seen``: the worker's row was updated already in it)."""
+        job = spec.name
+        epoch, now = c.execute(  # the open epoch and the clock, in one round trip
+            sa.text(
+                f"SELECT MIN(epoch), {self._now} FROM sqlfeed_tasks WHERE job = :j "
+                "AND state NOT IN ('done', 'dropped')"
+            ),
+            {"j": job},
+        ).one()
+        now = float(now)
+        if not seen:
             self._seen(c, job, worker, now)
-            if epoch is None:
-                return _ALL_DONE
-            if spec.even_batches:
-                finished = (
-                    c.execute(
-                        sa.text("SELECT worker FROM sqlfeed_shares WHERE job = :j AND epoch = :e"),
-                        {"j": job, "e": epoch},
-                    )
-                    .scalars()
-                    .all()
+        if epoch is None:
+            return _ALL_DONE
+        if spec.even_batches:
+            finished = (
+                c.execute(
+                    sa.text("SELECT worker FROM sqlfeed_shares WHERE job = :j AND epoch = :e"),
+                    {"j": job, "e": epoch},
                 )
-                if spec.replicas is not None and len(finished) >= spec.replicas:
-                    c.execute(
-                        sa.text(
-                            "UPDATE sqlfeed_tasks SET state = 'dropped', token = NULL "
-                            "WHERE job = :j AND epoch = :e AND state IN ('pending', 'leased')"
-                        ),
-                        {"j": job, "e": epoch},
-                    )
-                    return Wait(int(epoch), 0.0)  # the next epoch is open now: ask again
-                if worker in finished:
-                    return Wait(int(epoch), 0.05)
-            row = self._claim(c, job, int(epoch), now)
-            if row is None:
-                self._check_states(c, spec, epoch)
-                soonest = c.execute(
+                .scalars()
+                .all()
+            )
+            if spec.replicas is not None and len(finished) >= spec.replicas:
+                c.execute(
                     sa.text(
-                        "SELECT MIN(expires) FROM sqlfeed_tasks WHERE job = :j AND epoch = :e "
-                        "AND state = 'leased'"
+                        "UPDATE sqlfeed_tasks SET state = 'dropped', token = NULL "
+                        "WHERE job = :j AND epoch = :e AND state IN ('pending', 'leased')"
                     ),
                     {"j": job, "e": epoch},
-                ).scalar()
-                return Wait(int(epoch), max(0.0, float(soonest or now) - now))
-            token = uuid.uuid4().hex
-            c.execute(
+                )
+                return Wait(int(epoch), 0.0)  # the next epoch is open now: ask again
+            if worker in finished:
+                return Wait(int(epoch), 0.05)
+        row = self._claim(c, job, int(epoch), now)
+        if row is None:
+            self._check_states(c, spec, epoch)
+            soonest = c.execute(
                 sa.text(
-                    "UPDATE sqlfeed_tasks SET state = 'leased', worker = :w, token = :t, "
-                    "expires = :exp, attempts = attempts + 1 "
-                    "WHERE job = :j AND epoch = :e AND part = :p"
+                    "SELECT MIN(expires) FROM sqlfeed_tasks WHERE job = :j AND epoch = :e "
+                    "AND state = 'leased'"
                 ),
-                {"w": worker, "t": token, "exp": now + spec.lease_ttl, "j": job,
-                 "e": epoch, "p": row.part},
-            )  # fmt: skip
-            return Lease(job, int(epoch), int(row.part), token, worker, int(row.acked),
-                         int(row.attempts) + 1)  # fmt: skip
+                {"j": job, "e": epoch},
+            ).scalar()
+            return Wait(int(epoch), max(0.0, float(soonest or now) - now))
+        token = uuid.uuid4().hex
+        c.execute(
+            sa.text(
+                "UPDATE sqlfeed_tasks SET state = 'leased', worker = :w, token = :t, "
+                "expires = :exp, attempts = attempts + 1 "
+                "WHERE job = :j AND epoch = :e AND part = :p"
+            ),
+            {"w": worker, "t": token, "exp": now + spec.lease_ttl, "j": job,
+             "e": epoch, "p": row.part},
+        )  # fmt: skip
+        return Lease(job, int(epoch), int(row.part), token, worker, int(row.acked),
+                     int(row.attempts) + 1)  # fmt: skip
 
     def _claim(self, c: Any, job: str, epoch: int, now: float) -> Any:
         """Lock the task to hand out next in ``epoch`` (its part, acked, attempts), or None:
@@ -415,29 +404,34 @@ class SQLQueue(LeaseQueue):
         its worker when they are new. With ``advance``, only an offset beyond the stored one
         changes the row; a repeated one (a retry after a lost reply) changes nothing and is
         answered by whether the lease still holds."""
+        with self._tx() as c:
+            return self._update_in(c, lease, assignments, extra, advance)
+
+    def _update_in(
+        self, c: Any, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool
+    ) -> bool:
         held = "WHERE job = :j AND epoch = :e AND part = :p AND token = :t AND state = 'leased'"
         key = {"j": lease.job, "e": lease.epoch, "p": lease.partition, "t": lease.token}
-        with self._tx() as c:
-            changed = c.execute(
+        changed = c.execute(
+            sa.text(
+                f"UPDATE sqlfeed_tasks SET {assignments} {held}"
+                + (" AND acked < :o" if advance else "")
+            ),
+            {**key, **extra},
+        ).rowcount
+        if changed and extra.get("batches"):
+            c.execute(
                 sa.text(
-                    f"UPDATE sqlfeed_tasks SET {assignments} {held}"
-                    + (" AND acked < :o" if advance else "")
+                    f"UPDATE sqlfeed_workers SET seen = {self._now}, batches = batches + :b, "
+                    "rows_acked = rows_acked + :rows WHERE job = :j AND worker = :w"
                 ),
-                {**key, **extra},
-            ).rowcount
-            if changed and extra.get("batches"):
-                c.execute(
-                    sa.text(
-                        f"UPDATE sqlfeed_workers SET seen = {self._now}, batches = batches + :b, "
-                        "rows_acked = rows_acked + :rows WHERE job = :j AND worker = :w"
-                    ),
-                    {"b": extra["batches"], "rows": extra["rows"], "j": lease.job,
-                     "w": lease.worker},
-                )  # fmt: skip
-            if not changed and advance:
-                changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"),
-                                    key).scalar()  # fmt: skip
-            return bool(changed)
+                {"b": extra["batches"], "rows": extra["rows"], "j": lease.job,
+                 "w": lease.worker},
+            )  # fmt: skip
+        if not changed and advance:
+            changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"),
+                                key).scalar()  # fmt: skip
+        return bool(changed)
 
     def heartbeat(self, lease: Lease) -> bool:
         ttl = self.job(lease.job).lease_ttl
@@ -455,35 +449,23 @@ class SQLQueue(LeaseQueue):
     def complete(
         self, lease: Lease, *, offset: int | None = None, rows: int = 0, batches: int = 0
     ) -> bool:
-        done = "state = 'done', token = NULL, completions = completions + 1"
-        if offset is None or not batches:
-            return self._update_held(lease, done, {})
-        return self._update_held(
-            lease,
-            # rows_acked before acked: MySQL evaluates SET assignments left to right
-            "rows_acked = rows_acked + CASE WHEN acked < :o THEN :rows ELSE 0 END, "
-            f"acked = CASE WHEN acked < :o THEN :o ELSE acked END, {done}",
-            {"o": offset, "rows": rows, "batches": batches},
-        )
+        return self._update_held(lease, *_completion(offset, rows, batches))
 
     def release(self, lease: Lease) -> None:
         self._update_held(lease, "state = 'pending', token = NULL, worker = NULL", {})
 
     def finish_share(self, job: str, epoch: int, worker: str) -> None:
+        """Idempotent, also when two threads of a worker say it at once (claim-ahead)."""
+        insert = {"sqlite": "INSERT OR IGNORE INTO", "postgresql": "INSERT INTO"}
+        statement = (
+            f"{insert.get(self.backend, 'INSERT IGNORE INTO')} sqlfeed_shares "
+            "VALUES (:j, :e, :w)"
+            + (" ON CONFLICT DO NOTHING" if self.backend == "postgresql" else "")
+        )
+
         def record() -> None:
             with self._tx() as c:
-                exists = c.execute(
-                    sa.text(
-                        "SELECT COUNT(*) FROM sqlfeed_shares WHERE job = :j AND epoch = :e "
-                        "AND worker = :w"
-                    ),
-                    {"j": job, "e": epoch, "w": worker},
-                ).scalar()
-                if not exists:
-                    c.execute(
-                        sa.text("INSERT INTO sqlfeed_shares VALUES (:j, :e, :w)"),
-                        {"j": job, "e": epoch, "w": worker},
-                    )
+                c.execute(sa.text(statement), {"j": job, "e": epoch, "w": worker})
 
         self._retrying(record)
 
@@ -583,3 +565,16 @@ def _missing_sqlite_file(engine: Any) -> str | None:
     if engine.dialect.name != "sqlite" or path in ("", ":memory:") or path.startswith("file:"):
         return None
     return None if os.path.exists(path) else path
+
+
+def _completion(offset: int | None, rows: int, batches: int) -> tuple[str, dict[str, Any]]:
+    """The SET clause and values that complete a task, acknowledging its last batches."""
+    done = "state = 'done', token = NULL, completions = completions + 1"
+    if offset is None or not batches:
+        return done, {}
+    # rows_acked before acked: MySQL evaluates SET assignments left to right
+    return (
+        "rows_acked = rows_acked + CASE WHEN acked < :o THEN :rows ELSE 0 END, "
+        f"acked = CASE WHEN acked < :o THEN :o ELSE acked END, {done}",
+        {"o": offset, "rows": rows, "batches": batches},
+    )

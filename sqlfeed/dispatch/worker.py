@@ -10,12 +10,13 @@ partition's rows in the same order on every read: true for DuckDB scans, SQLite 
 MySQL; for PostgreSQL sqlfeed turns off parallel plans and synchronized scans in the
 sessions it reads with, so a partition reads back in the same order.
 
-What the worker knows of each lease it holds (renewed when, lost or not, batches taken
-but not yet acknowledged) is kept per lease: a heartbeat that fails for one lease never
-touches another. A lease is given back on every way out of :meth:`Worker.deliveries`
-(the job done, an error, the consumer stopping early, :meth:`Worker.close`, SIGTERM with
-:meth:`Worker.release_on_sigterm`), and a queue that is briefly busy or unreachable is
-asked again, never taken for a lost lease.
+A worker holds up to two leases: the partition it reads, and the next one, claimed ahead
+in a background thread (with the current one's completion, in one queue call). What it
+knows of each (renewed when, lost or not, batches taken but not yet acknowledged) is kept
+per lease: a heartbeat that fails for one lease never touches another. Leases are given
+back on every way out of :meth:`Worker.deliveries` (the job done, an error, the consumer
+stopping early, :meth:`Worker.close`, SIGTERM with :meth:`Worker.release_on_sigterm`),
+and a queue that is briefly busy or unreachable is asked again, never taken for lost.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -46,6 +49,8 @@ _log = logging.getLogger("sqlfeed.dispatch")
 _T = TypeVar("_T")
 _STOPPED = object()
 """``_acquire``'s answer when the worker was asked to stop while waiting for the queue."""
+_UNASKED = object()
+"""``_complete``'s answer when it did not claim the next lease in the same round trip."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,22 @@ class _Hold:
         """The consumer could not take the batch in hand (:meth:`Worker.refuse`)."""
         self.lock = threading.Lock()
         """Serializes acknowledging, completing and giving back (main thread, close())."""
+        self.ended = False
+        """Every batch was taken: giving it back completes it."""
+
+
+def _in_background(call: Callable[[], Any]) -> Future[Any]:
+    """``call()`` in a daemon thread: its answer (or error) in the future returned."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as err:  # raised in the consumer's thread by result()
+            future.set_exception(err)
+
+    threading.Thread(target=run, daemon=True, name="sqlfeed-claim-ahead").start()
+    return future
 
 
 class Worker:
@@ -106,6 +127,12 @@ class Worker:
         on_partition: called with a lease and its partition's number of batches once
             every batch is acknowledged, before the partition is completed (e.g. to write
             a manifest); an error it raises gives the lease back uncompleted.
+        claim_ahead: while a partition streams, claim the next one in a background thread
+            (held and heartbeated like the current one, given back on every way out; a
+            worker that dies leaves it to expire after its TTL): the next partition starts
+            without waiting for the queue, and the completion of a partition goes with
+            the claim of the one after next, in one round trip on a SQL queue. False: one
+            lease at a time, claimed when the previous partition is done.
 
     Raises:
         InvalidArgumentError: the job's plan is for another engine than ``source``, or a
@@ -125,6 +152,7 @@ class Worker:
         ack_interval: float = 1.0,
         on_lease: Callable[[Lease], None] | None = None,
         on_partition: Callable[[Lease, int], None] | None = None,
+        claim_ahead: bool = True,
     ) -> None:
         self.queue = open_queue(queue)
         self.spec: JobSpec = self.queue.job(job)
@@ -152,6 +180,11 @@ class Worker:
         self.ack_interval = ack_interval
         self.on_lease = on_lease
         self.on_partition = on_partition
+        self.claim_ahead = claim_ahead
+        self._ahead: Future[Any] | None = None
+        """The claim running in the background (claim_ahead), if any."""
+        self._ack_lock = threading.Lock()
+        """``on_ack`` runs in one thread at a time (completions may run in the claim's)."""
         self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
         self._holds: dict[str, _Hold] = {}
         self._reads: set[threading.Event] = set()
@@ -217,7 +250,12 @@ class Worker:
 
     def give_back(self, timeout: float | None = None) -> None:
         """Acknowledge what was taken and release every lease still held (best effort:
-        a lease the queue cannot be told about expires after its TTL)."""
+        a lease the queue cannot be told about expires after its TTL); a partition whose
+        every batch was taken is completed instead. A claim running in the background is
+        waited for first (``timeout``), so the lease it brings is given back too."""
+        ahead = self._ahead
+        if ahead is not None:
+            wait([ahead], timeout)
         with self._guard:
             holds = list(self._holds.values())
         for hold in holds:
@@ -299,24 +337,31 @@ class Worker:
             SystemExit: 128 + the signal, after giving the leases back, when a signal
                 installed by :meth:`release_on_sigterm` stopped the worker.
         """
+        finished: _Hold | None = None  # read to its end, its completion not yet sent
         try:
             while not self._stop.is_set():
-                got, asked = self._acquire()
+                ahead, self._ahead = self._ahead, None
+                if ahead is not None:
+                    got = ahead.result()
+                else:
+                    got, finished = self._next(finished), None
                 if got is None:
                     self.done = True
                     self._finished.set()  # every epoch is done: stop heartbeating
                     break
                 if isinstance(got, Wait):
-                    self._stop.wait(min(self.poll, max(got.seconds, 0.01)))
+                    if finished is None:  # else: complete it and ask again at once
+                        self._stop.wait(min(self.poll, max(got.seconds, 0.01)))
                     continue
-                if not isinstance(got, Lease):
+                if not isinstance(got, _Hold):
                     break  # stopped while waiting for the queue
-                hold = _Hold(got, asked)
-                with self._guard:
-                    self._holds[got.token] = hold
-                yield from self._partition(hold)
+                if self.claim_ahead:  # the next lease, claimed while this one streams
+                    self._ahead, finished = _in_background(partial(self._next, finished)), None
+                if (yield from self._partition(got)):
+                    finished = got
         finally:
-            self.give_back()
+            self.give_back()  # the claim ahead waited for; what `finished` holds completed
+            self._ahead = None
         if self._signal:
             raise SystemExit(128 + self._signal)
 
@@ -347,6 +392,25 @@ class Worker:
         """With ``even_batches``: the batches each replica delivers per epoch."""
         return self.spec.share
 
+    def _next(self, finished: _Hold | None) -> _Hold | Wait | object | None:
+        """Complete ``finished`` (read to its end) and claim the next lease, in one round
+        trip when the queue can: the lease is held (heartbeated) from then on, or given
+        back at once when the worker was stopped meanwhile."""
+        got: object = _UNASKED
+        if finished is not None:
+            got, asked = self._complete(finished, claim=not self._stop.is_set())
+        if got is _UNASKED:
+            got, asked = self._acquire()
+        if not isinstance(got, Lease):
+            return got
+        hold = _Hold(got, asked)
+        with self._guard:
+            if not self._stop.is_set():
+                self._holds[got.token] = hold
+                return hold
+        self._give_back(hold, None)  # close() or SIGTERM came while claiming
+        return _STOPPED
+
     def _acquire(self) -> tuple[Lease | Wait | object | None, float]:
         """The queue's answer and when it was asked (the lease runs from then on); a busy
         queue is asked again until it answers or the worker is stopped."""
@@ -361,12 +425,14 @@ class Worker:
                 pause = min(pause * 2, 2.0)
         return _STOPPED, 0.0
 
-    def _partition(self, hold: _Hold) -> Iterator[Delivery]:
+    def _partition(self, hold: _Hold) -> Generator[Delivery, None, bool]:
+        """The partition's batches; True once every one was taken (its completion is then
+        left to the caller: with the next claim, or when the lease is given back)."""
         lease = hold.lease
         if self.on_lease is not None:
             self.on_lease(lease)  # an error here gives the lease back (see deliveries)
         if self._share_done(hold):
-            return
+            return False
         stop = threading.Event()
         with self._guard:
             self._reads.add(stop)
@@ -384,21 +450,26 @@ class Worker:
                     offset += 1
                     continue
                 if self._stop.is_set() or not self._trusted(hold) or self._share_done(hold):
-                    return  # stopping, another worker holds it now, or our share is full
+                    return False  # stopping, another worker holds it now, or our share is full
                 delivery = Delivery(lease.epoch, lease.partition, offset, batch)
                 self.delivered[lease.epoch] = self.delivered.get(lease.epoch, 0) + 1
                 self._log.handed(lease.epoch, lease.partition, offset, batch.num_rows)
                 yield delivery
                 if hold.refused:
                     self._log.forget(lease.epoch, lease.partition, offset, batch.num_rows)
-                    return
+                    return False
                 offset += 1
                 if not self._take(hold, delivery):
-                    return  # lost
+                    return False  # lost
             if stop.is_set():  # request_stop() cut the read short: not the partition's end
-                return
+                return False
             self._log.ended(lease.epoch, lease.partition, offset)
-            self._complete(hold, offset)
+            if self.on_partition is not None:
+                if not self._acknowledge(hold):
+                    return False
+                self.on_partition(lease, offset)  # an error: given back, not completed
+            hold.ended = True
+            return True
         finally:
             stop.set()
             with self._guard:
@@ -406,7 +477,8 @@ class Worker:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-            self._give_back(hold, None)
+            if not hold.ended:
+                self._give_back(hold, None)
 
     def _take(self, hold: _Hold, delivery: Delivery) -> bool:
         """The consumer took ``delivery``; acknowledge what is due. False: the lease is lost."""
@@ -439,31 +511,41 @@ class Worker:
 
     def _acknowledged(self, deliveries: list[Delivery]) -> None:
         if self.on_ack is not None:
-            for delivery in deliveries:
-                self.on_ack(delivery)
+            with self._ack_lock:
+                for delivery in deliveries:
+                    self.on_ack(delivery)
 
-    def _complete(self, hold: _Hold, batches: int) -> None:
-        """Every batch was taken: acknowledge the rest and complete, in one round trip."""
-        lease = hold.lease
-        if self.on_partition is not None:
-            if not self._acknowledge(hold):
-                return
-            self.on_partition(lease, batches)
+    def _complete(self, hold: _Hold, claim: bool) -> tuple[Any, float]:
+        """Every batch was taken: acknowledge the rest and complete, in one round trip;
+        with ``claim``, claim the next lease in it too. Returns the claim's answer
+        (``_UNASKED``: not claimed) and when it was sent."""
+        lease, answer, sent = hold.lease, _UNASKED, time.monotonic()
         with hold.lock:
             if hold.over or hold.lost:
-                return
+                return answer, sent
             taken, rows = hold.taken, sum(d.batch.num_rows for d in hold.taken)
             offset = taken[-1].offset + 1 if taken else None
-            done = self._patiently(
-                hold,
-                lambda: self.queue.complete(lease, offset=offset, rows=rows, batches=len(taken)),
-            )
+            last = {"offset": offset, "rows": rows, "batches": len(taken)}
+            done: bool | None = None
+            if claim:
+                try:
+                    done, answer = self.queue.complete_and_acquire(lease, self.worker_id, **last)
+                    hold.renewed = max(hold.renewed, sent)
+                except QueueBusyError as err:  # nothing changed: one call at a time then
+                    _log.warning("%s: the queue is busy, asking again: %s", _name(lease), err)
+                    claim = False
+            if not claim:
+                done = self._patiently(hold, lambda: self.queue.complete(lease, **last))
             if done:
                 hold.taken, hold.over = [], True
             elif done is False:
                 hold.lost = True
-        if not done:
-            return
+        self._give_back(hold, None)  # forgets it (or completes it when the queue was silent)
+        if done:
+            self._finished_partition(lease, taken)
+        return answer, sent
+
+    def _finished_partition(self, lease: Lease, taken: list[Delivery]) -> None:
         self._acknowledged(taken)
         share = self.spec.share
         if share is not None and self.delivered.get(lease.epoch, 0) >= share:
@@ -475,7 +557,13 @@ class Worker:
             return
         taken: list[Delivery] = []
         try:
-            if not (hold.over or hold.lost):
+            if hold.ended and not (hold.over or hold.lost):
+                last = hold.taken[-1].offset + 1 if hold.taken else None
+                rows = sum(d.batch.num_rows for d in hold.taken)
+                if self.queue.complete(hold.lease, offset=last, rows=rows,
+                                       batches=len(hold.taken)):  # fmt: skip
+                    taken, hold.taken = hold.taken, []
+            elif not (hold.over or hold.lost):
                 if hold.taken:
                     rows = sum(d.batch.num_rows for d in hold.taken)
                     offset = hold.taken[-1].offset + 1
