@@ -71,6 +71,14 @@ class Dialect:
     ORDER_BY_IN_DERIVED_TABLE: ClassVar[bool] = True
     """Whether a derived table may keep an ORDER BY that has no LIMIT (T-SQL refuses it)."""
 
+    GROUPING_SETS: ClassVar[bool] = False
+    """Whether ``GROUP BY GROUPING SETS ((a), (b))`` groups the rows by each set in one
+    query (the statistics' value counts; elsewhere they emulate it with a cross join)."""
+
+    STATS_SETTINGS: ClassVar[tuple[str, ...]] = ()
+    """Statements run in the transaction of each statistics query, before it (PostgreSQL:
+    ``SET LOCAL work_mem``, so that the per-column hash aggregations stay in memory)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not cls.name:
@@ -146,6 +154,10 @@ class Dialect:
         None where the engine has no quantile aggregate: plans then split MIN..MAX.
         """
         return None
+
+    def integer_division(self, dividend: exp.Expr, divisor: exp.Expr) -> exp.Expr:
+        """``dividend DIV divisor`` of two non-negative integers, exact (no float detour)."""
+        return exp.IntDiv(this=dividend, expression=divisor)
 
     def count_star(self) -> exp.Expr:
         """``COUNT(*)``, or the engine's wide variant."""

@@ -20,6 +20,7 @@ class DuckDB(Dialect):
     SAMPLE_DERIVED_TABLES = True
     DERIVED_COLUMN_LIST = True
     WHOLE_ROW_HASH = True
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)

@@ -20,6 +20,7 @@ class Oracle(Dialect):
     HASH_IS_UNSIGNED = True
     TABLESAMPLE_BERNOULLI = True
     TABLESAMPLE_SEED = True
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         # Only used for hash sampling: the full 32-bit range ORA_HASH offers by default.

@@ -40,6 +40,10 @@ class Postgres(Dialect):
     TABLESAMPLE_SEED = True
     DERIVED_COLUMN_LIST = True
     WHOLE_ROW_HASH = True
+    GROUPING_SETS = True
+    STATS_SETTINGS = ("SET LOCAL work_mem = '128MB'",)
+    """The statistics' hash aggregations (one hash table per column's distinct values) and
+    sorts of distinct values stay in memory; PostgreSQL's default 4MB would spill them."""
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))

@@ -16,6 +16,7 @@ class Snowflake(Dialect):
     TABLESAMPLE_BERNOULLI = True
     TABLESAMPLE_SEED = True
     SAMPLE_DERIVED_TABLES = True
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="HASH", expressions=args)

@@ -28,6 +28,7 @@ class Spark(Dialect):
     HASH_FUNCTION = "xxhash64"
     TABLESAMPLE_BERNOULLI = True
     TABLESAMPLE_SEED = True
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="xxhash64", expressions=args)

@@ -54,6 +54,10 @@ class SQLite(Dialect):
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this=HASH_FUNCTION_NAME, expressions=args)
 
+    def integer_division(self, dividend: exp.Expr, divisor: exp.Expr) -> exp.Expr:
+        """``a / b``: SQLite divides integers as integers (sqlglot's form goes through REAL)."""
+        return exp.Div(this=dividend, expression=divisor, typed=True)
+
     def register_functions(self, connection: Any) -> None:
         """Register ``sqlfeed_hash`` on a ``sqlite3`` connection (or one that wraps it)."""
         connection.create_function(HASH_FUNCTION_NAME, -1, row_hash, deterministic=True)

@@ -20,6 +20,7 @@ class Trino(Dialect):
     HASH_FUNCTION = "xxhash64"
     TABLESAMPLE_BERNOULLI = True
     DERIVED_COLUMN_LIST = True
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         row = exp.Anonymous(this="ROW", expressions=args)

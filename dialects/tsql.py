@@ -23,6 +23,7 @@ class TSQL(Dialect):
     COUNT_FUNCTION = "COUNT_BIG"
     DERIVED_COLUMN_LIST = True
     ORDER_BY_IN_DERIVED_TABLE = False
+    GROUPING_SETS = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="CHECKSUM", expressions=args)

@@ -1,24 +1,21 @@
 """Statistics computed by the engine: aggregate SQL built with sqlglot for each dialect.
 
-Three scans of the query's rows, each covering every column at once:
+Two statements, one scan of the query's rows each, covering every column at once:
 
-1. counts, NULLs, NaNs, infinities, distinct counts, MIN and MAX;
-2. means, and quantile boundaries where the engine has a discrete quantile aggregate
-   (PostgreSQL ``percentile_disc``, DuckDB ``quantile_disc``); where it has none (MySQL,
-   SQLite), the values at the boundary positions of a ``ROW_NUMBER()`` ordering, one
-   query per column;
-3. population variances (around the means of scan 2: exact where one pass of sums of
-   squares would lose precision) and histogram counts between the boundaries;
-
-and one ``GROUP BY ... ORDER BY COUNT(*) DESC LIMIT k`` per categorical column.
+1. counts, NULLs, NaNs, infinities, MIN and MAX (and, for floats, dates and timestamps,
+   the count and extremes of the moment values, which decide their scaling);
+2. every column's value counts in one grouped scan (:mod:`stats.grouped`: ``GROUPING
+   SETS``, or a cross join emulating it), from which window functions over the distinct
+   values give distinct counts, top-k vocabularies, quantile boundaries, histograms,
+   means and population variances (around the means: exact where one pass of sums of
+   squares would lose precision). No ``COUNT(DISTINCT)``, no sort of the rows.
 
 Exactness rules:
 
 * Boundary ``i`` of ``b`` buckets over ``n`` values is the value at position
-  ``max(1, ceil(i * n / b))`` of the sorted values, computed in integer arithmetic. An
-  engine's quantile aggregate is asked for the fraction ``(position - 1/2) / n``, the
-  middle of the interval of fractions that select that position, so the engine's own
-  floating-point rounding (``ceil(0.14 * 50)`` is 8 in float64) cannot move it.
+  ``max(1, ceil(i * n / b))`` of the sorted values, computed in integer arithmetic: the
+  distinct value whose running count first reaches it (no floating-point fraction, so
+  ``ceil(0.14 * 50)`` being 8 in float64 cannot move it).
 * Moments cannot overflow for finite inputs: each column's values are scaled by a power
   of two (exact) that brings them into [-1, 1] before they are summed or squared, and the
   result is scaled back in Python.
@@ -32,9 +29,7 @@ Exactness rules:
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +39,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import Dialect, get_dialect
+from stats.grouped import Counted, Grouped, grouped_sql, read_grouped
 from stats.model import ColumnStats, FeatureStats, StatsSpec
 from stats.sqlvalues import (
     epoch_units,
@@ -219,16 +215,8 @@ def compute_pushdown(
 
     say("counts, minima and maxima")
     rows, result = _first_scan(query, described, numeric, kinds, spec.label, run)
-    with_values = [c for c in numeric if c.numbers]
-    if with_values:
-        say("means and quantile boundaries")
-        _second_scan(query, with_values, result, spec, run)
-        say("variances and histograms")
-        _third_scan(query, with_values, result, run)
-
-    for field in categorical:
-        say(f"vocabulary of {field.name}")
-        _vocabulary(query, field.name, result[field.name], spec.top_k, run)
+    say("value counts: distinct counts, vocabularies, quantiles, histograms, moments")
+    _grouped_scan(query, numeric, categorical, result, spec, run)
     return FeatureStats(result, rows, method, dialect=engine.name, sql=relation_sql,
                         label=spec.label)  # fmt: skip
 
@@ -245,27 +233,26 @@ def _first_scan(
     first: list[exp.Expr] = [query.engine.count_star()]
     for field in described:
         column = query.column(field.name)
-        first += [exp.Count(this=column.copy()),
-                  exp.Count(this=exp.Distinct(expressions=[column.copy()]))]  # fmt: skip
+        first.append(exp.Count(this=column.copy()))
     for c in numeric:
         first += [exp.Min(this=c.value.copy()), exp.Max(this=c.value.copy())]
         if c.floating:
             first.append(exp.Count(this=c.value.copy()))
-        if c.moment is not None:
+        if c.moment is not None and not _exact_number(c):
             first += [exp.Count(this=c.moment.copy()), exp.Min(this=c.moment.copy()),
                       exp.Max(this=c.moment.copy())]  # fmt: skip
     values = _one_row(run(query.select(first)))
     rows = int(values.pop(0) or 0)
     result: dict[str, ColumnStats] = {}
     for field in described:
-        non_null, distinct = int(values.pop(0) or 0), int(values.pop(0) or 0)
+        non_null = int(values.pop(0) or 0)
         result[field.name] = ColumnStats(
             name=field.name,
             kind=kinds[field.name],
             arrow_type=str(field.type),
             count=rows,
             nulls=rows - non_null,
-            distinct=min(distinct, non_null),
+            distinct=0,
             label=field.name == label,
         )
     for c in numeric:
@@ -275,8 +262,11 @@ def _first_scan(
         c.numbers = int(values.pop(0) or 0) if c.floating else stats.count - stats.nulls
         stats.nans = stats.count - stats.nulls - c.numbers
         if c.moment is not None:
-            c.finite = int(values.pop(0) or 0)
-            low, high = values.pop(0), values.pop(0)
+            if _exact_number(c):  # MIN and MAX as doubles: the moments' extremes
+                c.finite, low, high = c.numbers, stats.min, stats.max
+            else:
+                c.finite = int(values.pop(0) or 0)
+                low, high = values.pop(0), values.pop(0)
             if c.finite:
                 c.low, c.high = float(low), float(high)
                 c.scale = scale_exponent(c.low, c.high)
@@ -289,99 +279,54 @@ def _first_scan(
     return rows, result
 
 
-def _second_scan(
+def _exact_number(c: _Numeric) -> bool:
+    """An integer or decimal column: its moment values are its values as doubles, so their
+    count, MIN and MAX follow from the column's own (no aggregates over casts)."""
+    return bool(pa.types.is_integer(c.field.type) or pa.types.is_decimal(c.field.type))
+
+
+def _grouped_scan(
     query: _Query,
-    columns: list[_Numeric],
+    numeric: list[_Numeric],
+    categorical: list[pa.Field],
     result: dict[str, ColumnStats],
     spec: StatsSpec,
     run: Runner,
 ) -> None:
-    """Means (of the scaled finite values) and, where the engine can, quantile boundaries."""
-    summed = [c for c in columns if c.finite and c.low != c.high]
-    for c in columns:
+    """Distinct counts, vocabularies, boundaries, histograms and moments: one statement."""
+    columns: list[Grouped] = []
+    for c in numeric:
+        scaled = query.scaled(c) if c.finite and c.low != c.high else None
+        columns.append(Grouped(c.field.name, 0, c.numbers, scaled))
         if c.finite and c.low == c.high:  # one value: exact, no arithmetic
             c.mean = math.ldexp(c.low, -c.scale)
-    sums: list[exp.Expr] = [exp.Sum(this=query.scaled(c)) for c in summed]
-    native = [
-        query.engine.quantiles(c.value.copy(), [(p - 0.5) / c.numbers
-                                                for p in positions(c.numbers, spec.buckets)])
-        for c in columns
-    ]  # fmt: skip
-    quantiles = [q for q in native if q is not None] if all(q is not None for q in native) else []
-    if sums or quantiles:
-        values = _one_row(run(query.select([*sums, *quantiles])))
-        for c, total in zip(summed, values[: len(sums)], strict=True):
-            if total is not None:
-                c.mean = float(total) / c.finite
-        if quantiles:
-            for c, bounds in zip(columns, values[len(sums) :], strict=True):
-                result[c.field.name].boundaries = _python(list(bounds))
-    if not quantiles:
-        for c in columns:
-            _boundaries_by_position(query, c, result[c.field.name], spec, run)
-    for c in columns:
-        if c.mean is not None:
-            mean = min(max(math.ldexp(c.mean, c.scale), c.low), c.high)
-            result[c.field.name].mean = mean
-
-
-def _boundaries_by_position(
-    query: _Query, c: _Numeric, stats: ColumnStats, spec: StatsSpec, run: Runner
-) -> None:
-    """The values at the boundary positions of a ``ROW_NUMBER()`` ordering (one query)."""
-    wanted = positions(c.numbers, spec.buckets)
-    numbered = (
-        exp.select(
-            c.value.copy().as_("v"),
-            exp.alias_(
-                exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[c.value.copy()])),
-                "rn",
-            ),
-        )
-        .from_(query.relation.copy())
-        .where(exp.Not(this=exp.Is(this=c.value.copy(), expression=exp.null())))
-    )
-    picked = (
-        exp.select("rn", "v")
-        .from_(exp.Subquery(this=numbered, alias=exp.TableAlias(this=exp.to_identifier("o"))))
-        .where(
-            exp.In(
-                this=exp.column("rn"),
-                expressions=[exp.Literal.number(p) for p in sorted(set(wanted))],
-            )
-        )
-    )
-    table = run(query.engine.sql(picked))
-    at = dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
-    stats.boundaries = _python([at[p] for p in wanted])
-
-
-def _third_scan(
-    query: _Query, columns: list[_Numeric], result: dict[str, ColumnStats], run: Runner
-) -> None:
-    """Variances around the means, and histogram counts between the boundaries (one scan)."""
-    centred = [c for c in columns if c.mean is not None and c.low != c.high]
-    for c in columns:
-        if c.mean is not None and c.low == c.high:
             result[c.field.name].variance = 0.0
-    sums: list[exp.Expr] = []
-    for c in centred:
-        assert c.mean is not None
-        deviation = exp.Sub(this=query.scaled(c), expression=float_literal(c.mean, query.engine))
-        sums.append(exp.Sum(this=query.square(deviation)))
-    widths = []
-    for c in columns:
-        counts = _histogram_sums(query, c, result[c.field.name].boundaries)
-        sums += counts
-        widths.append(len(counts))
-    values = _one_row(run(query.select(sums)))
-    for c, squares in zip(centred, values[: len(centred)], strict=True):
-        if squares is not None:
-            result[c.field.name].variance = _unscaled(float(squares) / c.finite, 2 * c.scale)
-    del values[: len(centred)]
-    for c, width in zip(columns, widths, strict=True):
-        result[c.field.name].histogram = [int(v or 0) for v in values[:width]]
-        del values[:width]
+    columns += [Grouped(f.name, spec.top_k) for f in categorical]
+    columns = [c for c in columns if result[c.name].count > result[c.name].nulls]
+    if not columns:
+        return
+    sql = grouped_sql(query.relation, columns, spec.buckets, query.engine, query.square)
+    counted = read_grouped(run(sql), columns, spec.buckets)
+    moments = {c.field.name: c for c in numeric}
+    for column, found in zip(columns, counted, strict=True):
+        stats = result[column.name]
+        stats.distinct = min(found.distinct, stats.count - stats.nulls)
+        if column.name in moments:
+            stats.boundaries, stats.histogram = found.boundaries, found.histogram
+            _moments(moments[column.name], stats, found)
+        else:
+            stats.vocabulary, stats.vocabulary_counts = found.vocabulary, found.vocabulary_counts
+            stats.other_count = stats.count - stats.nulls - sum(found.vocabulary_counts)
+
+
+def _moments(c: _Numeric, stats: ColumnStats, found: Counted) -> None:
+    """The mean and variance of a column from its scaled sums (clamped into [low, high])."""
+    if found.total is not None and c.finite:
+        c.mean = found.total / c.finite
+        if found.squares is not None:
+            stats.variance = _unscaled(found.squares / c.finite, 2 * c.scale)
+    if c.mean is not None:
+        stats.mean = min(max(math.ldexp(c.mean, c.scale), c.low), c.high)
 
 
 def _unscaled(value: float, exponent: int) -> float:
@@ -390,60 +335,6 @@ def _unscaled(value: float, exponent: int) -> float:
         return max(math.ldexp(value, exponent), 0.0)
     except OverflowError:
         return math.inf
-
-
-def _histogram_sums(query: _Query, c: _Numeric, boundaries: list[Any]) -> list[exp.Expr]:
-    """Counts in (-inf, b1), [b1, b2), ..., [bn, +inf) of one column, as SUMs."""
-    bounds = [_literal(b, query.engine) for b in boundaries]
-    edges: list[exp.Expr | None] = [None, *bounds, None]
-    sums: list[exp.Expr] = []
-    for low, high in itertools.pairwise(edges):
-        terms: list[exp.Expr] = []
-        if low is not None:
-            terms.append(exp.GTE(this=c.value.copy(), expression=low.copy()))
-        if high is not None:
-            terms.append(exp.LT(this=c.value.copy(), expression=high.copy()))
-        if not terms:
-            terms.append(exp.Not(this=exp.Is(this=c.value.copy(), expression=exp.null())))
-        condition = exp.and_(*terms) if len(terms) > 1 else terms[0]
-        case = exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))],
-                        default=exp.Literal.number(0))  # fmt: skip
-        sums.append(exp.Sum(this=case))
-    return sums
-
-
-def _vocabulary(query: _Query, name: str, stats: ColumnStats, top_k: int, run: Runner) -> None:
-    """The ``top_k`` most frequent non-NULL values of a categorical column, and the rest."""
-    column = query.column(name)
-    top = exp.select(column.copy(), exp.Count(this=exp.Star()).as_("n"))
-    top = top.from_(query.relation.copy()).where(
-        exp.Not(this=exp.Is(this=column.copy(), expression=exp.null()))
-    )
-    top = (
-        top.group_by(column.copy())
-        .order_by(exp.Ordered(this=exp.column("n"), desc=True), exp.Ordered(this=column.copy()))
-        .limit(top_k)
-    )
-    table = run(query.engine.sql(top))
-    stats.vocabulary = _python(table.column(0).to_pylist())
-    stats.vocabulary_counts = [int(n) for n in table.column(1).to_pylist()]
-    stats.other_count = stats.count - stats.nulls - sum(stats.vocabulary_counts)
-
-
-def _literal(value: Any, engine: Dialect) -> exp.Expr:
-    """A boundary as a SQL value of the engine."""
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, float):
-        return float_literal(value, engine)
-    if isinstance(value, int | decimal.Decimal):
-        return exp.Literal.number(str(value))
-    if isinstance(value, dt.datetime):
-        kind = exp.DataType.Type.TIMESTAMPTZ if value.tzinfo else exp.DataType.Type.TIMESTAMP
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), kind)
-    if isinstance(value, dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), exp.DataType.Type.DATE)
-    return exp.Literal.string(str(value))
 
 
 def _one_row(table: pa.Table) -> list[Any]:
