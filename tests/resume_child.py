@@ -3,12 +3,12 @@
 Usage: python -m tests.resume_child MODE PHASE WORKDIR [STEPS [WORKER]]
 
 MODE is ``static`` (a shuffled Feeder), ``keras`` (tf.data + Keras with
-``sqlfeed.tf.FeedCheckpoint``), ``torch`` (a StatefulDataLoader with 2 workers) or
-``elastic`` (a job worker named WORKER, pulling from ``WORKDIR/queue.db``; the test runs
-two). PHASE is ``full`` (the
-uninterrupted run), ``first`` (consume STEPS batches, checkpoint, print ``CHECKPOINT`` and
-go on slowly until the test SIGKILLs the process) or ``resume`` (restore the checkpoint and
-finish the epoch).
+``sqlfeed.tf.FeedCheckpoint``), ``torch`` (a StatefulDataLoader with 2 workers),
+``torch-job`` (the same in job mode: job ``j`` of ``WORKDIR/queue.db``, checkpointed in
+its ledger) or ``elastic`` (a job worker named WORKER, pulling from ``WORKDIR/queue.db``;
+the test runs two). PHASE is ``full`` (the uninterrupted run), ``first`` (consume STEPS
+batches, checkpoint, print ``CHECKPOINT`` and go on slowly until the test SIGKILLs the
+process) or ``resume`` (restore the checkpoint and finish the epoch).
 
 Every batch the consumer (the model) takes is logged to ``WORKDIR/<PHASE>.log`` as one
 line of ids, flushed at once (``<PHASE>-<WORKER>.log`` for a job worker); a ``C`` line
@@ -108,6 +108,21 @@ def run_torch(workdir: Path, phase: str, steps: int, log: Log) -> None:
     consume(iter(loader), lambda b: b["id"].tolist(), log, phase, steps, checkpoint)
 
 
+def run_torch_job(workdir: Path, phase: str, steps: int, log: Log) -> None:
+    import sqlfeed.torch
+
+    dataset = sqlfeed.torch.SQLDataset(
+        QUERY, f"duckdb:///{workdir / 'data.duckdb'}", batch_size=50, partitions=6, seed=3,
+        job="j", queue=f"sqlite:///{workdir / 'queue.db'}", worker_id="t",
+    )  # fmt: skip
+    loader = sqlfeed.torch.dataloader(dataset, num_workers=2)
+
+    def checkpoint() -> None:
+        dataset.checkpoint(steps)
+
+    consume(iter(loader), lambda b: b["id"].tolist(), log, phase, steps, checkpoint)
+
+
 def run_keras(workdir: Path, phase: str, steps: int, log: Log) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
@@ -176,6 +191,7 @@ MODES: dict[str, Callable[[Path, str, int, Log], None]] = {
     "keras": run_keras,
     "static": run_static,
     "torch": run_torch,
+    "torch-job": run_torch_job,
 }
 
 

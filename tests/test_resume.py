@@ -169,3 +169,22 @@ def test_two_killed_job_workers_rewound_to_their_checkpoint_see_each_row_once(
         seen += flat(before) + flat(read_log(tmp_path / f"resume-{name}.log")[0])
     assert Counter(seen) == Counter(range(ROWS))
     assert "complete" in sqlfeed_cli("job", "status", "--queue", queue, "--job", "j")
+
+
+@pytest.mark.slow
+def test_a_killed_torch_job_with_two_dataloader_workers_rewound_sees_each_row_once(
+    tmp_path: Path,
+) -> None:
+    make_data(tmp_path)
+    queue = f"sqlite:///{tmp_path / 'queue.db'}"
+    steps = 9
+    run_phase("torch-job", "first", tmp_path, steps)  # the DataLoader workers are orphaned
+    before, lost = read_log(tmp_path / "first.log")
+    assert len(before) == steps
+    assert lost, "the process was killed before it took a batch past the checkpoint"
+    rewound = sqlfeed_cli("job", "rewind", "--queue", queue, "--job", "j", "--to", str(steps))
+    assert f"rewound to checkpoint {steps}" in rewound
+    run_phase("torch-job", "resume", tmp_path)
+    resumed = read_log(tmp_path / "resume.log")[0]
+    assert Counter(flat(before) + flat(resumed)) == Counter(range(ROWS))
+    assert "complete" in sqlfeed_cli("job", "status", "--queue", queue, "--job", "j")

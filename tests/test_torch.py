@@ -19,7 +19,12 @@ torch = pytest.importorskip("torch")
 
 import sqlfeed  # noqa: E402
 import sqlfeed.torch as sqlfeed_torch  # noqa: E402
-from sqlfeed import InvalidArgumentError, MissingDependencyError, QueryError  # noqa: E402
+from sqlfeed import (  # noqa: E402
+    InvalidArgumentError,
+    MissingDependencyError,
+    NotImplementedYetError,
+    QueryError,
+)
 from tests.engines import MYSQL_URL, POSTGRES_URL, Engine  # noqa: E402
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -209,6 +214,15 @@ def test_tensors_own_their_memory_and_pin(memory: Any) -> None:
                                                batch_size=8)))  # fmt: skip
     batch["x"] += 1  # writable: not a view of Arrow's read-only buffers
     assert sorted(batch["x"].tolist()) == list(range(1, 9))
+    query = "SELECT range AS x, range * 0.5 AS y, range % 2 = 0 AS z FROM range(40)"
+    batches = list(sqlfeed_torch.SQLDataset(query, memory, batch_size=8, masks=True))
+    for batch in batches:
+        batch["x"] += 1000  # in place: no other batch (nor column) changes
+        batch["y_is_null"] |= True
+    assert sorted(i for b in batches for i in b["x"].tolist()) == list(range(1000, 1040))
+    assert sorted(v for b in batches for v in b["y"].tolist()) == [i * 0.5 for i in range(40)]
+    assert sum(b["z"].sum().item() for b in batches) == 20
+    assert all(b["y_is_null"].all() and not b["x_is_null"].any() for b in batches)
 
 
 @pytest.mark.parametrize(
@@ -348,3 +362,49 @@ def test_the_torch_demo_trains_with_two_dataloader_workers() -> None:
     assert done.stdout.count("(each once)") == 2
     accuracy = float(done.stdout.split("validation accuracy ")[1].split(";")[0])
     assert accuracy > 0.8, done.stdout
+
+
+@pytest.mark.slow
+def test_a_job_with_two_dataloader_workers_checkpoints_what_the_loop_took(tmp_path: Path) -> None:
+    path = tmp_path / "d.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(2000)")
+    queue = f"sqlite:///{tmp_path / 'queue.db'}"
+    options: dict[str, Any] = {"batch_size": 64, "partitions": 6, "job": "j", "queue": queue,
+                               "worker_id": "w"}  # fmt: skip
+    dataset = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", **options)
+    loader = sqlfeed_torch.dataloader(dataset, num_workers=2, stateful=False)
+    batches = iter(loader)
+    before = [next(batches)["id"].tolist() for _ in range(9)]  # the workers read further ahead
+    dataset.checkpoint(9)
+    for _ in range(3):
+        next(batches)  # trained on, then lost with the crash
+    del batches  # the worker processes stop
+    lease_queue = sqlfeed.dispatch.open_queue(queue)
+    assert lease_queue.checkpoints("j") == [9]
+    recorded = lease_queue.ledger.entries("j")  # type: ignore[attr-defined]
+    assert sum(entry.rows for _, entry in recorded) == sum(len(b) for b in before)
+    lease_queue.rewind("j", 9)
+    again = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", **options)
+    rest = [b["id"].tolist() for b in sqlfeed_torch.dataloader(again, num_workers=2)]
+    assert Counter(i for batch in before + rest for i in batch) == Counter(range(2000))
+    assert lease_queue.status("j").complete
+
+
+def test_a_checkpoint_needs_a_job_and_an_even_batches_job_says_why_it_cannot(
+    memory: Any, tmp_path: Path
+) -> None:
+    static = sqlfeed_torch.SQLDataset("SELECT range AS x FROM range(8)", memory, batch_size=4)
+    with pytest.raises(InvalidArgumentError, match="needs job="):
+        static.checkpoint(1)
+    path = tmp_path / "d.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(200)")
+    even = sqlfeed_torch.SQLDataset(
+        "SELECT id FROM t", f"duckdb:///{path}", batch_size=16, partitions=4, job="even",
+        queue=f"sqlite:///{tmp_path / 'queue.db'}", even_batches=True, worker_id="w",
+    )  # fmt: skip
+    next(iter(sqlfeed_torch.dataloader(even, stateful=False)))
+    with pytest.raises(NotImplementedYetError, match="even batches, which cannot be rewound"):
+        even.checkpoint(1)
+    even.close()

@@ -32,6 +32,7 @@ __all__ = [
     "SQLLedger",
     "TaskState",
     "check_rewind",
+    "even_batches_rewind",
     "rewind_summary",
     "states_at",
 ]
@@ -129,18 +130,26 @@ def rewind_summary(states: dict[tuple[int, int], TaskState]) -> dict[str, int]:
     return {"done": done, "resumed": sum(1 for s in states.values() if not s.done and s.acked)}
 
 
+def even_batches_rewind(job: str) -> str:
+    """Why an ``even_batches`` job cannot be rewound, and what to do instead (one line)."""
+    return (
+        f"job {job!r} has even batches, which cannot be rewound: each worker stops at its "
+        "equal share of batches, a count kept in the worker's process and not in the ledger, "
+        "so a rewound job could not give the ranks equal step counts again; create the job "
+        "without even_batches (and even out the ranks' last steps in the training loop, e.g. "
+        "with torch.distributed.algorithms.Join), or reset it (sqlfeed job reset) to start over"
+    )
+
+
 def check_rewind(spec: JobSpec, checkpoint: int, known: Sequence[int]) -> None:
     """Refuse a rewind the ledger cannot honour.
 
     Raises:
         InvalidArgumentError: ``checkpoint`` was never recorded in the job.
-        NotImplementedYetError: an ``even_batches`` job (its shares are not rewound yet).
+        NotImplementedYetError: an ``even_batches`` job (see :func:`even_batches_rewind`).
     """
     if spec.even_batches:
-        raise NotImplementedYetError(
-            f"job {spec.name!r} has even batches, whose per-worker shares sqlfeed does not "
-            "rewind yet: reset the job, or create it without even_batches"
-        )
+        raise NotImplementedYetError(even_batches_rewind(spec.name))
     if isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or checkpoint not in known:
         have = ", ".join(map(str, known[-10:])) or "none"
         raise InvalidArgumentError(

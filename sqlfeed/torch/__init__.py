@@ -32,12 +32,18 @@ list, large_list, fixed_size_list          ``lists="padded"``: a dense tensor pa
 
 NULLs become the default above or ``fill={"col": value}``; ``masks=["col"]`` adds a
 ``col_is_null`` bool tensor; a NULL label (or any NULL with ``fill_nulls=False``) is an
-error. Tensors own their memory (``pin_memory=True`` works on them).
+error. Tensors own their memory (``pin_memory=True`` works on them); they are views of
+one buffer (:func:`sqlfeed.torch.convert.pack`) per batch, or per chunk of consecutive
+batches (:data:`sqlfeed.torch.dataset.CHUNK_ROWS`), which a DataLoader worker process
+hands over through one shared-memory segment.
 
 Splitting: the partitions are shared out across DDP ranks (``torch.distributed``, or
 ``rank=``/``world_size=``) and, within a rank, across the DataLoader's worker processes
 (``get_worker_info``); ``even_batches=True`` gives every rank the same number of batches.
-``job=...`` makes every DataLoader worker an elastic worker of a lease queue's job.
+``job=...`` makes every DataLoader worker an elastic worker of a lease queue's job;
+``dataset.checkpoint(step)`` records in the job's ledger what the training loop took
+(with worker processes, through the loader of :func:`dataloader`), for ``sqlfeed job
+rewind``.
 ``state_dict()``/``load_state_dict()`` follow ``torchdata``'s ``StatefulDataLoader``
 protocol: a restored loader delivers exactly the batches the uninterrupted one would
 have, in the same order (static mode).

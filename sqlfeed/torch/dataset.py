@@ -8,29 +8,45 @@ uses). Imports torch: :mod:`sqlfeed.torch` imports this module when first used.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.pin_memory import pin_memory
 
-from dialects import InvalidArgumentError
-from sqlfeed.dispatch import Feeder, JobSpec, Worker, default_worker_id, open_queue
+from dialects import InvalidArgumentError, NotImplementedYetError
+from sqlfeed.dispatch import (
+    Delivery,
+    Feeder,
+    JobSpec,
+    LeaseQueue,
+    Worker,
+    default_worker_id,
+    open_queue,
+)
+from sqlfeed.dispatch.ledger import DeliveryLog, even_batches_rewind
 from sqlfeed.feed.feeder import UnequalSharesWarning, unequal_shares
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
-from sqlfeed.plans import Plan
+from sqlfeed.plans import Plan, drop_scratch_with
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.tf.types import check_options, column_mappings
 from sqlfeed.torch.convert import BatchConverter
 from sqlfeed.torch.split import even_quotas, shard_of
 from sqlfeed.torch.types import check_torch_options
 
-__all__ = ["STATE_VERSION", "SQLDataset", "dataloader"]
+__all__ = ["STATE_VERSION", "SQLDataset", "Tagged", "dataloader"]
 
 STATE_VERSION = 1
 """The version of :meth:`SQLDataset.state_dict`'s layout."""
+
+CHUNK_ROWS = 65_536
+"""Static mode converts consecutive batches together, about this many rows at a time, and
+hands them out as views of the result."""
 
 
 class SQLDataset(IterableDataset[Any]):
@@ -118,7 +134,7 @@ class SQLDataset(IterableDataset[Any]):
         self._kept: Source | None = None if isinstance(source, str) else opened
         """The source of a connection object (a URL is opened by each iteration)."""
         try:
-            self.plan = _plan(query, opened, plan_options, self.world_size)
+            self.plan = _plan(query, opened, plan_options, self.world_size, self, source)
             schema = self.plan.arrow_schema() or opened.schema(self.plan.sql)
             self.mappings = column_mappings(schema, **mapping)
             check_torch_options(lists, tokenizer, self.mappings)
@@ -144,14 +160,15 @@ class SQLDataset(IterableDataset[Any]):
         self.converter = BatchConverter(self.mappings, time_unit, lists, tokenizer)
         self.job, self.queue, self.even_batches = job, queue, even_batches
         self.worker_id = worker_id or default_worker_id()
-        self.epoch = 0
-        self._iterations = 0
+        self.epoch, self._iterations = 0, 0
         self._state: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
         self._feeder: Feeder | None = None
+        self._rows: int | None = None  # the feed's rows through the last batch handed out
         self._job_worker: Worker | None = None
         self._deliveries: Iterator[Any] = iter(())
         self._ahead: Any = None
+        self._tagged, self._consumed = 0, dict[str, DeliveryLog]()  # see note() and checkpoint()
 
     def __repr__(self) -> str:
         return (
@@ -193,7 +210,10 @@ class SQLDataset(IterableDataset[Any]):
         return connect(self.target)
 
     def _element(self, batch: Any) -> Any:
-        converted = self.converter.convert(batch)
+        return self._pair(self.converter.convert(batch))
+
+    def _pair(self, converted: dict[str, Any]) -> Any:
+        """The element: the batch's dict, or ``(features, label)``."""
         if not self.labels:
             return converted
         labels = {name: converted.pop(name) for name in self.labels}
@@ -225,13 +245,15 @@ class SQLDataset(IterableDataset[Any]):
                 epochs=epoch + 1, state=feeder_state, **self.options,
             )  # fmt: skip
         self._feeder = feeder
+        self._rows = None
         self._state = {"epoch": epoch, "shard": shard, "shards": shards, "batches": taken}
         try:
             if quota is None or taken < quota:
-                for batch in feeder.epoch(epoch):
+                for element, rows in self._converted(feeder, feeder.epoch(epoch)):
                     taken += 1
                     self._state["batches"] = taken
-                    yield self._element(batch)
+                    self._rows = rows
+                    yield element
                     if quota is not None and taken >= quota:
                         break
             self._state = {"epoch": epoch + 1, "shard": shard, "shards": shards, "batches": 0}
@@ -239,6 +261,38 @@ class SQLDataset(IterableDataset[Any]):
         finally:
             if source is not self._kept:
                 source.close()
+
+    def _converted(self, feeder: Feeder, batches: Iterator[Any]) -> Iterator[tuple[Any, int]]:
+        """Each batch as an element, and the feed's rows in the epoch through it.
+
+        Consecutive batches of about :data:`CHUNK_ROWS` rows are converted together and
+        handed out as views (one conversion, and one shared-memory segment when a
+        DataLoader worker process hands them over), unless the element's parts cannot be
+        cut by rows (list columns, a tokenizer).
+        """
+        per_chunk = max(1, CHUNK_ROWS // self.batch_size) if self.converter.sliceable else 1
+        group: list[pa.RecordBatch] = []
+        marks: list[int] = []
+        for batch in batches:
+            group.append(batch)
+            marks.append(feeder.reading[1] if feeder.reading is not None else 0)
+            if len(group) >= per_chunk:
+                yield from self._split(group, marks)
+                group, marks = [], []
+        yield from self._split(group, marks)
+
+    def _split(self, group: list[pa.RecordBatch], marks: list[int]) -> Iterator[tuple[Any, int]]:
+        """The elements of ``group``'s batches, converted at once when it can be."""
+        if len(group) < 2 or any(b.schema != group[0].schema for b in group):
+            for batch, rows in zip(group, marks, strict=True):
+                yield self._element(batch), rows
+            return
+        converted = self.converter.convert(pa.concat_batches(group))
+        start = 0
+        for batch, rows in zip(group, marks, strict=True):
+            stop = start + batch.num_rows
+            yield self._pair({key: part[start:stop] for key, part in converted.items()}), rows
+            start = stop
 
     def _job_batches(self, worker: int, workers: int, epoch: int) -> Iterator[Any]:
         queue = self.queue
@@ -271,7 +325,10 @@ class SQLDataset(IterableDataset[Any]):
                 elif delivery.epoch != current:
                     self._ahead = delivery if in_process else None
                     return  # the job's next epoch: the next iteration's
-                yield self._element(delivery.batch)
+                element = self._element(delivery.batch)
+                if self._tagged and not in_process:
+                    element = Tagged.of(element, job_worker.worker_id, delivery)
+                yield element
         finally:
             if not in_process:  # the process may end with the epoch: give the lease back
                 job_worker.close()
@@ -286,23 +343,51 @@ class SQLDataset(IterableDataset[Any]):
                 worker.source.close()
 
     def checkpoint(self, step: int) -> None:
-        """Job mode, ``num_workers=0``: record checkpoint ``step`` in the job's ledger.
+        """Job mode: record checkpoint ``step`` in the job's ledger (call it in every rank).
 
-        Every batch this dataset handed to the training loop so far is recorded (a batch
-        read ahead to find an epoch's end is not); ``queue.rewind(job, step)`` (or
-        ``sqlfeed job rewind``) then hands out again what came after, for a training
-        restored from that checkpoint (see :mod:`sqlfeed.dispatch.ledger`).
+        Every batch this dataset handed to the training loop so far is recorded: with
+        ``num_workers=0``, by this process's job worker (a batch read ahead to find an
+        epoch's end is not); with DataLoader worker processes, by the main process, from
+        the batches the loader of :func:`dataloader` handed out (what the workers read
+        ahead is not). ``queue.rewind(job, step)`` (or ``sqlfeed job rewind``) then hands
+        out again what came after, for a training restored from that checkpoint (see
+        :mod:`sqlfeed.dispatch.ledger`).
 
         Raises:
-            InvalidArgumentError: not a job's dataset, or its job workers are DataLoader
-                worker processes (their deliveries are not known here).
+            InvalidArgumentError: not a job's dataset, its worker processes are those of a
+                DataLoader not made by :func:`dataloader`, or ``step`` is not an integer >= 0.
+            NotImplementedYetError: the job has ``even_batches`` (it cannot be rewound).
         """
-        if self._job_worker is None:
+        if self.job is None or (self._job_worker is None and not self._tagged):
             raise InvalidArgumentError(
-                "checkpoint() records a job's deliveries in this process: it needs job=... "
-                "and num_workers=0 (worker processes: not supported yet)"
+                "checkpoint() records what a job's dataset delivered: it needs job=... and "
+                "the training loop iterating it (with DataLoader worker processes: the loader "
+                "of sqlfeed.torch.dataloader, which notes what they deliver)"
             )
-        self._job_worker.checkpoint(step, [self._ahead] if self._ahead is not None else [])
+        if self.even_batches:
+            raise NotImplementedYetError(even_batches_rewind(self.job))
+        if self._job_worker is not None:
+            self._job_worker.checkpoint(step, [self._ahead] if self._ahead is not None else [])
+            return
+        _check_int(step, "a checkpoint id", 0)
+        queue = open_queue(self.queue)
+        try:
+            for w in range(self._tagged):  # each one, so the checkpoint counts as recorded
+                self._consumed.setdefault(f"{self.worker_id}/{self.rank}/{w}", DeliveryLog())
+            for name, log in self._consumed.items():
+                queue.record(self.job, step, name, log.drain())
+        finally:
+            if not isinstance(self.queue, LeaseQueue):
+                queue.close()
+
+    def note(self, item: Any) -> Any:
+        """The batch of ``item`` (a :class:`Tagged` one, from a worker process), noting its
+        delivery for :meth:`checkpoint`: the loader of :func:`dataloader` calls it."""
+        if not isinstance(item, Tagged):
+            return item
+        log = self._consumed.setdefault(item.worker, DeliveryLog())
+        log.handed(item.epoch, item.partition, item.offset, item.rows)
+        return item.element
 
     # -- the StatefulDataLoader protocol ---------------------------------------------------
 
@@ -319,7 +404,9 @@ class SQLDataset(IterableDataset[Any]):
             return state | {"epoch": self.epoch + self._iterations, "batches": 0, "feeder": None}
         state |= self._state
         if self._feeder is not None:
-            state["feeder"] = self._feeder.state_dict()
+            feeder, rows = self._feeder, self._rows
+            at = None if rows is None else feeder.state_at(rows, state["epoch"])
+            state["feeder"] = feeder.state_dict() if at is None else at
         else:
             state.setdefault("feeder", None)
         return state
@@ -346,7 +433,9 @@ def dataloader(dataset: SQLDataset, **options: Any) -> Any:
     """A DataLoader of ``dataset``'s batches: ``torchdata``'s ``StatefulDataLoader`` when
     installed (``stateful=False``: torch's), with ``batch_size=None`` (batches are built
     already). With a job and several workers, ``in_order=False``: a worker waiting for the
-    job's epoch to end must not hold back the batches of the others.
+    job's epoch to end must not hold back the batches of the others. With a job and worker
+    processes, the loader is a subclass of that class which notes the delivery of each
+    batch it hands out, for :meth:`SQLDataset.checkpoint`.
 
     Args:
         dataset: the :class:`SQLDataset`.
@@ -354,6 +443,8 @@ def dataloader(dataset: SQLDataset, **options: Any) -> Any:
             ``stateful`` picks the class.
     """
     stateful = options.pop("stateful", True)
+    workers = options.get("num_workers", 0)
+    dataset._tagged = workers if dataset.job is not None and workers > 0 else 0
     options.setdefault("batch_size", None)
     if options["batch_size"] is not None:
         raise InvalidArgumentError(
@@ -369,7 +460,56 @@ def dataloader(dataset: SQLDataset, **options: Any) -> Any:
             pass
         else:
             loader_class = StatefulDataLoader
+    if dataset._tagged:
+        loader_class = _noting(loader_class)
     return loader_class(dataset, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagged:
+    """A job's batch from a DataLoader worker process, with the delivery it is: the loader
+    of :func:`dataloader` hands the training loop the element and notes the rest."""
+
+    element: Any
+    worker: str
+    """The job worker (``<worker_id>/<rank>/<DataLoader worker>``)."""
+    epoch: int
+    partition: int
+    offset: int
+    rows: int
+
+    @classmethod
+    def of(cls, element: Any, worker: str, delivery: Delivery) -> Tagged:
+        """``element``, the batch of ``delivery`` by job worker ``worker``, tagged."""
+        return cls(element, worker, delivery.epoch, delivery.partition, delivery.offset,
+                   delivery.batch.num_rows)  # fmt: skip
+
+    def pin_memory(self) -> Tagged:
+        """The same, its tensors in pinned memory (the DataLoader's ``pin_memory=True``)."""
+        return dataclasses.replace(self, element=pin_memory(self.element))  # type: ignore[no-untyped-call]
+
+
+class _Noting:
+    """Mixin of a job's DataLoader with worker processes: each batch is handed to the
+    training loop untagged and noted (:meth:`SQLDataset.note`) for checkpoints."""
+
+    dataset: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        note = self.dataset.note
+        for item in super().__iter__():  # type: ignore[misc]
+            yield note(item)
+
+
+_NOTING: dict[type, type] = {}
+
+
+def _noting(loader_class: type) -> type:
+    """``loader_class`` with :class:`_Noting` (one class per loader class)."""
+    if loader_class not in _NOTING:
+        name = f"Noting{loader_class.__name__}"
+        _NOTING[loader_class] = type(name, (_Noting, loader_class), {})
+    return _NOTING[loader_class]
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -386,7 +526,16 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
     return rank, world_size
 
 
-def _plan(query: str | Plan, source: Source, options: dict[str, Any], world_size: int) -> Plan:
+def _plan(
+    query: str | Plan,
+    source: Source,
+    options: dict[str, Any],
+    world_size: int,
+    owner: SQLDataset,
+    target: Any,
+) -> Plan:
+    """``query``'s plan; one planned here from SQL has its auto-materialized table (if
+    any) dropped when ``owner`` is gone (through ``target``: the URL or the live source)."""
     if isinstance(query, Plan):
         if options:
             raise InvalidArgumentError(
@@ -394,7 +543,9 @@ def _plan(query: str | Plan, source: Source, options: dict[str, Any], world_size
             )
         return query
     options.setdefault("workers", world_size)
-    return make_plan(query, source, **options)
+    made = make_plan(query, source, **options)
+    drop_scratch_with(owner, made, target if isinstance(target, str) else source)
+    return made
 
 
 def _create_job(
@@ -406,12 +557,16 @@ def _create_job(
     if even_batches and rows is None:
         rows = source.count(plan.sql, columns=list(plan.columns))
     lease_queue = open_queue(queue)
-    lease_queue.create_job(
-        JobSpec(job, plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order,
-                even_batches=even_batches, replicas=world_size if even_batches else None,
-                batch_size=batch_size if even_batches else None,
-                rows=rows if even_batches else None)
-    )  # fmt: skip
+    try:
+        lease_queue.create_job(
+            JobSpec(job, plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order,
+                    even_batches=even_batches, replicas=world_size if even_batches else None,
+                    batch_size=batch_size if even_batches else None,
+                    rows=rows if even_batches else None)
+        )  # fmt: skip
+    finally:  # no queue connection left open for DataLoader worker processes to inherit
+        if not isinstance(queue, LeaseQueue):
+            lease_queue.close()
 
 
 def _check_int(value: object, what: str, lowest: int) -> None:
