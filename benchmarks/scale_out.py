@@ -16,17 +16,25 @@ read to the end by each contender, side by side in one run:
 
 * **Dask**, computed to one pandas DataFrame on the threaded scheduler (``--dask-scheduler``):
 
-  - ``dask-sqlfeed``: ``sqlfeed.dask.dataframe(sql, url, strategy=..., partitions=...)``;
+  - ``dask-sqlfeed``: ``sqlfeed.dask.dataframe(sql, url, strategy=..., partitions=...)``,
+    the default ``dtype_backend="numpy_nullable"`` (exact: NUMERIC columns become
+    ``Decimal`` objects, which is most of its conversion time on ``lineitem``);
+  - ``dask-sqlfeed-pyarrow``: the same with ``dtype_backend="pyarrow"`` (every column an
+    ``ArrowDtype``, converted without copying);
   - ``dask-read_sql_query``: ``dask.dataframe.read_sql_query(select * from the table,
     url, index_col="l_orderkey", npartitions=--partitions)`` (pandas ``read_sql`` per
-    partition; Dask queries MIN/MAX of the index for the divisions);
+    partition, NUMERIC as float64; Dask queries MIN/MAX of the index for the divisions and
+    reads 5 rows first for ``meta``);
   - ``dask-sqlfeed-arrow``: sqlfeed's partitions straight to Arrow
     (``dask.delayed(reader.table)`` per partition, concatenated), what a pipeline that
     wants Arrow rather than pandas gets.
 
 Every contender runs in a fresh Python subprocess. The clock starts after the imports and,
-for Ray, after ``ray.init(num_cpus=--cpus)`` (cluster start-up is reported apart, as
-``startup_s``); it stops after the last row was counted. **Memory**: a thread samples the
+for Ray, after ``ray.init(num_cpus=--cpus)`` and a warm-up dataset that starts the Ray
+worker processes (cluster start-up is reported apart, as ``startup_s``); it stops after
+the last row was counted. The table shows each contender's best and median run
+(``--repeat``), the 1-minute load average when its runs started, and the ratios of sqlfeed
+to each peer on both the best and the median runs. **Memory**: a thread samples the
 proportional set size (PSS, so pages shared with Ray's object store count once) of the
 child and all its descendants (Ray's raylet, GCS and workers; Dask's threads are in the
 child) every 0.2 s; reported as the peak and as the peak above the level just before the
@@ -47,6 +55,7 @@ import fnmatch
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -167,6 +176,11 @@ def _ray_setup(cfg: Config) -> Any:
 
     ray.init(num_cpus=cfg.cpus, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
+    # Start the worker processes (as a running cluster has them) before the clock starts:
+    # a Ray Data read of nothing that runs on every CPU. What a contender's tasks import
+    # (sqlfeed, psycopg) is still imported on the clock.
+    warm = ray.data.range(cfg.cpus * 4, override_num_blocks=cfg.cpus * 4)
+    warm.map_batches(lambda batch: batch).materialize()
     return ray
 
 
@@ -218,13 +232,18 @@ def _dask_setup(cfg: Config) -> Any:
     return dask
 
 
-def _dask_sqlfeed(cfg: Config, dask: Any) -> Outcome:
+def _dask_sqlfeed(cfg: Config, dask: Any, dtype_backend: str = "numpy_nullable") -> Outcome:
     import sqlfeed.dask
 
     frame = sqlfeed.dask.dataframe(
-        cfg.sql, cfg.sa_url, strategy=cfg.strategy, partitions=cfg.partitions
-    )
+        cfg.sql, cfg.sa_url, strategy=cfg.strategy, partitions=cfg.partitions,
+        dtype_backend=dtype_backend,
+    )  # fmt: skip
     return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
+
+
+def _dask_sqlfeed_pyarrow(cfg: Config, dask: Any) -> Outcome:
+    return _dask_sqlfeed(cfg, dask, "pyarrow")
 
 
 def _dask_sqlfeed_arrow(cfg: Config, dask: Any) -> Outcome:
@@ -247,7 +266,7 @@ def _dask_read_sql_query(cfg: Config, dask: Any) -> Outcome:
     import sqlalchemy as sa
 
     query = sa.select(sa.text("*")).select_from(sa.table(cfg.table))
-    frame = dd.read_sql_query(
+    frame = dd.read_sql_query(  # type: ignore[no-untyped-call]
         query, cfg.sa_url, index_col=sa.column(SHARD_KEY), npartitions=cfg.partitions
     )
     return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
@@ -263,6 +282,8 @@ CONTENDERS: dict[str, Contender] = {
                   _ray_setup, _ray_read_sql_hashtext),
         Contender("dask-sqlfeed", "dask", "sqlfeed.dask.dataframe -> pandas", _dask_setup,
                   _dask_sqlfeed),
+        Contender("dask-sqlfeed-pyarrow", "dask", "sqlfeed.dask.dataframe -> pandas (ArrowDtype)",
+                  _dask_setup, _dask_sqlfeed_pyarrow),
         Contender("dask-sqlfeed-arrow", "dask", "sqlfeed partitions -> Arrow (delayed)",
                   _dask_setup, _dask_sqlfeed_arrow),
         Contender("dask-read_sql_query", "dask", "dd.read_sql_query -> pandas", _dask_setup,
@@ -280,6 +301,7 @@ def _child_main(name: str, config_json: str) -> int:
         started = time.perf_counter()
         context = contender.setup(cfg)
         result["startup_s"] = time.perf_counter() - started
+        result["load"] = os.getloadavg()[0]
         with TreeMemory() as memory:
             started = time.perf_counter()
             rows, details = contender.read(cfg, context)
@@ -308,7 +330,10 @@ class Result:
     peak_tree_pss: int = -1
     read_pss: int = -1
     vm_hwm: int = -1
+    median_seconds: float = 0.0
+    median_rows_per_second: float = 0.0
     runs: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
@@ -316,7 +341,8 @@ class Result:
 def measure(
     contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
 ) -> list[Result]:
-    """Run each contender ``repeat`` times in fresh subprocesses; keep the fastest run."""
+    """Run each contender ``repeat`` times in fresh subprocesses; keep the fastest run
+    (and the median time)."""
     results = []
     for contender in contenders:
         out = Result(contender.id, contender.framework, contender.label)
@@ -330,6 +356,7 @@ def measure(
                 out.error = got["error"]
                 break
             out.runs.append(got["seconds"])
+            out.loads.append(got.get("load", -1.0))
             if best is None or got["seconds"] < best["seconds"]:
                 best = got
         if best is not None and out.error is None:
@@ -338,6 +365,9 @@ def measure(
             out.startup_s, out.details = best["startup_s"], best["details"]
             out.peak_tree_pss, out.read_pss = best["peak_tree_pss"], best["read_pss"]
             out.vm_hwm = best["vm_hwm"]
+            out.median_seconds = statistics.median(out.runs)
+            if out.median_seconds:
+                out.median_rows_per_second = out.rows / out.median_seconds
         results.append(out)
     return results
 
@@ -346,34 +376,57 @@ def _mib(value: int) -> str:
     return f"{value / 2**20:,.0f}" if value >= 0 else "-"
 
 
+def _loads(r: Result) -> str:
+    known = [load for load in r.loads if load >= 0]
+    if not known:
+        return "-"
+    low, high = min(known), max(known)
+    return f"{low:.1f}" if high - low < 0.05 else f"{low:.1f}-{high:.1f}"
+
+
 def format_results(results: Sequence[Result]) -> str:
-    """The side-by-side table, and sqlfeed's ratio to each peer of its framework."""
+    """The side-by-side table (best and median runs, load), and sqlfeed's ratios to each
+    peer of its framework on both."""
     lines = [
-        f"{'contender':<24} {'rows':>10} {'seconds':>8} {'rows/s':>12} {'start s':>8} "
-        f"{'peak MiB':>9} {'read MiB':>9}  what",
+        f"{'contender':<24} {'rows':>10} {'best s':>7} {'med s':>7} {'best rows/s':>12} "
+        f"{'med rows/s':>11} {'start s':>7} {'peak MiB':>9} {'read MiB':>9} {'load':>9}  what",
     ]
     for r in results:
         if r.error:
             lines.append(f"{r.id:<24} ERROR {r.error}")
             continue
         lines.append(
-            f"{r.id:<24} {r.rows:>10,} {r.seconds:>8.2f} {r.rows_per_second:>12,.0f} "
-            f"{r.startup_s:>8.1f} {_mib(r.peak_tree_pss):>9} {_mib(r.read_pss):>9}  {r.label}"
+            f"{r.id:<24} {r.rows:>10,} {r.seconds:>7.2f} {r.median_seconds:>7.2f} "
+            f"{r.rows_per_second:>12,.0f} {r.median_rows_per_second:>11,.0f} "
+            f"{r.startup_s:>7.1f} {_mib(r.peak_tree_pss):>9} {_mib(r.read_pss):>9} "
+            f"{_loads(r):>9}  {r.label}"
         )
     lines.append("")
-    by_id = {r.id: r for r in results if not r.error}
-    for ours, peers in (("ray-sqlfeed", ("ray-read_sql", "ray-read_sql-hashtext")),
-                        ("dask-sqlfeed", ("dask-read_sql_query",))):  # fmt: skip
-        for peer in peers:
-            if ours in by_id and peer in by_id and by_id[peer].rows_per_second:
-                ratio = by_id[ours].rows_per_second / by_id[peer].rows_per_second
-                mem = by_id[ours].read_pss / max(by_id[peer].read_pss, 1)
-                verdict = "meets" if ratio >= GOAL_RATIO else "misses"
-                lines.append(
-                    f"{ours} / {peer}: {ratio:.2f}x rows/s ({verdict} the {GOAL_RATIO}x goal), "
-                    f"{mem:.2f}x read memory"
-                )
+    lines.extend(_ratios({r.id: r for r in results if not r.error}))
     return "\n".join(lines)
+
+
+def _ratios(by_id: dict[str, Result]) -> list[str]:
+    """sqlfeed's rows/s and memory against each peer, best run and median run."""
+    lines = []
+    for ours, peers in (("ray-sqlfeed", ("ray-read_sql", "ray-read_sql-hashtext")),
+                        ("dask-sqlfeed", ("dask-read_sql_query",)),
+                        ("dask-sqlfeed-pyarrow", ("dask-read_sql_query",))):  # fmt: skip
+        for peer in peers:
+            mine, theirs = by_id.get(ours), by_id.get(peer)
+            if mine is None or theirs is None or not theirs.rows_per_second:
+                continue
+            best = mine.rows_per_second / theirs.rows_per_second
+            median = mine.median_rows_per_second / max(theirs.median_rows_per_second, 1e-9)
+            peak = theirs.peak_tree_pss / max(mine.peak_tree_pss, 1)
+            read = theirs.read_pss / max(mine.read_pss, 1)
+            verdict = "meets" if min(best, median) >= GOAL_RATIO else "misses"
+            lines.append(
+                f"{ours} vs {peer}: rows/s {best:.2f}x best, {median:.2f}x median; "
+                f"memory {peak:.2f}x less peak, {read:.2f}x less read ({verdict} the "
+                f"{GOAL_RATIO}x rows/s goal)"
+            )
+    return lines
 
 
 def _prepare(args: argparse.Namespace) -> Config:
@@ -420,10 +473,12 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     _progress(f"TPC-H lineitem SF {args.scale:g} in PostgreSQL ({cfg.table}); load {load[0]:.2f}")
     results = measure(chosen, cfg, args.repeat, args.timeout)
+    end = os.getloadavg()
     title = (
         f"scale-out reads, TPC-H lineitem SF {args.scale:g} from PostgreSQL ({platform.node()}, "
         f"{os.cpu_count()} CPUs, {cfg.partitions} partitions, Ray num_cpus={cfg.cpus}, Dask "
-        f"{cfg.dask_scheduler}; load average {load[0]:.2f} at start)"
+        f"{cfg.dask_scheduler}, {args.repeat} run(s) each; load average {load[0]:.2f} at "
+        f"start, {end[0]:.2f} at end)"
     )
     print(title)
     print(format_results(results))

@@ -8,16 +8,21 @@ worker process that opens the source's URL. Skipped when Dask is not installed
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 import sqlfeed
 from dialects import InvalidArgumentError
-from sqlfeed.feed.remote import plan_for_url
+from sqlfeed.feed.remote import plan_for_url, release_sources
 from tests.remote_engines import (
     PLANS,
     QUERY,
@@ -158,3 +163,47 @@ def test_bad_arguments_fail_before_anything_is_read() -> None:
         sqlfeed.dask.dataframe(plan, url, partitions=3)
     with pytest.raises(InvalidArgumentError, match="the plan is for duckdb"):
         sqlfeed.dask.dataframe(plan, "sqlite:///x.db")
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_tasks_of_one_process_reuse_its_server_sessions(
+    scheduler: str, request: pytest.FixtureRequest
+) -> None:
+    engine, url = url_engine("postgres")
+    app = f"sqlfeed_reuse_{uuid.uuid4().hex[:12]}"
+    tagged = f"{url}{'&' if '?' in url else '?'}application_name={app}"
+    sql = QUERY.format(keyed=engine.qualify("keyed"))
+    frame = sqlfeed.dask.dataframe(sql, tagged, strategy="hash", partitions=12)
+    count_sql = f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'"
+    assert len(compute(frame, scheduler, request)) == 400
+    first = {row[0] for row in engine.rows(count_sql)}
+    assert 0 < len(first) < 12  # fewer sessions than the 12 tasks that read
+    assert len(compute(frame, scheduler, request)) == 400
+    assert {row[0] for row in engine.rows(count_sql)} == first  # the same sessions again
+    if scheduler == "distributed":
+        request.getfixturevalue("cluster").run(release_sources)
+    else:
+        release_sources()
+    for _ in range(50):  # a closed session leaves pg_stat_activity when its backend exits
+        if not engine.rows(count_sql):
+            break
+        time.sleep(0.1)
+    assert engine.rows(count_sql) == []
+
+
+def test_decimal_columns_stay_exact_arrow_decimals_by_default(tmp_path: Path) -> None:
+    """numpy_nullable keeps decimals exact (pd.ArrowDtype), not float and not objects."""
+    db = tmp_path / "decimals.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "CREATE TABLE t AS SELECT i, (i * 1.25 - 3)::DECIMAL(15, 2) AS d "
+            "FROM range(-5, 20) r(i)"
+        )
+        con.execute("INSERT INTO t VALUES (99, NULL)")
+    frame = sqlfeed.dask.dataframe(
+        "SELECT i, d FROM t", f"duckdb:///{db}", strategy="hash", partitions=3
+    ).compute(scheduler="sync")
+    assert frame["d"].dtype == pd.ArrowDtype(pa.decimal128(15, 2))
+    got = sorted((int(i), d) for i, d in zip(frame["i"], frame["d"], strict=True) if i != 99)
+    assert got == [(i, Decimal(i * 125 - 300) / 100) for i in range(-5, 20)]
+    assert frame.loc[frame["i"] == 99, "d"].isna().all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,6 +82,18 @@ def test_one_read_task_per_partition_and_fewer_blocks_when_asked() -> None:
     assert grouped.materialize().num_blocks() == 3
     assert rows_of(read_all(grouped)) == expected_rows(engine, sql)
     assert grouped.count() == 400
+
+
+def test_read_tasks_of_one_worker_process_reuse_its_server_session() -> None:
+    engine, url = url_engine("postgres")
+    app = f"sqlfeed_ray_reuse_{uuid.uuid4().hex[:12]}"
+    tagged = f"{url}{'&' if '?' in url else '?'}application_name={app}"
+    sql = QUERY.format(keyed=engine.qualify("keyed"))
+    ds = sqlfeed.ray.dataset(sql, tagged, strategy="hash", partitions=12)
+    assert rows_of(read_all(ds)) == expected_rows(engine, sql)
+    sessions = engine.rows(f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'")
+    # 12 read tasks on 2 worker processes: their sessions, kept open, not one per task.
+    assert 0 < len(sessions) < 12
 
 
 def test_an_empty_result_keeps_the_plan_schema() -> None:

@@ -7,7 +7,8 @@
 
 :func:`dataframe` plans the query once (or takes a :class:`~sqlfeed.Plan`) and builds the
 frame with ``dask.dataframe.from_map``: one Dask partition per plan partition, each read
-by its task in whatever process or host runs it, on a connection it opens from the URL.
+by its task in whatever process or host runs it, on a connection that process opened
+from the URL (a database server's once per process, reused by its later tasks).
 ``meta`` comes from the plan's Arrow schema, converted as every partition is
 (``dtype_backend``), so integers with NULLs stay exact (``Int64``, never float). With
 ``index=KEY`` on a ``range`` plan over KEY, the divisions are known (the plan's range

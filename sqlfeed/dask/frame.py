@@ -17,7 +17,7 @@ import pyarrow as pa
 from dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS
-from sqlfeed.plans import Partition, Plan
+from sqlfeed.plans import Partition, Plan, drop_scratch_with
 
 __all__ = ["DTYPE_BACKENDS", "PandasReader", "dataframe", "range_divisions"]
 
@@ -42,6 +42,15 @@ _NULLABLE: dict[pa.DataType, Any] = {
 """``numpy_nullable``: pandas' nullable dtypes, so a NULL never turns an integer into a float."""
 
 
+def _nullable_dtype(arrow_type: pa.DataType) -> Any:
+    """``numpy_nullable``'s dtype for ``arrow_type``: decimals stay exact Arrow decimals
+    (``pd.ArrowDtype``; a column of Python ``Decimal`` objects costs ~25x the conversion
+    time), the other types per :data:`_NULLABLE` or pandas' own conversion."""
+    if pa.types.is_decimal(arrow_type):
+        return pd.ArrowDtype(arrow_type)
+    return _NULLABLE.get(arrow_type)
+
+
 def _dask_dataframe() -> Any:
     try:
         import dask.dataframe as dd
@@ -60,8 +69,9 @@ class PandasReader:
 
     Attributes:
         reader: the plan's partition reader (URL, schema, read options).
-        dtype_backend: ``numpy_nullable`` (nullable pandas dtypes; other types as pandas
-            converts them: datetime64, ``datetime.date`` and ``Decimal`` objects) or
+        dtype_backend: ``numpy_nullable`` (nullable pandas dtypes; decimals as exact
+            ``pd.ArrowDtype`` decimals; other types as pandas converts them: datetime64,
+            ``datetime.date`` objects) or
             ``pyarrow`` (``pd.ArrowDtype`` for every column).
         index: the column to make the index, or None (a RangeIndex per partition).
         sort: sort each partition by the index (when the divisions are known).
@@ -73,19 +83,26 @@ class PandasReader:
     sort: bool = False
 
     def __call__(self, partition: Partition) -> pd.DataFrame:
-        """The rows of ``partition``."""
-        return self.frame(self.reader.table(partition))
+        """The rows of ``partition`` (its Arrow buffers released as they are converted)."""
+        return self.frame(self.reader.table(partition), release=True)
 
     def meta(self) -> pd.DataFrame:
         """An empty frame with the columns and dtypes every partition has."""
         return self.frame(self.reader.arrow_schema().empty_table())
 
-    def frame(self, table: pa.Table) -> pd.DataFrame:
-        """``table`` as pandas, converted the same way for every partition."""
+    def frame(self, table: pa.Table, *, release: bool = False) -> pd.DataFrame:
+        """``table`` as pandas, converted the same way for every partition.
+
+        With ``release``, ``table`` is unusable afterwards: each column's Arrow buffers
+        are freed once converted (pyarrow's ``self_destruct``), so a partition is never
+        held twice in full.
+        """
         mapper: Callable[[pa.DataType], Any] = (
-            pd.ArrowDtype if self.dtype_backend == "pyarrow" else _NULLABLE.get
+            pd.ArrowDtype if self.dtype_backend == "pyarrow" else _nullable_dtype
         )
-        frame: pd.DataFrame = table.to_pandas(types_mapper=mapper)
+        frame: pd.DataFrame = table.to_pandas(
+            types_mapper=mapper, split_blocks=release, self_destruct=release
+        )
         if self.index is not None:
             frame = frame.set_index(self.index)
             if self.sort:
@@ -108,7 +125,8 @@ def dataframe(
     Args:
         query: a SQL SELECT (planned here, on a connection closed before any task runs)
             or a :class:`~sqlfeed.Plan`.
-        source_url: the database URL every task opens in its own process
+        source_url: the database URL tasks open in their processes (a server's once per
+            process, reused by its later tasks)
             (``postgresql+psycopg://...``, ``mysql+pymysql://...``, ``sqlite:///f.db``,
             ``duckdb:///f.duckdb``, opened read-only, ``dataset:///folder``).
         index: an output column to make the index. On a ``range`` plan over that column
@@ -143,6 +161,8 @@ def dataframe(
         )
     divisions = range_divisions(plan, schema, index)
     read = PandasReader(reader, dtype_backend, index, sort=divisions is not None)
+    if isinstance(query, str):  # planned here: an auto-materialized table is ours to drop
+        drop_scratch_with(read, plan, url)  # when the graph that holds ``read`` is gone
     return dd.from_map(
         read, list(plan.partitions), meta=read.meta(), divisions=divisions, label="sqlfeed"
     )

@@ -3,21 +3,30 @@
 A plan is planned once, where the job is built; each of its partitions is then read by a
 task in some other process, possibly on another host. Nothing live crosses that boundary:
 a task receives the source's URL, the plan's Arrow schema and its partitions (plain,
-picklable data, :class:`PartitionReader`), opens its own connection from the URL, reads,
-and closes it.
+picklable data, :class:`PartitionReader`) and reads on a connection its own process
+opened from the URL.
 
 * :func:`check_source_url` refuses what another process cannot open: a connection or
   engine object, an in-memory DuckDB.
 * :func:`open_for_reading` opens a URL in a task (a DuckDB file read-only, as
   :func:`sqlfeed.connect` does, so many processes read it at once).
+* :func:`reading_source` is what a task reads with: for a database server (PostgreSQL,
+  MySQL, ...) one :class:`~sqlfeed.io.Source` per process and URL, kept open and reused by
+  every task that process runs (its engine, pool and per-thread reader connections are set
+  up once, not per task); a file (DuckDB, SQLite, a dataset) is opened for the task and
+  closed after it, so no lock outlives the read. :func:`release_sources` closes the kept ones.
 * :func:`plan_for_url` plans a SQL query (or checks a given Plan) for a URL, on a
   connection closed before any task runs.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import inspect
+import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +44,8 @@ __all__ = [
     "open_for_reading",
     "plan_for_url",
     "reader_for",
+    "reading_source",
+    "release_sources",
 ]
 
 _PLAN_OPTIONS = frozenset(inspect.signature(make_plan).parameters) - {"query", "source"}
@@ -73,6 +84,51 @@ def open_for_reading(url: str) -> Source:
     at once; while another process holds it open for writing, the error says so.
     """
     return connect(url)
+
+
+_FILE_DIALECTS = frozenset({"duckdb", "sqlite"})
+"""Sources that are files: opened per task, so no lock or handle outlives a read."""
+
+_KEPT: dict[tuple[int, str], Source] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def reading_source(url: str) -> Iterator[Source]:
+    """The source a task reads ``url`` with (see the module docstring).
+
+    A database server's source is kept for this process and URL (a forked child opens its
+    own); a read that fails drops it, so the next task starts on a fresh one. A file's
+    source is opened here and closed when the block ends.
+    """
+    if dialect_for(url).name in _FILE_DIALECTS:
+        with open_for_reading(url) as source:
+            yield source
+        return
+    key = (os.getpid(), url)
+    with _KEPT_LOCK:
+        kept = _KEPT.get(key)
+        if kept is None:
+            kept = _KEPT[key] = open_for_reading(url)
+        source = kept
+    try:
+        yield source
+    except Exception:  # not GeneratorExit: a reader stopped early is no failure
+        with _KEPT_LOCK:
+            if _KEPT.get(key) is source:
+                del _KEPT[key]  # not closed: other threads of this process may be reading
+        raise
+
+
+@atexit.register
+def release_sources() -> None:
+    """Close the database sources this process keeps for its tasks (their connections)."""
+    with _KEPT_LOCK:
+        kept = [s for (pid, _), s in _KEPT.items() if pid == os.getpid()]
+        _KEPT.clear()
+    for source in kept:
+        with contextlib.suppress(Exception):  # a broken connection: nothing to release
+            source.close()
 
 
 def plan_for_url(query: str | Plan, url: str, plan_options: Mapping[str, Any]) -> Plan:
@@ -139,12 +195,13 @@ class PartitionReader:
         return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     def batches(self, partitions: Sequence[Partition]) -> Iterator[pa.RecordBatch]:
-        """The rows of ``partitions``, one after the other, on a connection of this process.
+        """The rows of ``partitions``, one after the other, on this process's source for
+        the URL (:func:`reading_source`: a server's connections are reused across tasks).
 
         An empty partition yields one empty batch (of the schema).
         """
         schema = self.arrow_schema()
-        with open_for_reading(self.url) as source:
+        with reading_source(self.url) as source:
             for partition in partitions:
                 yield from source.read(
                     partition.sql,

@@ -8,12 +8,14 @@
 
 :func:`dataset` plans the query once (or takes a :class:`~sqlfeed.Plan`) and reads it
 through a Ray Data ``Datasource`` (:func:`datasource`) with one read task per partition
-(``override_num_blocks`` below the partition count groups them). Each task opens its own
-connection from the URL in the Ray worker process that runs it (no connection object is
-shipped), reads its partitions as Arrow record batches of the plan's schema, and closes
-the connection; the dataset's schema is the plan's. The partitions add up to exactly the
-query's rows on every strategy (hash, range, ctid, materialize, fragments), NULL keys
-included.
+(``override_num_blocks`` below the partition count groups them). Each task reads its
+partitions as Arrow record batches of the plan's schema (one zero-copy block per batch)
+on a connection of the Ray worker process that runs it, opened from the URL (no
+connection object is shipped): a database server's is opened once per worker process and
+reused by its later tasks, a file's is opened per task
+(:func:`~sqlfeed.feed.remote.reading_source`). The dataset's schema is the plan's. The
+partitions add up to exactly the query's rows on every strategy (hash, range, ctid,
+materialize, fragments), NULL keys included.
 
 Ray is imported when a dataset is built: ``import sqlfeed`` never imports it; without
 it, :class:`~dialects.MissingDependencyError` names the extra (``pip install

@@ -16,7 +16,7 @@ import pyarrow as pa
 from dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS
-from sqlfeed.plans import Partition, Plan
+from sqlfeed.plans import Partition, Plan, drop_scratch_with
 
 __all__ = ["dataset", "datasource", "group_partitions"]
 
@@ -147,7 +147,10 @@ def datasource(
         _check_positive(override_num_blocks, "override_num_blocks")
     plan = plan_for_url(query, url, plan_options)
     reader = reader_for(plan, url, read_batch_rows, snapshot)
-    return _datasource_class()(plan, reader, override_num_blocks)
+    made = _datasource_class()(plan, reader, override_num_blocks)
+    if isinstance(query, str):  # planned here: an auto-materialized table is ours to drop
+        drop_scratch_with(made, plan, url)
+    return made
 
 
 def dataset(
@@ -166,7 +169,8 @@ def dataset(
     Args:
         query: a SQL SELECT (planned here, on a connection closed before any task runs)
             or a :class:`~sqlfeed.Plan`.
-        source_url: the database URL every read task opens in its own process:
+        source_url: the database URL read tasks open in their processes (a server's once
+            per Ray worker process, reused by its later tasks):
             ``postgresql+psycopg://...``, ``mysql+pymysql://...``, ``sqlite:///file.db``,
             ``duckdb:///file.duckdb`` (opened read-only: close any connection that has it
             open for writing first), ``dataset:///folder``.
