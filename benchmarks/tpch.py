@@ -1,7 +1,8 @@
 """Prepare TPC-H ``lineitem`` data for benchmarks.
 
 The data is generated with ``tpchgen-cli`` as a single Parquet file, cached under
-``<repo>/.bench-data/`` and loaded (idempotently) into PostgreSQL and DuckDB.
+``<repo>/.bench-data/`` and loaded (idempotently) into PostgreSQL and DuckDB, and on request
+into MariaDB/MySQL (:func:`load_mariadb`) and SQLite (:func:`load_sqlite`).
 
 Layout of the cache directory::
 
@@ -9,6 +10,7 @@ Layout of the cache directory::
         sf1/lineitem.parquet        # one file per scale factor
         sf0_01/lineitem.parquet
         tpch.duckdb                 # DuckDB database used by ``__main__``
+        tpch.sqlite                 # SQLite database (:func:`load_sqlite`)
 
 Each loaded table is named ``<base>_sf<tag>`` (e.g. ``lineitem_sf1``, ``lineitem_sf0_1``) so
 that several scale factors can coexist. A small ``bench_meta`` table in each database records
@@ -27,6 +29,7 @@ import io
 import os
 import queue
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import duckdb
 import psycopg
@@ -48,11 +52,15 @@ from psycopg import sql
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_DUCKDB_PATH",
+    "DEFAULT_MYSQL_URL",
     "DEFAULT_PG_URL",
+    "DEFAULT_SQLITE_PATH",
     "META_TABLE",
     "lineitem_parquet",
     "load_duckdb",
+    "load_mariadb",
     "load_postgres",
+    "load_sqlite",
     "scale_tag",
     "table_name",
 ]
@@ -61,6 +69,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".bench-data"
 DEFAULT_DUCKDB_PATH = DEFAULT_CACHE_DIR / "tpch.duckdb"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
+DEFAULT_SQLITE_PATH = DEFAULT_CACHE_DIR / "tpch.sqlite"
 META_TABLE = "bench_meta"
 
 _BATCH_ROWS = 100_000
@@ -373,6 +383,199 @@ def load_duckdb(db_path: Path, parquet: Path, table: str) -> str:
             con.execute("ROLLBACK")
             raise
     return table
+
+
+def _sql_type(dtype: pa.DataType, dialect: str) -> str:
+    """Map an Arrow ``lineitem`` type to a MariaDB/MySQL or SQLite column type.
+
+    SQLite keeps decimals as REAL and dates as ISO text (what its own date functions read).
+    """
+    if pa.types.is_integer(dtype):
+        return "BIGINT" if dialect == "mysql" and pa.types.is_int64(dtype) else "INTEGER"
+    if pa.types.is_decimal(dtype):
+        return f"DECIMAL({dtype.precision},{dtype.scale})" if dialect == "mysql" else "REAL"
+    if pa.types.is_date(dtype):
+        return "DATE" if dialect == "mysql" else "TEXT"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return "VARCHAR(64) CHARACTER SET utf8mb4" if dialect == "mysql" else "TEXT"
+    if pa.types.is_string_view(dtype):
+        return _sql_type(pa.string(), dialect)
+    raise TypeError(f"no {dialect} mapping for Arrow type {dtype}")
+
+
+_LINEITEM_KEY = ("l_orderkey", "l_linenumber")
+"""The primary key of every loaded ``lineitem`` table (MariaDB and SQLite)."""
+
+
+def _create_sql(name: str, schema: pa.Schema, dialect: str, quote: str) -> str:
+    """``CREATE TABLE`` for a Parquet schema, NOT NULL columns, ``lineitem``'s primary key."""
+    columns = [f"{quote}{f.name}{quote} {_sql_type(f.type, dialect)} NOT NULL" for f in schema]
+    key = ", ".join(f"{quote}{c}{quote}" for c in _LINEITEM_KEY if c in schema.names)
+    if key:
+        columns.append(f"PRIMARY KEY ({key})")
+    return f"CREATE TABLE {quote}{name}{quote} ({', '.join(columns)})"
+
+
+def _mysql_connect(url: str) -> Any:
+    """A pymysql connection (LOCAL INFILE allowed) to a ``mysql://user:pw@host:port/db`` URL."""
+    import pymysql
+
+    parsed = urlparse(url)
+    return pymysql.connect(
+        host=parsed.hostname or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=unquote(parsed.username or "root"),
+        password=unquote(parsed.password or ""),
+        database=parsed.path.lstrip("/") or None,
+        charset="utf8mb4",
+        local_infile=True,
+    )
+
+
+def load_mariadb(url: str, parquet: Path, table: str = "lineitem", scale: float = 1.0) -> str:
+    """Load a TPC-H Parquet file into MariaDB/MySQL, skipping the load if already done.
+
+    The table ``<table>_sf<tag>`` (InnoDB, primary key ``(l_orderkey, l_linenumber)``,
+    BIGINT/INT, DECIMAL(15,2), DATE, VARCHAR) is filled with ``LOAD DATA LOCAL INFILE``
+    from CSV chunks and recorded in ``bench_meta`` with its scale and row count; a second
+    call returns at once when the marker matches and the table holds that many rows.
+    Concurrent callers are serialised with ``GET_LOCK``.
+
+    Args:
+        url: ``mysql://user[:password]@host[:port]/database``, e.g. :data:`DEFAULT_MYSQL_URL`.
+        parquet: Parquet file to load, e.g. from :func:`lineitem_parquet`.
+        table: Base table name; the scale tag is appended.
+        scale: Scale factor of ``parquet`` (used for the table name and the marker).
+
+    Returns:
+        The name of the loaded table, e.g. ``"lineitem_sf1"``.
+    """
+    name = table_name(table, scale)
+    rows = _parquet_rows(parquet)
+    conn = _mysql_connect(url)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT GET_LOCK(%s, 3600)", (f"sqlfeed-bench:{name}",))
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name VARCHAR(128) PRIMARY KEY,"
+            " scale DOUBLE NOT NULL, row_count BIGINT NOT NULL, source TEXT NOT NULL,"
+            " loaded_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+        cur.execute(f"SELECT row_count, scale FROM {META_TABLE} WHERE table_name = %s", (name,))
+        found = cur.fetchone()
+        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
+                    " DATABASE() AND table_name = %s", (name,))  # fmt: skip
+        exists = cur.fetchone()[0] > 0
+        if found is not None and exists and found[0] == rows and found[1] == scale:
+            return name
+        cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+        cur.execute(_create_sql(name, pq.ParquetFile(parquet).schema_arrow, "mysql", "`"))
+        _mysql_load_csv(cur, name, parquet)
+        cur.execute(f"SELECT COUNT(*) FROM `{name}`")
+        loaded = cur.fetchone()[0]
+        if loaded != rows:
+            raise RuntimeError(f"{name}: expected {rows} rows, loaded {loaded}")
+        cur.execute(
+            f"REPLACE INTO {META_TABLE} (table_name, scale, row_count, source)"
+            " VALUES (%s, %s, %s, %s)",
+            (name, scale, rows, str(Path(parquet).resolve())),
+        )
+        cur.execute(f"ANALYZE TABLE `{name}`")
+        cur.fetchall()
+        conn.commit()
+    finally:
+        conn.close()
+    return name
+
+
+def _mysql_load_csv(cur: Any, name: str, parquet: Path) -> None:
+    """``LOAD DATA LOCAL INFILE`` the Parquet file's CSV chunks into ``name``, one by one."""
+    with tempfile.TemporaryDirectory(prefix="tpch-mariadb-") as tmp:
+        path = Path(tmp) / "chunk.csv"
+        for chunk in _csv_chunks(parquet):
+            path.write_bytes(chunk)
+            cur.execute(
+                f"LOAD DATA LOCAL INFILE %s INTO TABLE `{name}` CHARACTER SET utf8mb4"
+                " FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY ''"
+                " LINES TERMINATED BY '\\n'",
+                (str(path),),
+            )
+
+
+def load_sqlite(db_path: Path, parquet: Path, table: str = "lineitem", scale: float = 1.0) -> str:
+    """Load a TPC-H Parquet file into a SQLite database file, skipping the load if already done.
+
+    The table ``<table>_sf<tag>`` (a rowid table with primary key ``(l_orderkey,
+    l_linenumber)``; INTEGER, REAL for decimals, TEXT for dates and strings) is filled
+    in one transaction, which also records it in ``bench_meta``; a second call returns at
+    once when the marker matches the source, the row count and the table's own count.
+
+    Args:
+        db_path: SQLite database file (created if missing), e.g. :data:`DEFAULT_SQLITE_PATH`.
+        parquet: Parquet file to load.
+        table: Base table name; the scale tag is appended.
+        scale: Scale factor of ``parquet``.
+
+    Returns:
+        The name of the loaded table, e.g. ``"lineitem_sf1"``.
+    """
+    name = table_name(table, scale)
+    rows = _parquet_rows(parquet)
+    source = str(Path(parquet).resolve())
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(db_path), timeout=3600, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {META_TABLE} (table_name TEXT PRIMARY KEY,"
+            " scale REAL NOT NULL, row_count INTEGER NOT NULL, source TEXT NOT NULL,"
+            " loaded_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+        found = conn.execute(
+            f"SELECT m.row_count, m.source FROM {META_TABLE} m JOIN sqlite_master t"
+            " ON t.name = m.table_name AND t.type = 'table' WHERE m.table_name = ?",
+            (name,),
+        ).fetchone()
+        if found is not None and found == (rows, source):
+            (counted,) = conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()
+            if counted == rows:
+                conn.execute("COMMIT")
+                return name
+        _sqlite_fill(conn, name, parquet, rows)
+        conn.execute(
+            f"INSERT OR REPLACE INTO {META_TABLE} (table_name, scale, row_count, source)"
+            " VALUES (?, ?, ?, ?)",
+            (name, scale, rows, source),
+        )
+        conn.execute("COMMIT")
+        conn.execute(f'ANALYZE "{name}"')
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+    return name
+
+
+def _sqlite_fill(conn: sqlite3.Connection, name: str, parquet: Path, rows: int) -> None:
+    """(Re)create ``name`` and insert the Parquet rows (decimals as floats, dates as text)."""
+    pf = pq.ParquetFile(parquet)
+    conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+    conn.execute(_create_sql(name, pf.schema_arrow, "sqlite", '"'))
+    marks = ", ".join("?" * len(pf.schema_arrow))
+    for batch in pf.iter_batches(batch_size=_BATCH_ROWS):
+        columns = []
+        for column in batch.columns:
+            if pa.types.is_decimal(column.type):
+                column = column.cast(pa.float64())
+            elif pa.types.is_date(column.type) or pa.types.is_string_view(column.type):
+                column = column.cast(pa.string())
+            columns.append(column.to_pylist())
+        conn.executemany(f'INSERT INTO "{name}" VALUES ({marks})', zip(*columns, strict=True))
+    (counted,) = conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()
+    if counted != rows:
+        raise RuntimeError(f"{name}: expected {rows} rows, loaded {counted}")
 
 
 @contextmanager

@@ -1,0 +1,489 @@
+"""sqlfeed against its peers: all of TPC-H ``lineitem`` into Arrow (or pandas), side by side.
+
+Every contender reads ``SELECT * FROM lineitem_sf<tag>`` in a fresh Python subprocess (so
+its peak RSS, ``VmHWM`` read in the child, is its own; for Ray only the driver process
+is counted, not its workers). The runs are interleaved: round 1 runs every contender
+once, then round 2, and so on for ``--repeat`` rounds, so a change of the machine's load
+touches them all alike. The clock starts after the imports (and after ``ray.init``) and
+stops after the last row. Reported per contender: rows, best and median seconds and
+rows/s, peak RSS, and its ratio to the best peer (the fastest contender of the same
+database other than sqlfeed). The load average is printed at the start and the end.
+Contenders (``--only`` ids, glob patterns):
+
+* PostgreSQL: ``pg-sqlfeed`` (``sqlfeed.plan(auto)`` and a ``Feeder`` with ``--readers``
+  readers), ``pg-connectorx`` (``return_type="arrow"``, ``partition_on="l_orderkey"``,
+  2 partitions), ``pg-daft`` (``daft.read_sql``, ``partition_col="l_orderkey"``, 2
+  partitions, ``to_arrow()``), ``pg-ray`` (``ray.data.read_sql`` over psycopg, batches as
+  Arrow), ``pg-dask`` (``dask.dataframe.read_sql_query`` with ``index_col="l_orderkey"``,
+  2 partitions), ``pg-pandas`` (``pandas.read_sql`` of the first 1 M rows, reported as
+  rows/s).
+* MariaDB/MySQL: ``mariadb-sqlfeed``, ``mariadb-connectorx``, ``mariadb-pandas``.
+* SQLite: ``sqlite-sqlfeed``, ``sqlite-connectorx``, ``sqlite-pandas``.
+
+A peer that is not installed is reported as such. The peers are the ``bench`` extra
+(``pip install -e '.[bench]'``); daft is not in it: it pins an older pyarrow than the
+project's (install it by hand into another environment to compare it). Data is generated
+and loaded by :mod:`benchmarks.tpch` when missing. Nothing is asserted: the script only
+reports. Run from the repository root on an otherwise idle machine::
+
+    .venv/bin/python -m benchmarks.peers --scale 1 --json /tmp/peers.json
+    .venv/bin/python -m benchmarks.peers --scale 0.01 --repeat 1 --only 'sqlite-*'
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import progress, run_child, status_bytes
+from benchmarks.read_throughput import _sqlfeed_read, _table
+
+__all__ = ["CONTENDERS", "Config", "Contender", "Result", "main", "measure"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULT_MARK = "@@peers@@ "
+"""Prefix of the one stdout line on which a child process reports its result."""
+
+SCAN_SQL = "SELECT * FROM {table}"
+KEY = "l_orderkey"
+PANDAS_ROWS = 1_000_000
+PEER_PARTITIONS = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a child process needs (passed as JSON on its command line).
+
+    Attributes:
+        pg_url: libpq URL, ``postgresql://...``.
+        mysql_url: ``mysql://user@host:port/db`` (connectorx's form).
+        sqlite_path: The SQLite database file.
+        tables: Per engine (``postgres``, ``mariadb``, ``sqlite``), the loaded table.
+        readers: Feeder readers for sqlfeed.
+    """
+
+    pg_url: str
+    mysql_url: str
+    sqlite_path: str
+    tables: dict[str, str] = field(default_factory=dict)
+    readers: int = 2
+
+    def sql(self, engine: str, limit: int | None = None) -> str:
+        """The scan of ``engine``'s table, with a ``LIMIT`` when given."""
+        text = SCAN_SQL.format(table=self.tables[engine])
+        return text if limit is None else f"{text} LIMIT {limit}"
+
+    def url(self, engine: str, kind: str) -> str:
+        """The URL of ``engine`` for ``kind``: ``native`` (libpq, connectorx, daft) or
+        ``sqlalchemy``."""
+        if engine == "postgres":
+            rest = self.pg_url.partition("://")[2]
+            return self.pg_url if kind == "native" else f"postgresql+psycopg://{rest}"
+        if engine == "mariadb":
+            rest = self.mysql_url.partition("://")[2]
+            return self.mysql_url if kind == "native" else f"mysql+pymysql://{rest}"
+        return (
+            f"sqlite://{self.sqlite_path}" if kind == "native" else f"sqlite:///{self.sqlite_path}"
+        )
+
+
+Outcome = tuple[int, float, dict[str, Any]]
+"""What a contender returns: (rows, seconds, details)."""
+
+_BASELINE: dict[str, int] = {}
+
+
+def _start() -> float:
+    """Record the RSS after the contender's imports and return the start time."""
+    _BASELINE["rss_after_imports"] = status_bytes("VmRSS")
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of reading the whole table.
+
+    Attributes:
+        id: ``<engine>-<peer>``, used by ``--only`` and in the tables.
+        engine: ``postgres``, ``mariadb`` or ``sqlite``.
+        peer: ``sqlfeed``, ``connectorx``, ``daft``, ``ray``, ``dask`` or ``pandas``.
+        label: What is run.
+        run: Does its imports, then reads every row; returns (rows, seconds, details).
+    """
+
+    id: str
+    engine: str
+    peer: str
+    label: str
+    run: Callable[[Config, str], Outcome]
+
+
+def _sqlfeed(cfg: Config, engine: str) -> Outcome:
+    """sqlfeed: connect, plan (auto), Feeder with ``cfg.readers`` readers."""
+    import sqlfeed
+
+    start = _start()
+    source = sqlfeed.connect(cfg.url(engine, "sqlalchemy"))
+    try:
+        rows, _, details = _sqlfeed_read(source, cfg.sql(engine), cfg.readers)
+        details["reader"] = getattr(source, "reader_for", lambda _: "-")(cfg.sql(engine))
+    finally:
+        source.close()
+    return rows, time.perf_counter() - start, details
+
+
+def _connectorx(cfg: Config, engine: str) -> Outcome:
+    """connectorx into one Arrow table, 2 partitions on ``l_orderkey``."""
+    import connectorx
+
+    start = _start()
+    table: Any = connectorx.read_sql(
+        cfg.url(engine, "native"),
+        cfg.sql(engine),
+        return_type="arrow",
+        partition_on=KEY,
+        partition_num=PEER_PARTITIONS,
+    )
+    return int(table.num_rows), time.perf_counter() - start, {"version": connectorx.__version__}
+
+
+def _daft(cfg: Config, engine: str) -> Outcome:
+    """daft.read_sql, 2 partitions on ``l_orderkey``, collected as one Arrow table."""
+    import daft  # type: ignore[import-not-found]
+
+    start = _start()
+    frame = daft.read_sql(
+        cfg.sql(engine), cfg.url(engine, "native"), partition_col=KEY,
+        num_partitions=PEER_PARTITIONS,
+    )  # fmt: skip
+    rows = int(frame.to_arrow().num_rows)
+    return rows, time.perf_counter() - start, {"version": daft.__version__}
+
+
+def _ray(cfg: Config, engine: str) -> Outcome:
+    """ray.data.read_sql over psycopg (one read task), drained as Arrow batches."""
+    import psycopg
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        start = _start()
+        dataset = ray.data.read_sql(cfg.sql(engine), lambda: psycopg.connect(cfg.pg_url))
+        batches: Any = dataset.iter_batches(batch_format="pyarrow")
+        rows = sum(int(b.num_rows) for b in batches)
+        seconds = time.perf_counter() - start
+    finally:
+        ray.shutdown()
+    return rows, seconds, {"version": ray.__version__}
+
+
+def _dask(cfg: Config, engine: str) -> Outcome:
+    """dask.dataframe.read_sql_query, ``index_col=l_orderkey``, 2 partitions."""
+    import dask
+    import dask.dataframe as dd
+    import sqlalchemy as sa
+
+    start = _start()
+    columns = _columns(cfg, engine)
+    query: Any = sa.select(*[sa.column(c) for c in columns]).select_from(
+        sa.table(cfg.tables[engine])
+    )
+    frame = dd.read_sql_query(  # type: ignore[no-untyped-call]
+        query, cfg.url(engine, "sqlalchemy"), index_col=KEY, npartitions=PEER_PARTITIONS
+    )
+    rows = int(frame.map_partitions(len).compute().sum())
+    return rows, time.perf_counter() - start, {"version": getattr(dask, "__version__", "?")}
+
+
+def _columns(cfg: Config, engine: str) -> list[str]:
+    """The table's column names (a ``LIMIT 0`` query through SQLAlchemy)."""
+    import sqlalchemy as sa
+
+    engine_ = sa.create_engine(cfg.url(engine, "sqlalchemy"))
+    try:
+        with engine_.connect() as connection:
+            return list(connection.execute(sa.text(cfg.sql(engine, 0))).keys())
+    finally:
+        engine_.dispose()
+
+
+def _pandas(cfg: Config, engine: str) -> Outcome:
+    """``pandas.read_sql`` of the first 1 M rows through a SQLAlchemy engine."""
+    import pandas
+    import sqlalchemy
+
+    start = _start()
+    sa_engine = sqlalchemy.create_engine(cfg.url(engine, "sqlalchemy"))
+    try:
+        rows = len(pandas.read_sql(cfg.sql(engine, PANDAS_ROWS), sa_engine))
+    finally:
+        sa_engine.dispose()
+    return rows, time.perf_counter() - start, {"version": pandas.__version__}
+
+
+_PEERS: dict[str, tuple[str, Callable[[Config, str], Outcome]]] = {
+    "sqlfeed": ("sqlfeed plan(auto) + Feeder", _sqlfeed),
+    "connectorx": (f"connectorx arrow, partition_on {KEY}, {PEER_PARTITIONS}", _connectorx),
+    "daft": (f"daft.read_sql, partition_col {KEY}, {PEER_PARTITIONS}", _daft),
+    "ray": ("ray.data.read_sql (psycopg)", _ray),
+    "dask": (f"dask read_sql_query, index_col {KEY}, {PEER_PARTITIONS}", _dask),
+    "pandas": ("pandas.read_sql, first 1M rows", _pandas),
+}
+_ENGINE_PEERS = {
+    "postgres": ("sqlfeed", "connectorx", "daft", "ray", "dask", "pandas"),
+    "mariadb": ("sqlfeed", "connectorx", "pandas"),
+    "sqlite": ("sqlfeed", "connectorx", "pandas"),
+}
+_PREFIX = {"postgres": "pg", "mariadb": "mariadb", "sqlite": "sqlite"}
+
+CONTENDERS: dict[str, Contender] = {
+    f"{_PREFIX[engine]}-{peer}": Contender(
+        f"{_PREFIX[engine]}-{peer}", engine, peer, _PEERS[peer][0], _PEERS[peer][1]
+    )
+    for engine, peers in _ENGINE_PEERS.items()
+    for peer in peers
+}
+
+
+def _child_main(name: str, config_json: str) -> int:
+    """Run one contender in this (fresh) process and print its result on stdout."""
+    cfg = Config(**json.loads(config_json))
+    contender = CONTENDERS[name]
+    result: dict[str, Any] = {"id": name}
+    try:
+        rows, seconds, details = contender.run(cfg, contender.engine)
+        result.update(rows=rows, seconds=seconds, details=details)
+    except ImportError as err:
+        result["error"] = f"not installed ({err.name or err})"
+    except Exception as err:
+        traceback.print_exc()
+        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+    result["peak_rss_bytes"] = status_bytes("VmHWM")
+    result["rss_after_imports_bytes"] = _BASELINE.get("rss_after_imports", -1)
+    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
+    return 1 if "error" in result else 0
+
+
+@dataclass
+class Result:
+    """All runs of one contender.
+
+    Attributes:
+        id: The contender's id.
+        engine: Its database.
+        label: What it runs.
+        rows: Rows read by its runs (-1 when none succeeded).
+        runs: Seconds of every run.
+        peak_rss_bytes: The largest ``VmHWM`` of its runs.
+        details: What its fastest run reported (sqlfeed: strategy, partitions, reader).
+        error: The error of a failed run, if any.
+    """
+
+    id: str
+    engine: str
+    label: str
+    rows: int = -1
+    runs: list[float] = field(default_factory=list)
+    peak_rss_bytes: int = -1
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def best(self) -> float | None:
+        """The fastest run's seconds."""
+        return min(self.runs) if self.runs else None
+
+    @property
+    def median(self) -> float | None:
+        """The median run's seconds."""
+        return statistics.median(self.runs) if self.runs else None
+
+    def rate(self, seconds: float | None) -> float | None:
+        """Rows per second at ``seconds``."""
+        return self.rows / seconds if seconds and self.rows >= 0 else None
+
+
+def measure(
+    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
+) -> list[Result]:
+    """Run every contender ``repeat`` times, interleaved, each run in a fresh subprocess."""
+    results = {c.id: Result(c.id, c.engine, c.label) for c in contenders}
+    for round_ in range(1, repeat + 1):
+        for contender in contenders:
+            result = results[contender.id]
+            if result.error:
+                continue
+            command = [
+                sys.executable, "-m", "benchmarks.peers",
+                "--child", contender.id, "--child-config", json.dumps(asdict(cfg)),
+            ]  # fmt: skip
+            outcome = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
+            if "error" in outcome:
+                result.error = outcome["error"]
+                progress(f"[{contender.id}] round {round_}/{repeat}: ERROR {result.error}")
+                continue
+            seconds = float(outcome["seconds"])
+            if not result.runs or seconds < min(result.runs):
+                result.details = dict(outcome.get("details") or {})
+            result.runs.append(round(seconds, 3))
+            result.rows = int(outcome["rows"])
+            result.peak_rss_bytes = max(result.peak_rss_bytes, int(outcome["peak_rss_bytes"]))
+            progress(
+                f"[{contender.id}] round {round_}/{repeat}: {result.rows} rows in {seconds:.2f}s,"
+                f" peak RSS {outcome['peak_rss_bytes'] / 2**20:.0f} MB"
+            )
+    return list(results.values())
+
+
+def best_peer(results: Sequence[Result], engine: str) -> Result | None:
+    """The fastest successful contender of ``engine`` other than sqlfeed."""
+    peers = [r for r in results if r.engine == engine and not r.id.endswith("-sqlfeed")]
+    rated = [r for r in peers if r.rate(r.best) is not None]
+    return max(rated, key=lambda r: r.rate(r.best) or 0.0, default=None)
+
+
+def format_results(results: Sequence[Result]) -> str:
+    """The results of every database as aligned text tables, with the ratios to the best peer."""
+    header = ("contender", "what", "rows", "best s", "median s", "best rows/s", "median rows/s",
+              "peak RSS MB", "x best peer", "notes")  # fmt: skip
+    blocks = []
+    for engine in _ENGINE_PEERS:
+        group = [r for r in results if r.engine == engine]
+        if not group:
+            continue
+        top = best_peer(results, engine)
+        top_rate = top.rate(top.best) if top is not None else None
+        rows = [_row(r, top_rate) for r in group]
+        title = f"{engine} (best peer: {top.id if top else 'none'})"
+        blocks.append(title + "\n" + _table(header, rows, right={2, 3, 4, 5, 6, 7, 8}))
+    return "\n\n".join(blocks)
+
+
+def _row(r: Result, top_rate: float | None) -> tuple[str, ...]:
+    """One contender's line of the table."""
+    if r.error and not r.runs:
+        return (r.id, r.label, "-", "-", "-", "-", "-", "-", "-", f"ERROR {r.error}")
+    best, median = r.rate(r.best), r.rate(r.median)
+    ratio = f"{best / top_rate:.2f}" if best and top_rate else "-"
+    notes = ", ".join(
+        f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in r.details.items()
+        if k != "reason"
+    )
+    if r.error:
+        notes = f"ERROR {r.error}; {notes}"
+    return (
+        r.id, r.label, str(r.rows), f"{r.best:.2f}", f"{r.median:.2f}", f"{best:,.0f}",
+        f"{median:,.0f}", f"{r.peak_rss_bytes / 2**20:,.0f}", ratio, notes,
+    )  # fmt: skip
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line."""
+    from benchmarks.tpch import DEFAULT_CACHE_DIR, DEFAULT_MYSQL_URL, DEFAULT_PG_URL
+
+    parser = argparse.ArgumentParser(
+        description="sqlfeed against ConnectorX, Daft, Ray Data, Dask and pandas: all of TPC-H "
+        "lineitem from PostgreSQL, MariaDB and SQLite."
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--readers", type=int, default=2, help="sqlfeed Feeder readers (default 2)")
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="PATTERN",
+        help="glob patterns over the ids: " + ", ".join(CONTENDERS),
+    )  # fmt: skip
+    parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="libpq URL")
+    parser.add_argument("--mysql-url", default=DEFAULT_MYSQL_URL, help="mysql://user@host:port/db")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument("--sqlite", type=Path, default=None, help="SQLite database file")
+    parser.add_argument("--child-timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is None and (args.repeat < 1 or args.readers < 1):
+        parser.error("--repeat and --readers must be >= 1")
+    return args
+
+
+def _prepare(args: argparse.Namespace, engines: set[str]) -> Config:
+    """Generate and load the data the selected contenders read (cached)."""
+    from benchmarks.tpch import lineitem_parquet, load_mariadb, load_postgres, load_sqlite
+
+    parquet = lineitem_parquet(args.scale, args.cache_dir)
+    sqlite_path: Path = args.sqlite or args.cache_dir / "tpch.sqlite"
+    tables = {}
+    if "postgres" in engines:
+        tables["postgres"] = load_postgres(args.pg_url, parquet, "lineitem", args.scale)
+    if "mariadb" in engines:
+        tables["mariadb"] = load_mariadb(args.mysql_url, parquet, "lineitem", args.scale)
+    if "sqlite" in engines:
+        tables["sqlite"] = load_sqlite(sqlite_path, parquet, "lineitem", args.scale)
+    return Config(
+        pg_url=args.pg_url,
+        mysql_url=args.mysql_url,
+        sqlite_path=str(sqlite_path.resolve()),
+        tables=tables,
+        readers=args.readers,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison, print the tables, optionally write JSON.
+
+    Returns:
+        0; 1 when a contender that is installed failed.
+    """
+    args = _parse_args(argv)
+    if args.child is not None:
+        return _child_main(args.child, args.child_config or "{}")
+    contenders = [
+        c for c in CONTENDERS.values()
+        if not args.only or any(fnmatch.fnmatchcase(c.id, p) for p in args.only)
+    ]  # fmt: skip
+    if not contenders:
+        progress(f"--only selects nothing; the ids are {', '.join(CONTENDERS)}")
+        return 2
+    started, load_before = time.perf_counter(), os.getloadavg()
+    cfg = _prepare(args, {c.engine for c in contenders})
+    progress(f"TPC-H lineitem SF {args.scale:g}: {cfg.tables}")
+    results = measure(contenders, cfg, args.repeat, args.child_timeout)
+    load_after = os.getloadavg()
+    print(
+        f"sqlfeed and its peers, TPC-H lineitem SF {args.scale:g}, {args.repeat} interleaved "
+        f"round(s) ({platform.node()}, {os.cpu_count()} CPUs; load average "
+        f"{load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} at start, "
+        f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} at end; "
+        f"total {time.perf_counter() - started:.0f}s)\n"
+    )
+    print(format_results(results))
+    print(
+        "\n  x best peer = best rows/s / best rows/s of the fastest other contender on the "
+        "same database; pandas reads at most the first 1M rows"
+    )
+    if args.json is not None:
+        doc = {
+            "scale": args.scale, "repeat": args.repeat, "config": asdict(cfg),
+            "load_average_start": load_before, "load_average_end": load_after,
+            "results": [asdict(r) | {"best": r.best, "median": r.median} for r in results],
+        }  # fmt: skip
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        progress(f"wrote {args.json}")
+    failed = any(r.error and not r.error.startswith("not installed") for r in results)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
