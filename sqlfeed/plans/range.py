@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
@@ -55,9 +56,13 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     NULL rows when there are any."""
     key = range_key(ctx)
     assert key is not None
-    fractions = [i / m for i in range(1, m)]
-    bounds_query = bounds_sql(ctx.parsed, key, fractions, columns=ctx.columns)
-    row = ctx.source.rows(bounds_query, what="bounds query")[0]
+    indexed = _primary_key_extent(ctx, key)
+    if indexed is not None:  # no scan: the key's index and the catalog's row count
+        row: Sequence[Any] = indexed
+    else:
+        fractions = [i / m for i in range(1, m)]
+        bounds_query = bounds_sql(ctx.parsed, key, fractions, columns=ctx.columns)
+        row = ctx.source.rows(bounds_query, what="bounds query")[0]
     total, non_null, low, high = int(row[0]), int(row[1]), row[2], row[3]
     quantiles = list(row[4]) if len(row) > 4 and row[4] is not None else None
     if non_null == 0:
@@ -71,7 +76,7 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
         key,
         bounds,
         columns=ctx.columns,
-        null_partition=total > non_null,
+        null_partition=total > non_null or indexed is not None,
         allow_unstable=allow_unstable,
         strict=ctx.strict,
         table_keys=ctx.table_keys,
@@ -81,9 +86,29 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     built = [
         Partition(i, sql, non_null // ranges, labels[i]) for i, sql in enumerate(sqls[:ranges])
     ]
-    if total > non_null:
+    if total > non_null or indexed is not None:
         built.append(Partition(ranges, sqls[-1], total - non_null, f"{key} IS NULL"))
     return built, None
+
+
+def _primary_key_extent(ctx: PlanContext, key: str) -> tuple[int, int, Any, Any] | None:
+    """MySQL/MariaDB, ranges of the table's primary key with the catalog's row estimate:
+    (rows, rows, MIN, MAX) of the key over the whole table, which its index answers
+    without a scan (a ``COUNT(*)`` would read every row; the planning count only sizes).
+    The query's own rows lie within; the open first and last ranges take any outside, and
+    the plan keeps a ``key IS NULL`` partition (an index lookup) whatever the catalog says.
+    None: not this case (a key given, no estimate, another engine)."""
+    if ctx.keys or ctx.engine.name != "mysql" or ctx.table is None:
+        return None
+    estimate = ctx.catalog_rows
+    if estimate is None or key != ctx.integer_primary_key:
+        return None
+    column = exp.column(key).sql("mysql")
+    low, high = ctx.source.rows(
+        f"SELECT MIN({column}), MAX({column}) FROM {ctx.quoted_table_name()}",
+        what="bounds query",
+    )[0]
+    return estimate[0], estimate[0], low, high
 
 
 def _orderable(arrow_type: pa.DataType) -> bool:
