@@ -188,9 +188,12 @@ def _read_in_child(database: str, answers: Any) -> None:
         answers.put((opened.reader_for("SELECT id FROM t"), table.column("id").to_pylist()))
 
 
-def test_a_process_forked_after_a_connectorx_read_reads_with_sqlite3(database: Path) -> None:
+def test_a_process_forked_after_a_connectorx_read_reads_with_sqlite3(
+    database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """connectorx's runtime does not survive fork (DataLoader workers): the child must not
     take it, and must still read every row."""
+    monkeypatch.delenv("SQLFEED_SQLITE_READERS", raising=False)
     if importlib.util.find_spec("connectorx") is None:
         pytest.skip("connectorx is not installed")
     with connect(f"sqlite:///{database}") as opened:

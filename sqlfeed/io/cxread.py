@@ -22,8 +22,10 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import EngineError, InvalidArgumentError, SqlfeedError
+from sqlfeed.io.sqlalchemy import SQLAlchemySource
 
 __all__ = [
+    "ConnectorxFirst",
     "compatible",
     "connectorx_batches",
     "connectorx_module",
@@ -177,3 +179,44 @@ def compatible(got: pa.Schema, wanted: pa.Schema) -> bool:
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else "connectorx failed"
+
+
+class ConnectorxFirst(SQLAlchemySource):
+    """A SQLAlchemy source that reads with connectorx where :meth:`reader_for` says so, and
+    with its own DBAPI driver otherwise, or in connectorx's place when it cannot serve
+    (:func:`read_with_fallback`): MySQL/MariaDB and SQLite.
+
+    Attributes:
+        connectorx_session: statements connectorx runs first, on the read's own session.
+        engine_label: the engine's name in error messages.
+    """
+
+    connectorx_session: tuple[str, ...] = ()
+    engine_label = "database"
+
+    def reader_for(self, sql: str) -> str:
+        """The reader a read of ``sql`` takes (``connectorx`` or the driver's name)."""
+        raise NotImplementedError
+
+    def _connectorx_url(self) -> str | None:
+        """The URL connectorx opens, or None when it cannot open this source."""
+        raise NotImplementedError
+
+    def _read(
+        self,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        snapshot: str | None,
+    ) -> Iterator[pa.RecordBatch]:
+        def driver_read() -> Iterator[pa.RecordBatch]:
+            return SQLAlchemySource._read(self, sql, schema, batch_rows, stop, ordered, snapshot)
+
+        url = self._connectorx_url()
+        if url is None or self.reader_for(sql) != "connectorx":
+            yield from driver_read()
+            return
+        batches = connectorx_batches(url, sql, batch_rows, stop, self.connectorx_session)
+        yield from read_with_fallback(self.engine_label, batches, schema, driver_read)

@@ -13,19 +13,12 @@ optional and imported when used.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from sqlfeed.io.cxread import (
-    connectorx_batches,
-    connectorx_module,
-    read_with_fallback,
-    readers_from_environment,
-)
-from sqlfeed.io.sqlalchemy import SQLAlchemySource
+from sqlfeed.io.cxread import ConnectorxFirst, connectorx_module, readers_from_environment
 from sqlfeed.sql import schema_sql
 
 __all__ = [
@@ -82,7 +75,7 @@ _MYSQL_DECIMAL = (0, 246)
 _MYSQL_UNSIGNED_FLAG = 32
 
 
-class MySQLSource(SQLAlchemySource):
+class MySQLSource(ConnectorxFirst):
     """MySQL/MariaDB through SQLAlchemy, read with connectorx or pymysql's unbuffered cursor.
 
     Attributes:
@@ -93,6 +86,8 @@ class MySQLSource(SQLAlchemySource):
     """
 
     session_settings = MYSQL_SESSION
+    connectorx_session = MYSQL_SESSION
+    engine_label = "mysql"
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
@@ -147,25 +142,6 @@ class MySQLSource(SQLAlchemySource):
         if not url.host or set(url.query) - {"charset"}:
             return None
         return str(url.set(drivername="mysql", query={}).render_as_string(hide_password=False))
-
-    def _read(
-        self,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-    ) -> Iterator[pa.RecordBatch]:
-        def pymysql_read() -> Iterator[pa.RecordBatch]:
-            return SQLAlchemySource._read(self, sql, schema, batch_rows, stop, ordered, snapshot)
-
-        url = self._connectorx_url()
-        if url is None or self.reader_for(sql) != "connectorx":
-            yield from pymysql_read()
-            return
-        batches = connectorx_batches(url, sql, batch_rows, stop, MYSQL_SESSION)
-        yield from read_with_fallback("mysql", batches, schema, pymysql_read)
 
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         if self.driver != "pymysql":

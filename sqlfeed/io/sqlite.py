@@ -16,20 +16,10 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
-
-from sqlfeed.io.cxread import (
-    connectorx_batches,
-    connectorx_module,
-    read_with_fallback,
-    readers_from_environment,
-)
+from sqlfeed.io.cxread import ConnectorxFirst, connectorx_module, readers_from_environment
 from sqlfeed.io.files import MEMORY
-from sqlfeed.io.sqlalchemy import SQLAlchemySource
 
 __all__ = ["READERS", "READERS_VARIABLE", "SQLiteSource"]
 
@@ -43,7 +33,7 @@ _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
 """Paths connectorx's ``sqlite://`` URL takes as they are (others are read by sqlite3)."""
 
 
-class SQLiteSource(SQLAlchemySource):
+class SQLiteSource(ConnectorxFirst):
     """A SQLite database through SQLAlchemy's pysqlite, read with connectorx or ``sqlite3``.
 
     Attributes:
@@ -51,6 +41,8 @@ class SQLiteSource(SQLAlchemySource):
             ``SQLFEED_SQLITE_READERS`` environment variable); ``sqlite3`` reads whatever
             connectorx cannot.
     """
+
+    engine_label = "sqlite"
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
@@ -79,22 +71,3 @@ class SQLiteSource(SQLAlchemySource):
         if not _PLAIN_PATH.fullmatch(path) or not os.path.isfile(path):
             return None
         return f"sqlite://{path}"
-
-    def _read(
-        self,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-    ) -> Iterator[pa.RecordBatch]:
-        def sqlite3_read() -> Iterator[pa.RecordBatch]:
-            return SQLAlchemySource._read(self, sql, schema, batch_rows, stop, ordered, snapshot)
-
-        url = self._connectorx_url()
-        if url is None or self.reader_for(sql) != "connectorx":
-            yield from sqlite3_read()
-            return
-        batches = connectorx_batches(url, sql, batch_rows, stop)
-        yield from read_with_fallback("sqlite", batches, schema, sqlite3_read)
