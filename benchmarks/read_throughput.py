@@ -630,6 +630,7 @@ def measure_plans(
         _progress(f"{tag} full read {i + 1}/{repeat}: {seconds:.2f}s, {full_rows} rows")
     full = min(full_times)
     plain_auto = sqlfeed.plan(sql, source, partitions=min(partitions), strategy="auto")
+    drop_scratch(plain_auto, source)  # auto may materialize into sqlfeed_scratch: ours to drop
     notes = {
         "full_read_seconds": [round(t, 3) for t in full_times],
         "auto_without_scratch": {"strategy": plain_auto.strategy, "reason": plain_auto.reason},
