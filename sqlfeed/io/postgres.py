@@ -19,16 +19,19 @@ optional and imported when used.
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError, SqlfeedError
+from dialects import EngineError
 from dialects.postgres import HASHABLE_TYPE_OIDS
-from sqlfeed.io.cxread import connectorx_module
+from sqlfeed.io.cxread import (
+    connectorx_module,
+    is_connectorx_failure,
+    readers_from_environment,
+)
 from sqlfeed.io.pgcopy import COPY_SESSION, copy_batches, copy_fits
 from sqlfeed.io.pgsessions import KeptConnection, ThreadConnections
 from sqlfeed.io.pgtypes import (
@@ -91,7 +94,7 @@ class PostgresSource(SQLAlchemySource):
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
-        self.readers: tuple[str, ...] = readers_from_environment()
+        self.readers: tuple[str, ...] = readers_from_environment(READERS_VARIABLE, READERS)
         self._types: dict[str, tuple[int, ...]] = {}
         self.connections = {
             "copy": ThreadConnections(self._open_psycopg),
@@ -350,7 +353,7 @@ class PostgresSource(SQLAlchemySource):
                     yield batch
             return
         except BaseException as err:  # a Rust panic is a BaseException: caught by its name
-            if not _connectorx_failure(err):
+            if not is_connectorx_failure(err):
                 raise
             failure = str(err)
         fallback = self._read_with(
@@ -365,25 +368,6 @@ class PostgresSource(SQLAlchemySource):
                 pass
             message = libpq_message(failure)
         raise EngineError(f"postgres failed running the partition query: {message}")
-
-
-def readers_from_environment() -> tuple[str, ...]:
-    """The readers named by ``SQLFEED_POSTGRES_READERS`` (default :data:`READERS`).
-
-    Raises:
-        InvalidArgumentError: the variable names a reader that does not exist.
-    """
-    value = os.environ.get(READERS_VARIABLE, "").strip()
-    if not value:
-        return READERS
-    names = tuple(name.strip().lower() for name in value.split(",") if name.strip())
-    unknown = [name for name in names if name not in READERS]
-    if unknown:
-        raise InvalidArgumentError(
-            f"{READERS_VARIABLE}={value!r}: unknown reader {unknown[0]!r}; use a "
-            f"comma-separated list of {', '.join(READERS)}"
-        )
-    return names
 
 
 def _adbc_batches(
@@ -459,15 +443,6 @@ def _settle(kept: KeptConnection, connections: ThreadConnections) -> None:
         except Exception:  # the connection broke meanwhile
             pass
     connections.drop(kept)
-
-
-def _connectorx_failure(err: BaseException) -> bool:
-    """A connectorx failure: its Rust panic, or an error it raised (never ours, nor an exit)."""
-    if type(err).__name__ == "PanicException":
-        return True
-    return isinstance(err, RuntimeError | OSError | pa.ArrowException) and not isinstance(
-        err, SqlfeedError
-    )
 
 
 def _installed(module: str) -> bool:
