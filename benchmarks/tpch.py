@@ -260,7 +260,8 @@ def load_postgres(url: str, parquet: Path, table: str = "lineitem", scale: float
     """Load a TPC-H Parquet file into PostgreSQL, skipping the load if already done.
 
     The table ``<table>_sf<tag>`` is (re)created with types derived from the Parquet schema
-    (bigint/integer, numeric(15,2), date, text, all NOT NULL) and filled with
+    (bigint/integer, numeric(15,2), date, text, all NOT NULL; ``lineitem`` gets its TPC-H
+    primary key ``(l_orderkey, l_linenumber)`` after the load) and filled with
     ``COPY ... FROM STDIN (FORMAT csv, FREEZE)`` inside one transaction, which also records
     ``(table_name, scale, row_count, source)`` in ``bench_meta`` and runs ``ANALYZE``. A second
     call returns immediately when ``bench_meta`` matches the scale and the Parquet row count.
@@ -291,6 +292,7 @@ def load_postgres(url: str, parquet: Path, table: str = "lineitem", scale: float
             ).format(meta=sql.Identifier(META_TABLE))
         )
         if _pg_is_loaded(cur, name, scale, rows):
+            _pg_primary_key(cur, name)  # tables loaded before the key was added get it
             return name
 
         schema = pq.ParquetFile(parquet).schema_arrow
@@ -321,8 +323,23 @@ def load_postgres(url: str, parquet: Path, table: str = "lineitem", scale: float
             ).format(meta=sql.Identifier(META_TABLE)),
             (name, scale, rows, str(Path(parquet).resolve())),
         )
+        _pg_primary_key(cur, name)
         cur.execute(sql.SQL("ANALYZE {}").format(ident))
     return name
+
+
+def _pg_primary_key(cur: psycopg.Cursor[Any], name: str) -> None:
+    """Give a loaded ``lineitem`` table its TPC-H primary key, as the other engines' have."""
+    cur.execute(
+        "SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(quote_ident(%s)) "
+        "AND contype = 'p'",
+        (name,),
+    )
+    found = cur.fetchone()
+    if not name.startswith("lineitem") or (found is not None and found[0]):
+        return
+    key = sql.SQL(", ").join(sql.Identifier(c) for c in _LINEITEM_KEY)
+    cur.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY ({})").format(sql.Identifier(name), key))
 
 
 def _duck_ident(name: str) -> str:
@@ -404,7 +421,7 @@ def _sql_type(dtype: pa.DataType, dialect: str) -> str:
 
 
 _LINEITEM_KEY = ("l_orderkey", "l_linenumber")
-"""The primary key of every loaded ``lineitem`` table (MariaDB and SQLite)."""
+"""The primary key of every loaded ``lineitem`` table (TPC-H's)."""
 
 
 def _create_sql(name: str, schema: pa.Schema, dialect: str, quote: str) -> str:

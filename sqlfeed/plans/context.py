@@ -3,7 +3,9 @@
 :class:`PlanContext` is what the planner knows about a query before it splits it: the
 source, the parsed query, its output columns and Arrow schema, the key columns and the
 scratch schema, plus the catalog facts some strategies need (the base table's physical
-extent, its integer primary key), looked up once and kept.
+extent, its primary key), looked up once and kept. The base table is that of a plain
+filter over one table (:attr:`PlanContext.table`), or of a plain GROUP BY over one table
+(:attr:`PlanContext.grouped`: ranges of a grouping column may filter it before it groups).
 
 A strategy is a module (:mod:`sqlfeed.plans.hash`, :mod:`~sqlfeed.plans.range`,
 :mod:`~sqlfeed.plans.physical`, :mod:`~sqlfeed.plans.materialize`,
@@ -21,7 +23,7 @@ from sqlglot import exp
 
 from sqlfeed.io import Source
 from sqlfeed.plans.model import Partition
-from sqlfeed.sql import ParsedQuery, single_table
+from sqlfeed.sql import ParsedQuery, grouped_output, grouped_table, single_table
 
 __all__ = [
     "Built",
@@ -112,13 +114,21 @@ class PlanContext:
         self.scratch = scratch
         self.engine = source.dialect
         self.table = single_table(parsed)
+        """The table of a plain filter over one table (see :func:`sqlfeed.sql.single_table`)."""
+        self.grouped = grouped_table(parsed) if self.table is None else None
+        """The table of a plain GROUP BY over one table (see :func:`sqlfeed.sql.grouped_table`)."""
         self.memo: dict[str, Any] = {}
         """What a strategy looked up once and keeps for its other steps (by its own keys)."""
 
+    @property
+    def base_table(self) -> exp.Table | None:
+        """:attr:`table`, else :attr:`grouped`: the one table whose catalog facts apply."""
+        return self.table if self.table is not None else self.grouped
+
     def quoted_table_name(self) -> str:
         """The query's one table as the engine spells it, without its alias."""
-        assert self.table is not None
-        plain = self.table.copy()
+        assert self.base_table is not None
+        plain = self.base_table.copy()
         plain.set("alias", None)
         return plain.sql(self.engine.sqlglot_dialect)
 
@@ -126,14 +136,15 @@ class PlanContext:
     def physical(self) -> Extent | str:
         """The physical row addresses of the query's base table (PostgreSQL, DuckDB,
         SQLite), or why it has none (a view, not found, a WITHOUT ROWID table)."""
-        assert self.table is not None
-        return physical_extent(self.source, self.table, self.quoted_table_name())
+        assert self.base_table is not None
+        return physical_extent(self.source, self.base_table, self.quoted_table_name())
 
     @cached_property
     def catalog_rows(self) -> tuple[int, str] | None:
         """(rows, where the number comes from) of the query's one base table, from the
         catalog or the table's physical extent, without counting; None: no estimate."""
-        if self.table is None:
+        table = self.base_table
+        if table is None:
             return None
         if self.engine.name in ("postgres", "sqlite"):  # DuckDB counts a table for free
             extent = self.physical
@@ -142,10 +153,10 @@ class PlanContext:
             return round(extent.rows), extent.rows_from
         if self.engine.name != "mysql":
             return None
-        schema = exp.Literal.string(self.table.db).sql("mysql") if self.table.db else "DATABASE()"
+        schema = exp.Literal.string(table.db).sql("mysql") if table.db else "DATABASE()"
         found = self.source.rows(
             "SELECT table_rows, engine FROM information_schema.tables WHERE table_schema = "
-            f"{schema} AND table_name = {exp.Literal.string(self.table.name).sql('mysql')} "
+            f"{schema} AND table_name = {exp.Literal.string(table.name).sql('mysql')} "
             "AND table_type = 'BASE TABLE'",
             what="catalog query",
         )
@@ -155,31 +166,50 @@ class PlanContext:
         return int(found[0][0]), f"information_schema.tables.table_rows, {kind}"
 
     @cached_property
+    def primary_key(self) -> list[str]:
+        """The columns of the query's base table's primary key, in key order, as the catalog
+        names them; empty when it has none (or the engine's catalog is not known)."""
+        return [str(row[0]) for row in self._primary_key_rows]
+
+    @cached_property
     def integer_primary_key(self) -> str | None:
         """The output column that is the first column of the query's table's primary key,
         when it is an integer (the whole key, or the leading column of a composite one:
         ranges of it are disjoint whatever the other key columns, and follow the key's
-        index, as InnoDB's clustered index does)."""
-        if self.table is None:
-            return None
-        sql = self._primary_key_sql()
-        if sql is None:
-            return None
-        rows = self.source.rows(sql, what="catalog query")
+        index, as InnoDB's clustered index does). For a GROUP BY (:attr:`grouped`), only
+        an output column that is that key column unchanged, as a grouping column (see
+        :mod:`sqlfeed.sql.grouped`)."""
+        rows = self._primary_key_rows
         if not rows or "int" not in str(rows[0][1]).lower():
             return None
         name_in_table = str(rows[0][0])
+        if self.table is None:
+            assert isinstance(self.parsed.tree, exp.Select)
+            position = grouped_output(self.parsed.tree, name_in_table)
+            if position is None or position >= len(self.columns):
+                return None
+            return self.columns[position]
         # The output column that is this table column, as the query names it.
         for column in self.columns:
             if column.casefold() == name_in_table.casefold():
                 return column
         return None
 
+    @cached_property
+    def _primary_key_rows(self) -> list[tuple[Any, ...]]:
+        """(column, type) of the base table's primary key columns, in key order."""
+        if self.base_table is None:
+            return []
+        sql = self._primary_key_sql()
+        if sql is None:
+            return []
+        return [tuple(row) for row in self.source.rows(sql, what="catalog query")]
+
     def _primary_key_sql(self) -> str | None:
         """The catalog query for (column, type) of the table's primary key columns."""
-        assert self.table is not None
+        assert self.base_table is not None
         engine = self.engine.name
-        table = exp.Literal.string(self.table.name).sql(self.engine.sqlglot_dialect)
+        table = exp.Literal.string(self.base_table.name).sql(self.engine.sqlglot_dialect)
         if engine == "postgres":
             name = exp.Literal.string(self.quoted_table_name()).sql("postgres")
             return (

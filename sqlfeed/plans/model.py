@@ -79,7 +79,7 @@ class Plan:
     """The row count M was sized from: :attr:`rows` when counted, else the catalog's
     estimate for the query's one base table (PostgreSQL ``pg_class.reltuples``,
     MySQL/MariaDB ``information_schema.tables.table_rows``, SQLite's rowid span), an upper
-    bound when the query filters the table.
+    bound when the query filters the table or groups its rows (ranges of a grouping key).
     None when neither is known (``partitions`` given)."""
 
     @property

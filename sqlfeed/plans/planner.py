@@ -16,14 +16,17 @@ Each strategy is a module with the :class:`~sqlfeed.plans.context.Strategy` func
   table, then read ranges of it (ctid pages on PostgreSQL, row numbers elsewhere); for
   expensive queries. Needs ``scratch``.
 * ``auto``: the first of :data:`AUTO_ORDER` that applies: fragments where valid, else ctid,
-  else range on the given key or the table's (leading) integer primary key, else materialize for
-  an expensive query when ``scratch`` is given (on PostgreSQL and MySQL/MariaDB, without
-  ``scratch``, into :data:`~sqlfeed.plans.materialize.DEFAULT_SCRATCH`, created when the
-  user may; drop the table with :func:`sqlfeed.plans.drop_scratch`), else hash, the reason
-  saying why it was not materialized and the fix.
+  else range on the given key or the table's (leading) integer primary key (also for a GROUP
+  BY over one table that groups by it and outputs it: the ranges filter the rows before
+  grouping, see :mod:`sqlfeed.sql.grouped`), else materialize for an expensive query when
+  ``scratch`` is given (on PostgreSQL and MySQL/MariaDB, without ``scratch``, into
+  :data:`~sqlfeed.plans.materialize.DEFAULT_SCRATCH`, created when the user may; drop the
+  table with :func:`sqlfeed.plans.drop_scratch`), else hash, the reason saying why it was
+  not materialized and the fix.
 
 M comes from ``partitions``, else from the row count: for a plain scan of one base
-table the catalog's estimate (no ``COUNT(*)``; ``Plan.estimated_rows``), else a count.
+table (or ranges of a GROUP BY over one) the catalog's estimate (no ``COUNT(*)``;
+``Plan.estimated_rows``), else a count.
 """
 
 from __future__ import annotations

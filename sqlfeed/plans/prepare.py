@@ -6,8 +6,9 @@
   unique keys of the query's only base table (an ORDER BY over one needs none); with
   ``strict`` they are refused instead, as are volatile functions unless ``allow_unstable``.
 * :func:`partition_count`: M from the row count: the files' own counts, the scratch
-  table's, the catalog's estimate for a plain scan of one base table, else a
-  ``COUNT(*)``; capped at :data:`~sqlfeed.sql.MAX_PARTITIONS`.
+  table's, the catalog's estimate for a plain scan of one base table (or for ranges that
+  filter a GROUP BY over one before it groups), else a ``COUNT(*)``; capped at
+  :data:`~sqlfeed.sql.MAX_PARTITIONS`.
 * :func:`notes`: what the reason adds: which ORDER BY was completed with what, and that M
   was capped (by the limit, or because the strategy could not cut the data finer).
 """
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from sqlfeed.io import Source
 from sqlfeed.plans import fragments, materialize
+from sqlfeed.plans import range as range_strategy
 from sqlfeed.plans.context import PlanContext, unique_keys
 from sqlfeed.sql import (
     MAX_PARTITIONS,
@@ -153,18 +155,26 @@ def partition_count(
 def catalog_estimate(context: PlanContext, chosen: str) -> tuple[int, str] | None:
     """(rows, note) from the catalog instead of a ``COUNT(*)``, or None to count.
 
-    Only for a plain scan of one base table (the count only picks M). Without a WHERE the
-    table's size is the query's; with one it is an upper bound: used for ``ctid`` and
-    ``range`` (more, smaller partitions still read each row once) but not ``hash``, whose
-    every partition re-runs the query.
+    Only for a plain scan of one base table (the count only picks M), or for ranges that
+    filter a GROUP BY over one table before it groups. Without a WHERE the table's size is
+    a plain scan's; with one, and for the groups, it is an upper bound: used for ``ctid``
+    and ``range`` (more, smaller partitions still read each row once) but not ``hash``,
+    whose every partition re-runs the query.
     """
-    if context.table is None or context.catalog_rows is None:
+    grouped = context.table is None
+    if grouped and (chosen != "range" or context.grouped is None):
+        return None
+    if grouped and range_strategy.pushdown(context) != "groups":
         return None
     filtered = context.parsed.tree.args.get("where") is not None
     if filtered and chosen not in ("ctid", "range"):
         return None
+    if context.catalog_rows is None:
+        return None
     rows, where = context.catalog_rows
     bound = ", an upper bound: the query filters the table" if filtered else ""
+    if grouped:
+        bound = ", an upper bound: the query groups the table's rows"
     return rows, f"M sized from the catalog's {rows} rows ({where}{bound}), not a COUNT(*)"
 
 

@@ -3,6 +3,23 @@
 The ranges are cut at in-database quantiles where the engine has them (PostgreSQL,
 DuckDB), else evenly between MIN and MAX (MySQL, SQLite), exactly for integers. The key
 is the one the user named, else the table's integer primary key (its leading column).
+
+Each range joins the query's own WHERE where that provably selects the same rows
+(:func:`sqlfeed.sql.range_pushdown`): a plain filter over one table, or a GROUP BY whose
+key is one of its grouping columns, output unchanged, filtered before it groups (so an
+aggregate is read once, by index ranges: :mod:`sqlfeed.sql.grouped` has the proof); else
+the query is wrapped.
+
+Ranges of the table's integer primary key on PostgreSQL and MySQL/MariaDB take their
+bounds without a scan: MIN and MAX from the key's index, the rows from the catalog's
+estimate, and on PostgreSQL the cuts from the column's ``pg_stats`` histogram.
+
+On MySQL/MariaDB, ranges of the leading primary-key column pushed into a plain scan
+without an ORDER BY are each ordered by the whole primary key, which InnoDB answers from
+its clustered index without a sort: a query over two adjacent ranges then returns the
+first range's rows followed by the second's, so the closed middle ranges carry spans
+(:mod:`sqlfeed.plans.spans`) and a static Feeder reads adjacent ones by one query. The
+open first and last ranges and the NULL one stay apart, as ctid's open ends do.
 """
 
 from __future__ import annotations
@@ -18,9 +35,14 @@ from sqlglot import exp
 
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
-from sqlfeed.sql import bounds_sql, range_partition_sqls
+from sqlfeed.plans.spans import template
+from sqlfeed.sql import bounds_sql, range_partition_sqls, range_pushdown
 
-__all__ = ["build", "problem", "range_key", "reason"]
+__all__ = ["build", "clustered_order", "problem", "pushdown", "range_key", "reason"]
+
+_PUSHDOWN_MEMO = "range:pushdown"
+
+Span = tuple[str, int, int] | None
 
 
 def range_key(ctx: PlanContext) -> str | None:
@@ -34,6 +56,18 @@ def range_key(ctx: PlanContext) -> str | None:
     return primary if primary in ctx.columns else None
 
 
+def pushdown(ctx: PlanContext) -> str:
+    """Where the ranges go (:func:`sqlfeed.sql.range_pushdown`): ``query``, ``groups``
+    (before a GROUP BY), or an empty string (a wrap); empty without a key."""
+    if _PUSHDOWN_MEMO not in ctx.memo:
+        key = range_key(ctx)
+        ctx.memo[_PUSHDOWN_MEMO] = (
+            "" if key is None else range_pushdown(ctx.parsed, key, columns=ctx.columns)
+        )
+    where: str = ctx.memo[_PUSHDOWN_MEMO]
+    return where
+
+
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
     """Without an ordered key there are no ranges."""
     if range_key(ctx) is None:
@@ -45,10 +79,43 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
 
 
 def reason(ctx: PlanContext, auto: bool = False) -> str:
-    """The key the ranges are of."""
-    if auto:
-        return f"ranges of the ordered key {range_key(ctx)} (each row read once)"
-    return f"ranges of {range_key(ctx)}"
+    """The key the ranges are of, and how they filter the query."""
+    key = range_key(ctx)
+    assert key is not None
+    text = f"ranges of the ordered key {key} (each row read once)" if auto else f"ranges of {key}"
+    if pushdown(ctx) == "groups":
+        text += (
+            ", each put into the query's own WHERE before its GROUP BY (a range of a "
+            "grouping column keeps or drops whole groups: one read of the aggregate)"
+        )
+    if _indexed(ctx, key):
+        text += "; bounds from the key's index and the catalog's row estimate (no scan)"
+    order = clustered_order(ctx, key)
+    if order:
+        names = ", ".join(c.name for c in order)
+        text += (
+            f"; each range ordered by the primary key ({names}), the clustered index's "
+            "own order, so adjacent ranges are read by one query"
+        )
+    return text
+
+
+def clustered_order(ctx: PlanContext, key: str) -> list[exp.Column]:
+    """MySQL/MariaDB ranges of the leading primary-key column pushed into a plain scan
+    without an ORDER BY: the primary key's columns (qualified by the table, so no output
+    alias can stand for them) to order each range by; empty otherwise."""
+    if ctx.engine.name != "mysql" or ctx.table is None or ctx.keys:
+        return []
+    if key != ctx.integer_primary_key or ctx.parsed.tree.args.get("order"):
+        return []
+    if pushdown(ctx) != "query":
+        return []
+    alias = ctx.table.args.get("alias")
+    qualifier = alias.this if alias is not None else ctx.table.this
+    return [
+        exp.column(exp.to_identifier(name, quoted=True), table=qualifier.copy())
+        for name in ctx.primary_key
+    ]
 
 
 def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
@@ -56,7 +123,7 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     NULL rows when there are any."""
     key = range_key(ctx)
     assert key is not None
-    indexed = _primary_key_extent(ctx, key)
+    indexed = _index_extent(ctx, key, m)
     if indexed is not None:  # no scan: the key's index and the catalog's row count
         row: Sequence[Any] = indexed
     else:
@@ -68,47 +135,134 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     if non_null == 0:
         bounds: list[Any] = []
     elif quantiles is not None:
-        bounds = sorted({q for q in quantiles if q is not None and q > low})
+        bounds = sorted({q for q in quantiles if q is not None and low < q <= high})
     else:
         bounds = _even_bounds(low, high, m)
+    nulls = total > non_null or indexed is not None
+    order = clustered_order(ctx, key)
     sqls = range_partition_sqls(
         ctx.parsed,
         key,
         bounds,
         columns=ctx.columns,
-        null_partition=total > non_null or indexed is not None,
+        null_partition=nulls,
         allow_unstable=allow_unstable,
         strict=ctx.strict,
         table_keys=ctx.table_keys,
+        order_by=order,
     )
     ranges = len(bounds) + 1
     labels = _range_labels(key, bounds)
+    spans = _key_spans(ctx, key, bounds, order, allow_unstable)
     built = [
-        Partition(i, sql, non_null // ranges, labels[i]) for i, sql in enumerate(sqls[:ranges])
+        Partition(i, sql, non_null // ranges, labels[i], span=spans[i])
+        for i, sql in enumerate(sqls[:ranges])
     ]
-    if total > non_null or indexed is not None:
+    if nulls:
         built.append(Partition(ranges, sqls[-1], total - non_null, f"{key} IS NULL"))
     return built, None
 
 
-def _primary_key_extent(ctx: PlanContext, key: str) -> tuple[int, int, Any, Any] | None:
-    """MySQL/MariaDB, ranges of the table's primary key with the catalog's row estimate:
-    (rows, rows, MIN, MAX) of the key over the whole table, which its index answers
-    without a scan (a ``COUNT(*)`` would read every row; the planning count only sizes).
-    The query's own rows lie within; the open first and last ranges take any outside, and
-    the plan keeps a ``key IS NULL`` partition (an index lookup) whatever the catalog says.
+def _key_spans(
+    ctx: PlanContext, key: str, bounds: list[Any], order: list[exp.Column], allow_unstable: bool
+) -> list[Span]:
+    """The span of each range (:func:`clustered_order` ranges: the closed middle ones
+    share one template; the open first and last have none)."""
+    none: list[Span] = [None] * (len(bounds) + 1)
+    integers = all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+    if not order or len(bounds) < 3 or not integers:  # fewer than two closed ranges
+        return none
+
+    def render(low: int, high: int) -> str:
+        return range_partition_sqls(
+            ctx.parsed,
+            key,
+            [low, high],
+            columns=ctx.columns,
+            null_partition=False,
+            allow_unstable=allow_unstable,
+            strict=ctx.strict,
+            table_keys=ctx.table_keys,
+            order_by=order,
+        )[1]
+
+    text = template(render, bounds[0], bounds[1])
+    if text is None:
+        return none
+    return [None, *((text, low, high) for low, high in itertools.pairwise(bounds)), None]
+
+
+def _indexed(ctx: PlanContext, key: str) -> bool:
+    """Whether the bounds come from the key's index (see :func:`_index_extent`)."""
+    if ctx.keys or ctx.engine.name not in ("mysql", "postgres") or ctx.base_table is None:
+        return False
+    return key == ctx.integer_primary_key and ctx.catalog_rows is not None
+
+
+def _index_extent(
+    ctx: PlanContext, key: str, m: int
+) -> tuple[int, int, Any, Any, list[int] | None] | None:
+    """PostgreSQL and MySQL/MariaDB, ranges of the table's integer primary key with the
+    catalog's row estimate: (rows, rows, MIN, MAX, cuts) of the key over the whole table;
+    its index answers MIN and MAX without a scan (a ``COUNT(*)`` would read every row;
+    the planning count only sizes), and on PostgreSQL the cuts come from the column's
+    histogram (None: cut evenly). The query's own rows (for a GROUP BY, its groups'
+    keys) lie within; the open first and last ranges take any outside, and the plan keeps
+    a ``key IS NULL`` partition (an index lookup) whatever the catalog says.
     None: not this case (a key given, no estimate, another engine)."""
-    if ctx.keys or ctx.engine.name != "mysql" or ctx.table is None:
+    if not _indexed(ctx, key):
         return None
-    estimate = ctx.catalog_rows
-    if estimate is None or key != ctx.integer_primary_key:
+    assert ctx.catalog_rows is not None
+    assert ctx.base_table is not None
+    rows = ctx.catalog_rows[0]
+    column = exp.column(exp.to_identifier(ctx.primary_key[0], quoted=True))
+    table = ctx.base_table.copy()
+    table.set("alias", None)
+    extremes = exp.select(exp.Min(this=column), exp.Max(this=column.copy())).from_(table)
+    low, high = ctx.source.rows(ctx.engine.sql(extremes), what="bounds query")[0]
+    cuts = None
+    if ctx.engine.name == "postgres" and isinstance(low, int) and isinstance(high, int):
+        histogram = _pg_histogram(ctx, ctx.primary_key[0])
+        cuts = _histogram_cuts(histogram, m) if histogram else None
+    return rows, rows, low, high, cuts
+
+
+def _pg_histogram(ctx: PlanContext, column: str) -> list[int] | None:
+    """The column's ``pg_stats.histogram_bounds`` (equal-count buckets of a sample), or
+    None when ANALYZE left none (a column of few distinct values has its most common
+    values instead)."""
+    name = exp.Literal.string(ctx.quoted_table_name()).sql("postgres")
+    found = ctx.source.rows(
+        "SELECT s.histogram_bounds::text FROM pg_stats s JOIN pg_namespace n ON n.nspname = "
+        "s.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename "
+        f"WHERE c.oid = to_regclass({name}) AND s.attname = "
+        f"{exp.Literal.string(column).sql('postgres')} AND NOT s.inherited",
+        what="catalog query",
+    )
+    if not found or found[0][0] is None:
         return None
-    column = exp.column(key).sql("mysql")
-    low, high = ctx.source.rows(
-        f"SELECT MIN({column}), MAX({column}) FROM {ctx.quoted_table_name()}",
-        what="bounds query",
-    )[0]
-    return estimate[0], estimate[0], low, high
+    try:
+        return [int(value) for value in str(found[0][0]).strip("{}").split(",")]
+    except ValueError:
+        return None
+
+
+def _histogram_cuts(histogram: Sequence[int], m: int) -> list[int]:
+    """m - 1 cuts at the fractions 1/m, ..., (m-1)/m of an equal-count histogram's bounds,
+    exact integers interpolated within a bucket.
+
+    >>> _histogram_cuts([0, 10, 20, 100], 6)
+    [5, 10, 15, 20, 60]
+    """
+    buckets = len(histogram) - 1
+    if buckets < 1:
+        return []
+    cuts = []
+    for i in range(1, m):
+        bucket, rest = divmod(i * buckets, m)
+        low, high = histogram[bucket], histogram[min(bucket + 1, buckets)]
+        cuts.append(low + (high - low) * rest // m)
+    return cuts
 
 
 def _orderable(arrow_type: pa.DataType) -> bool:

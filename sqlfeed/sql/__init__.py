@@ -4,13 +4,15 @@ Modules, bottom to top: ``syntax`` (read-only questions about a tree), ``argumen
 (shared argument checks), ``render`` (one render, many queries), ``parse`` (parsing and
 validation), ``keys`` (unique keys: which ORDER BYs are total), ``order`` (completing
 ORDER BYs that may tie), ``stability`` (whether a query returns the same rows every run),
-``frame`` (a SELECT over the query's rows that a WHERE can be added to), ``probes``
+``frame`` (a SELECT over the query's rows that a WHERE can be added to), ``grouped``
+(when a range of a grouping column may filter a GROUP BY before it groups), ``probes``
 (count, sample and schema queries) and ``partition`` (hash, range and physical partition
 queries). Import the public names from here.
 """
 
 from sqlfeed.sql.arguments import MAX_PARTITIONS, check_partition_count
 from sqlfeed.sql.frame import single_table
+from sqlfeed.sql.grouped import grouped_output, grouped_table
 from sqlfeed.sql.keys import only_base_table
 from sqlfeed.sql.order import OrderCompletion, complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
@@ -24,6 +26,7 @@ from sqlfeed.sql.partition import (
     partitions_for,
     physical_partition_sqls,
     range_partition_sqls,
+    range_pushdown,
 )
 from sqlfeed.sql.probes import (
     HASH_SAMPLE_BUCKETS,
@@ -51,6 +54,8 @@ __all__ = [
     "count_sql",
     "deterministic",
     "function_name",
+    "grouped_output",
+    "grouped_table",
     "literal",
     "numbered_sql",
     "only_base_table",
@@ -60,6 +65,7 @@ __all__ = [
     "partitions_for",
     "physical_partition_sqls",
     "range_partition_sqls",
+    "range_pushdown",
     "relation_sql",
     "sample_sql",
     "schema_sql",

@@ -37,6 +37,7 @@ from sqlfeed.sql.arguments import (
     normalize_key,
 )
 from sqlfeed.sql.frame import Frame, single_table
+from sqlfeed.sql.grouped import grouped_frame
 from sqlfeed.sql.keys import TableKeys
 from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
@@ -53,6 +54,7 @@ __all__ = [
     "partitions_for",
     "physical_partition_sqls",
     "range_partition_sqls",
+    "range_pushdown",
 ]
 
 
@@ -199,6 +201,7 @@ def range_partition_sqls(
     allow_unstable: bool = False,
     strict: bool = False,
     table_keys: TableKeys | None = None,
+    order_by: Sequence[exp.Expr] = (),
 ) -> list[str]:
     """Range partitions of the query on one key column, split at ``bounds``.
 
@@ -209,23 +212,36 @@ def range_partition_sqls(
     in exactly one partition whatever the literal's rounding. Integers are exact.
     ``strict`` and ``table_keys`` are those of :func:`partition_sql`.
 
+    The range joins the query's own WHERE where that provably selects the same rows
+    (:func:`range_pushdown`): a plain filter over one table, or a GROUP BY whose key is a
+    grouping column (filtered before it groups, see :mod:`sqlfeed.sql.grouped`); else the
+    query is wrapped. ``order_by``: expressions (of the table's columns) every partition
+    is ordered by, only for a plain filter over one table without an ORDER BY of its own.
+
     >>> range_partition_sqls("SELECT id, v FROM t", "id", [10, 20], dialect="postgres")
     ['SELECT id, v FROM t WHERE id < 10', 'SELECT id, v FROM t WHERE id >= 10 AND id < 20', \
 'SELECT id, v FROM t WHERE id >= 20', 'SELECT id, v FROM t WHERE id IS NULL']
+    >>> range_partition_sqls("SELECT g AS k, COUNT(*) AS n FROM t GROUP BY g", "k", [5])[0]
+    'SELECT g AS k, COUNT(*) AS n FROM t WHERE g < 5 GROUP BY g'
+
+    Raises:
+        InvalidArgumentError: not one key column, or ``order_by`` where it cannot apply.
     """
     parsed = deterministic(
         query, dialect, columns, allow_unstable=allow_unstable, strict=strict, table_keys=table_keys
     )
-    keys = normalize_key(key)
-    assert keys is not None
-    if len(keys) != 1:
-        raise InvalidArgumentError("range partitions take exactly one key column")
-    frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
-    column = frame.hash_args(keys)
+    frame, _ = _range_frame(parsed, key, columns, ordered=bool(order_by))
+    column = frame.hash_args(normalize_key(key))
     assert column is not None
     target = column[0]
     engine = parsed.dialect
     values = [_bound_value(value) for value in bounds]
+
+    def where(condition: exp.Expr) -> exp.Select:
+        select = frame.with_condition(condition)
+        if order_by:  # the query has no ORDER BY of its own (checked above)
+            select.order_by(*(e.copy() for e in order_by), copy=False)
+        return select
 
     def ranges(low: bool, high: bool) -> Template:
         """The query for ranges of one shape: ``key >= s0`` and/or ``key < s1``."""
@@ -236,14 +252,14 @@ def range_partition_sqls(
                 parts.append(exp.GTE(this=target.copy(), expression=slots[0]))
             if high:
                 parts.append(exp.LT(this=target.copy(), expression=slots[-1]))
-            return frame.with_condition(exp.and_(*parts) if len(parts) > 1 else parts[0])
+            return where(exp.and_(*parts) if len(parts) > 1 else parts[0])
 
         return Template(engine, build, slots=int(low) + int(high))
 
     sqls: list[str] = []
     if not values:
         not_null = exp.Not(this=exp.Is(this=target.copy(), expression=exp.null()))
-        sqls.append(engine.sql(frame.with_condition(not_null)))
+        sqls.append(engine.sql(where(not_null)))
     else:
         sqls.append(ranges(False, True).fill(values[0]))
         if len(values) > 1:
@@ -252,8 +268,47 @@ def range_partition_sqls(
         sqls.append(ranges(True, False).fill(values[-1]))
     if null_partition:
         is_null = exp.Is(this=target.copy(), expression=exp.null())
-        sqls.append(engine.sql(frame.with_condition(is_null)))
+        sqls.append(engine.sql(where(is_null)))
     return sqls
+
+
+def range_pushdown(
+    query: str | ParsedQuery,
+    key: str,
+    *,
+    dialect: str | Dialect = "duckdb",
+    columns: Sequence[str] | None = None,
+) -> str:
+    """Where :func:`range_partition_sqls` puts the range of ``key``: ``query`` (the
+    query's own WHERE: a plain filter over one table, ``key`` a plain column), ``groups``
+    (the WHERE of a GROUP BY, before it groups: see :mod:`sqlfeed.sql.grouped`), or an
+    empty string (a wrap around the query).
+
+    >>> range_pushdown("SELECT g, COUNT(*) AS n FROM t WHERE x > 0 GROUP BY g", "g")
+    'groups'
+    >>> range_pushdown("SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT 3", "g")
+    ''
+    """
+    return _range_frame(parse(query, dialect), key, columns)[1]
+
+
+def _range_frame(
+    parsed: ParsedQuery, key: str, columns: Sequence[str] | None, ordered: bool = False
+) -> tuple[Frame, str]:
+    """The frame a range of ``key`` filters, and :func:`range_pushdown`'s answer; with
+    ``ordered``, checked to be a plain filter over one table without an ORDER BY."""
+    keys = normalize_key(key)
+    assert keys is not None
+    if len(keys) != 1:
+        raise InvalidArgumentError("range partitions take exactly one key column")
+    grouped = grouped_frame(parsed, keys[0], columns)
+    frame = grouped or Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    pushed = "groups" if grouped is not None else "" if frame.alias else "query"
+    if ordered and (pushed != "query" or parsed.tree.args.get("order")):
+        raise InvalidArgumentError(
+            "ordered range partitions need a plain filter over one table without ORDER BY"
+        )
+    return frame, pushed
 
 
 def _bound_value(value: object) -> Value:
@@ -276,13 +331,19 @@ def bounds_sql(
 
     The quantiles (discrete: values that occur in the data) come only where the dialect
     has a quantile aggregate (``Dialect.quantiles``); elsewhere plan from MIN and MAX.
+
+    For a GROUP BY whose ranges of ``key`` join its WHERE (:func:`range_pushdown` says
+    ``groups``) they are taken over the rows it groups, without grouping them: the groups'
+    keys are among those rows' (HAVING only drops groups), and the counts are of rows, an
+    upper bound of the groups.
+
+    >>> bounds_sql("SELECT g, SUM(v) AS s FROM t WHERE v > 0 GROUP BY g HAVING SUM(v) > 9", "g")
+    'SELECT COUNT(*), COUNT(g), MIN(g), MAX(g) FROM t WHERE v > 0'
     """
     parsed = parse(query, dialect)
     engine = parsed.dialect
-    keys = normalize_key(key)
-    assert keys is not None
-    frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
-    column = frame.hash_args(keys)
+    frame, pushed = _range_frame(parsed, key, columns)
+    column = frame.hash_args(normalize_key(key))
     assert column is not None
     target = column[0]
     aggregates: list[exp.Expr] = [
@@ -298,6 +359,9 @@ def bounds_sql(
     select = frame.select
     select.set("expressions", aggregates)
     select.set("order", None)
+    if pushed == "groups":  # the rows it groups: no aggregate to run for the bounds
+        select.set("group", None)
+        select.set("having", None)
     return engine.sql(select)
 
 
