@@ -396,3 +396,50 @@ def test_copy_keeps_null_empty_and_odd_text_apart(source: PostgresSource) -> Non
         assert row["tz"] == dt.datetime(2024, 3, 1, 8, i, 0, 250000, tzinfo=dt.UTC)
     assert got[1]["f8"] != got[1]["f8"]  # NaN
     assert got[2]["f8"] == 1.0 / 3
+
+
+@pytest.mark.parametrize("batch_rows", [5_000, 20_000, 65_536])
+def test_copy_batches_have_exactly_batch_rows_across_parse_blocks(
+    batch_rows: int, postgres: Engine
+) -> None:
+    """The copy reader parses blocks of PARSE_ROWS rows while the server sends the next
+    ones, and joins them into batches of exactly ``batch_rows`` (the last one smaller)."""
+    source = _named_source("copy", "sqlfeed_blocks")
+    sql = "SELECT i, 'r' || i AS t FROM generate_series(1, 50000) AS g(i)"
+    with source:
+        batches = list(source.read(sql, batch_rows=batch_rows))
+        assert source.connections["copy"].opened == 1
+    sizes = [b.num_rows for b in batches]
+    assert sizes[:-1] == [batch_rows] * (len(sizes) - 1)
+    assert 0 < sizes[-1] <= batch_rows
+    assert sum(sizes) == 50_000
+    values = pa.Table.from_batches(batches).column("i").to_pylist()
+    assert values == list(range(1, 50_001))
+
+
+def test_an_abandoned_copy_read_leaves_the_next_read_whole(postgres: Engine) -> None:
+    """A read left in the middle of its COPY drops that connection: the thread's next read
+    gets a fresh one and all its rows."""
+    source = _named_source("copy", "sqlfeed_abandon")
+    sql = "SELECT i FROM generate_series(1, 300000) AS g(i)"
+    with source:
+        reads = source.read(sql, batch_rows=10_000)
+        assert next(reads).num_rows == 10_000
+        reads.close()
+        assert sum(b.num_rows for b in source.read(sql, batch_rows=10_000)) == 300_000
+        assert source.connections["copy"].opened == 2
+
+
+def test_a_feeders_readers_keep_their_connections_across_partitions(
+    postgres: Engine, items: str
+) -> None:
+    """A static Feeder's reader threads live for the whole epoch: 12 partitions read by 2
+    readers open 2 copy connections (one per thread), not 12."""
+    source = _named_source("copy", "sqlfeed_lanes")
+    with source:
+        plan = sqlfeed.plan(f"SELECT * FROM {items}", source, strategy="ctid", partitions=12)
+        assert plan.num_partitions == 12, plan.reason
+        feeder = sqlfeed.Feeder(plan, source, readers=2, merge_reads=False)
+        assert sum(batch.num_rows for batch in feeder) == 20_000
+        assert feeder.queries == 12
+        assert source.connections["copy"].opened == 2

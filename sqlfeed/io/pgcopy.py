@@ -1,8 +1,10 @@
 """The ``copy`` PostgreSQL reader: ``COPY (query) TO STDOUT (FORMAT csv)`` parsed by Arrow.
 
 PostgreSQL prints the query's rows as CSV on a psycopg connection the reading thread keeps
-(:mod:`sqlfeed.io.pgsessions`), and Arrow's CSV reader parses them, ``batch_rows`` rows at
-a time, straight into the query's own Arrow types
+(:mod:`sqlfeed.io.pgsessions`); the rows are taken off the connection at the libpq level
+(:class:`CopyOut`: one ``PQgetCopyData`` call per row, no Python frames of psycopg's
+``Copy`` in between), and Arrow's CSV reader parses them, :data:`PARSE_ROWS` rows at a
+time while the server sends the next ones, straight into the query's own Arrow types
 (:func:`~sqlfeed.io.pgtypes.postgres_description_schema`):
 ``numeric(15,2)`` arrives as ``decimal128(15, 2)`` and ``int4`` as ``int32``, so no batch
 is cast after the read. The reader is taken when Arrow parses every column's type exactly
@@ -15,6 +17,7 @@ quoted one, so the two stay apart.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -22,10 +25,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-__all__ = ["COPY_SESSION", "copy_batches", "copy_fits"]
+__all__ = ["COPY_SESSION", "PARSE_ROWS", "CopyOut", "copy_batches", "copy_fits"]
 
 COPY_SESSION = ("SET client_encoding = 'UTF8'",)
 """Session settings of a ``copy`` connection beside the shared PostgreSQL ones."""
+
+PARSE_ROWS = 8_192
+"""Rows Arrow parses at a time: the server keeps sending while a block is parsed, so only
+the last block of a read is parsed after its last row arrived (a small partition's whole
+read would be, in one block of ``batch_rows``); the blocks of a batch are joined."""
 
 
 def copy_fits(schema: pa.Schema) -> bool:
@@ -64,7 +72,7 @@ def copy_batches(
         connection: a psycopg connection (not in autocommit), its session set up.
         sql: the partition query.
         schema: its Arrow schema; it must satisfy :func:`copy_fits`.
-        batch_rows: rows per batch (PostgreSQL sends a ``COPY`` row per message).
+        batch_rows: rows per batch (the last may have fewer).
         stop: when set, the read stops between batches (the ``COPY`` is left unread: the
             caller drops the connection).
         settings: ``SET LOCAL`` statements for this read's transaction.
@@ -72,24 +80,107 @@ def copy_batches(
     The transaction ends (committed) once every row was read.
     """
     parse = _parser(schema)
-    with connection.cursor() as cursor:
-        for setting in settings:
-            cursor.execute(setting)
-        with cursor.copy(f"COPY (\n{sql}\n) TO STDOUT (FORMAT csv)") as copy:
-            chunk = bytearray()
-            rows = 0
-            for data in copy:
-                chunk += data
-                rows += 1
-                if rows == batch_rows:
-                    yield parse(chunk)
-                    chunk = bytearray()
-                    rows = 0
-                    if stop is not None and stop.is_set():
-                        return
-            if rows:
-                yield parse(chunk)
+    block = max(1, min(batch_rows, PARSE_ROWS))
+    if settings:  # psycopg begins the transaction they are local to
+        with connection.cursor() as cursor:
+            for setting in settings:
+                cursor.execute(setting)
+    command = f"COPY (\n{sql}\n) TO STDOUT (FORMAT csv)"
+    stream = CopyOut(connection.pgconn, command, connection.info.encoding)
+    parsed: list[pa.RecordBatch] = []
+    held = 0
+    while True:
+        chunk = bytearray()
+        wanted = min(block, batch_rows - held)
+        rows = stream.receive(chunk, wanted)
+        if rows:
+            parsed.append(parse(chunk))  # meanwhile the server sends the next rows
+            held += rows
+        if parsed and (held == batch_rows or rows < wanted):
+            yield _joined(parsed)
+            parsed, held = [], 0
+            if stop is not None and stop.is_set():
+                return
+        if rows < wanted:
+            break
+    stream.finish()
     connection.commit()
+
+
+class CopyOut:
+    """One ``COPY ... TO STDOUT`` read on a psycopg connection, at the libpq level.
+
+    psycopg's own ``Copy`` runs several Python frames per row (a ``COPY`` message each);
+    this loop costs one call of libpq's ``PQgetCopyData`` per row and waits on the socket
+    only when no whole row is buffered, which halves the client's CPU per row. The
+    transaction is the connection's: psycopg's, when it began one, else the statement's
+    own. Server errors are raised as psycopg raises them.
+    """
+
+    def __init__(self, pgconn: Any, command: str, encoding: str) -> None:
+        from psycopg import errors, pq
+
+        self.pgconn = pgconn
+        self.encoding = encoding
+        self._errors = errors
+        self._pq = pq
+        pgconn.send_query(command.encode(encoding))
+        while pgconn.flush():
+            _wait(pgconn.socket, write=True)
+        first = self._next_result()
+        if first is None or first.status != pq.ExecStatus.COPY_OUT:
+            self._raise(first)
+
+    def receive(self, chunk: bytearray, rows: int) -> int:
+        """Append up to ``rows`` rows to ``chunk``; the rows appended (fewer: the end)."""
+        get = self.pgconn.get_copy_data
+        got = 0
+        while got < rows:
+            size, data = get(1)
+            if size > 0:
+                chunk += data
+                got += 1
+            elif size == 0:  # no whole row buffered: wait for the socket
+                _wait(self.pgconn.socket)
+                self.pgconn.consume_input()
+            else:  # -1: the COPY ended (its result tells how)
+                break
+        return got
+
+    def finish(self) -> None:
+        """Read the COPY's final result; raise the server's error if it failed."""
+        final = self._next_result()
+        while self._next_result() is not None:  # a COPY has one, but leave nothing behind
+            pass
+        if final is None or final.status != self._pq.ExecStatus.COMMAND_OK:
+            self._raise(final)
+
+    def _next_result(self) -> Any:
+        pgconn = self.pgconn
+        while True:
+            pgconn.consume_input()
+            if not pgconn.is_busy():
+                return pgconn.get_result()
+            _wait(pgconn.socket)
+
+    def _raise(self, result: Any) -> None:
+        while self._next_result() is not None:
+            pass
+        if result is None:
+            raise self._errors.OperationalError("the COPY returned no result")
+        raise self._errors.error_from_result(result, encoding=self.encoding)
+
+
+def _wait(fd: int, write: bool = False) -> None:
+    """Until ``fd`` is readable (or writable)."""
+    if write:
+        select.select([], [fd], [])
+    else:
+        select.select([fd], [], [])
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def _parser(schema: pa.Schema) -> Callable[[bytearray], pa.RecordBatch]:
