@@ -31,6 +31,7 @@ LAZY_IMPORTS_ALLOWED = frozenset(
         "connectorx",
         "adbc_driver_manager",
         "adbc_driver_postgresql",
+        "adbc_driver_sqlite",
         "psycopg",
         "pymysql",
         "matplotlib",

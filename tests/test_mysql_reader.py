@@ -1,7 +1,9 @@
 """Every MySQL/MariaDB reader (connectorx, pymysql) returns exactly the query's rows in the
 plan's types: decimals, dates, datetimes, timestamps, NULLs, unicode and latin1 text,
 blobs, negative numbers and unsigned BIGINT edge values. Columns connectorx cannot carry
-(TIME, wide decimals) are read by pymysql, and no Rust panic ever reaches the caller.
+(TIME, wide decimals) are read by pymysql, and no Rust panic ever reaches the caller. A
+plan's schema carries the column types that choice needs: its partitions run no type
+query of their own. connectorx's decimals are brought to the plan's scale exactly.
 
 The expected values come from pymysql directly (the test harness's own connection).
 """
@@ -16,9 +18,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import sqlfeed
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import MySQLSource
+from sqlfeed.io.arrow import downscale_decimal, without_hints
+from sqlfeed.io.mysql import MYSQL_HINT
 from tests.conftest import get_engine
 from tests.engines import Engine
 
@@ -195,3 +202,103 @@ def test_the_readers_come_from_the_environment(
     monkeypatch.setenv("SQLFEED_MYSQL_READERS", "connectorx,turbo")
     with pytest.raises(InvalidArgumentError, match=r"SQLFEED_MYSQL_READERS.*'turbo'"):
         mysql.source()
+
+
+def test_a_plans_partitions_run_no_type_query_of_their_own(
+    mysql: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's schema carries each column's MySQL type (field metadata), so choosing a
+    partition's reader costs no ``LIMIT 0`` query; every pymysql query is counted."""
+    if importlib.util.find_spec("connectorx") is None:
+        pytest.skip("connectorx is not installed")
+    pymysql = pytest.importorskip("pymysql")
+    sent: list[str] = []
+    query = pymysql.connections.Connection.query
+
+    def counted(connection: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        if connection is not mysql.conn:  # the harness's own connection aside
+            sent.append(str(sql))
+        return query(connection, sql, *args, **kwargs)
+
+    with mysql.source() as opened:
+        opened.readers = ("connectorx", "pymysql")
+        plan = sqlfeed.plan("SELECT * FROM reader_types", opened, strategy="hash", partitions=4)
+        schema = plan.arrow_schema()
+        assert schema.field("money").metadata[MYSQL_HINT] == b"246,14,2"
+        monkeypatch.setattr(pymysql.connections.Connection, "query", counted)
+        ids = []
+        for partition in plan.partitions:
+            assert opened.reader_for(partition.sql, schema) == "connectorx"
+            for batch in opened.read(partition.sql, schema=schema):
+                assert batch.schema == schema
+                assert not any(f.metadata for f in batch.schema)
+                ids += batch.column("id").to_pylist()
+        assert sorted(ids) == [row[0] for row in ROWS]
+        assert sent == []  # connectorx reads over its own connections, not pymysql's
+        for partition in plan.partitions:  # a schema without the hints: one query each
+            opened.reader_for(partition.sql, without_hints(schema))
+        assert len(sent) == len(plan.partitions)
+        assert all("LIMIT 0" in sql.upper() for sql in sent)
+
+
+def test_a_decimal_with_more_digits_than_the_plans_type_is_an_error_never_a_change(
+    source: MySQLSource,
+) -> None:
+    schema = pa.schema([("id", pa.int32()), ("money", pa.decimal128(14, 2))])
+    wider = "SELECT id, CAST(money {} AS DECIMAL(16,3)) AS money FROM reader_types WHERE id = 2"
+    exact = source.read_table(wider.format(""), schema=schema)  # 999999999999.990
+    assert exact.column("money").to_pylist() == [decimal.Decimal("999999999999.99")]
+    with pytest.raises(EngineError, match="does not fit its column's Arrow type") as err:
+        source.read_table(wider.format("+ 0.001"), schema=schema)
+    assert "\n" not in str(err.value)
+
+
+_DECIMAL38 = st.integers(min_value=-(10**38) + 1, max_value=10**38 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.none(),
+            _DECIMAL38,
+            st.integers(-(10**20), 10**20).map(lambda q: q * 10**8),  # exact at scale 2
+            st.integers(-(10**15) + 1, 10**15 - 1).map(lambda q: q * 10**8),  # and fits (15, 2)
+        ),
+        max_size=40,
+    ),
+    precision=st.integers(1, 18),
+    scale=st.integers(0, 8),
+)
+def test_connectorx_decimals_are_rescaled_exactly_or_by_arrows_checked_cast(
+    values: list[int | None], precision: int, scale: int
+) -> None:
+    """connectorx's decimal128(38, 10) brought to the plan's (p, s): the same values as
+    Arrow's checked cast, or None where that cast would raise (and then it does)."""
+    scale = min(scale, precision)
+    unscaled = [None if v is None else decimal.Decimal(f"{v}E-10") for v in values]  # exact
+    column = pa.array(unscaled, type=pa.decimal128(38, 10))
+    target = pa.decimal128(precision, scale)
+    fast = downscale_decimal(column, target)
+    try:
+        checked = column.cast(target)
+    except pa.ArrowInvalid:
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast.type == target
+        assert fast.to_pylist() == checked.to_pylist()
+        assert fast.equals(checked)
+
+
+def test_exact_decimals_skip_arrows_long_division() -> None:
+    """The common case (a DECIMAL(15,2) column through connectorx) takes the exact
+    shortcut, NULLs and signs included."""
+    text = ["-9999999999999.99", "9999999999999.99", "0", "-0.01", "123.45", None]
+    column = pa.array(
+        [None if t is None else decimal.Decimal(t) for t in text], pa.decimal128(38, 10)
+    )
+    fast = downscale_decimal(column, pa.decimal128(15, 2))
+    assert fast is not None
+    assert fast.equals(column.cast(pa.decimal128(15, 2)))
+    assert fast.null_count == 1

@@ -1,8 +1,11 @@
-"""Every SQLite reader (connectorx, sqlite3) returns exactly the query's rows in the plan's
-types, whatever SQLite's dynamic typing holds: NULLs (also in a column's first row),
+"""Every SQLite reader (ADBC, connectorx, sqlite3) returns exactly the query's rows in the
+plan's types, whatever SQLite's dynamic typing holds: NULLs (also in a column's first row),
 unicode text, negative and int64 edge numbers, reals in an INTEGER column, numbers in a
 TEXT-affinity-less column, BOOLEAN columns holding 2, dates and datetimes as text, blobs.
-Queries calling sqlfeed's own functions (hash partitions) are read by sqlite3.
+Queries calling sqlfeed's own functions (hash partitions) are read by sqlite3. ADBC, which
+types a column by its first batch and turns some later values into that type, reads only
+columns whose declared affinity rules that out, falls back before its first batch and
+fails in one line after it; it keeps one connection per reading thread.
 
 The expected values come from the ``sqlite3`` module directly.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +26,10 @@ import pytest
 import sqlfeed
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import SQLiteSource, connect
+from sqlfeed.io.sqlite import SQLITE_HINT
 
-READERS = ("connectorx", "sqlite3")
+READERS = ("adbc", "connectorx", "sqlite3")
+MODULES = {"adbc": "adbc_driver_sqlite", "connectorx": "connectorx", "sqlite3": "sqlite3"}
 
 ROWS: list[tuple[Any, ...]] = [
     (1, None, None, None, None, None, None, None, None),
@@ -46,14 +52,33 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
         connection.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", ROWS)
         connection.execute("CREATE TABLE i (id INTEGER PRIMARY KEY, x INTEGER)")
         connection.executemany("INSERT INTO i VALUES (?, ?)", [(1, 1), (2, 2.5), (3, -3)])
+        connection.execute(
+            "CREATE TABLE typed (id INTEGER PRIMARY KEY, n BIGINT, r DOUBLE, txt VARCHAR(20),"
+            " flag BOOLEAN)"
+        )
+        connection.executemany("INSERT INTO typed VALUES (?, ?, ?, ?, ?)", TYPED)
     connection.close()
     return path
 
 
+TYPED: list[tuple[Any, ...]] = [
+    (1, None, None, None, None),
+    (2, -9223372036854775808, -1.5, "héllo 🐍", 1),
+    (3, 9223372036854775807, 1e300, "日本語 'q' \\", 0),
+    (4, 0, -0.0, "", 2),
+    (5, 42, 2.0, "2024-02-29", None),
+]  # fmt: skip
+"""Declared INTEGER, REAL and TEXT affinities, each holding only its own kind: ADBC's."""
+
+
+def _require(reader: str) -> None:
+    if importlib.util.find_spec(MODULES[reader]) is None:
+        pytest.skip(f"{MODULES[reader]} is not installed")
+
+
 @pytest.fixture(params=READERS)
 def source(request: pytest.FixtureRequest, database: Path) -> Iterator[SQLiteSource]:
-    if request.param == "connectorx" and importlib.util.find_spec("connectorx") is None:
-        pytest.skip("connectorx is not installed")
+    _require(request.param)
     with connect(f"sqlite:///{database}") as opened:
         assert isinstance(opened, SQLiteSource)
         opened.readers = (request.param,)
@@ -93,6 +118,8 @@ def _as_planned(rows: list[dict[str, Any]], schema: pa.Schema) -> list[dict[str,
         "SELECT id, flag, anything FROM t WHERE id > 1 ORDER BY id",
         "SELECT id, x FROM i ORDER BY id",
         "SELECT id, n * 2 AS twice, r / 2 AS half FROM t WHERE id > 1 ORDER BY id",
+        "SELECT * FROM typed ORDER BY id",
+        "SELECT typed.txt AS label, r, n FROM typed WHERE id > 1 ORDER BY id",
     ],
 )
 def test_every_reader_returns_the_rows_in_the_plans_types(
@@ -135,10 +162,133 @@ def test_connectorx_reads_plain_queries_on_files(
     with connect(f"sqlite:///{database}") as opened:
         assert isinstance(opened, SQLiteSource)
         expected = "connectorx" if importlib.util.find_spec("connectorx") else "sqlite3"
-        assert opened.reader_for("SELECT * FROM t") == expected
+        assert opened.reader_for("SELECT * FROM t") == expected  # not ADBC: untyped columns
     with connect("sqlite://") as memory:
         assert isinstance(memory, SQLiteSource)
         assert memory.reader_for("SELECT 1") == "sqlite3"
+
+
+@pytest.mark.parametrize(
+    ("sql", "adbc"),
+    [
+        ("SELECT * FROM typed", True),
+        ("SELECT txt AS label, x.r FROM typed AS x WHERE n > 0", True),
+        ("SELECT id * 2 AS twice, n FROM typed", True),  # integers: ADBC fails on others
+        ("SELECT id, r / 2 AS half FROM typed", False),  # an expression: no affinity
+        ("SELECT id, x FROM i", False),  # reals in an INTEGER column: floats, not REAL
+        ("SELECT id, txt FROM t", True),
+        ("SELECT id, anything FROM t", False),  # no declared type: may hold numbers
+        ("SELECT id, data FROM t", False),  # bytes: a number would become its text
+        ("SELECT id, txt FROM (SELECT * FROM typed) AS s", False),  # not a plain table
+    ],
+)
+def test_adbc_reads_only_columns_whose_affinity_keeps_their_kind(
+    database: Path, monkeypatch: pytest.MonkeyPatch, sql: str, adbc: bool
+) -> None:
+    _require("adbc")
+    monkeypatch.setenv("SQLFEED_SQLITE_READERS", "adbc,sqlite3")
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        schema = opened.schema(sql)
+        assert opened.reader_for(sql, schema) == ("adbc" if adbc else "sqlite3")
+        assert opened.read_table(sql, schema=schema).to_pylist() == _as_planned(
+            _expected(database, sql), schema
+        )
+
+
+def test_the_plans_schema_carries_the_affinities_and_batches_do_not(
+    database: Path,
+) -> None:
+    with connect(f"sqlite:///{database}") as opened:
+        plan = sqlfeed.plan("SELECT * FROM typed", opened, partitions=2)
+        schema = plan.arrow_schema()
+        hints = {f.name: (f.metadata or {}).get(SQLITE_HINT) for f in schema}
+        assert hints == {"id": b"INTEGER", "n": b"INTEGER", "r": b"REAL", "txt": b"TEXT",
+                         "flag": b"NUMERIC"}  # fmt: skip
+        batch = next(opened.read(plan.partitions[0].sql, schema=schema))
+        assert batch.schema == schema
+        assert all(not f.metadata for f in batch.schema)
+
+
+def _adbc_source(database: Path) -> SQLiteSource:
+    _require("adbc")
+    opened = connect(f"sqlite:///{database}")
+    assert isinstance(opened, SQLiteSource)
+    opened.readers = ("adbc", "sqlite3")
+    return opened
+
+
+def _mixed(tmp_path: Path, rows: list[tuple[Any, ...]]) -> Path:
+    """A database whose TEXT column ``txt`` holds ``rows``' values (blobs too), by id."""
+    path = tmp_path / "mixed.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, txt TEXT)")
+        connection.executemany("INSERT INTO m VALUES (?, ?)", rows)
+    connection.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "first",
+    [[None, None], [b"\xff\xfe", "a"]],
+    ids=["all-null-first-batch", "blob-in-first-batch"],
+)
+def test_adbc_falls_back_when_its_first_batch_types_a_column_otherwise(
+    tmp_path: Path, first: list[Any]
+) -> None:
+    """ADBC types an all-NULL first batch as integers, a BLOB in a TEXT column as bytes:
+    sqlite3 reads the partition, in the plan's types (text, from the rows past those)."""
+    rows = [(i, v) for i, v in enumerate([*first, "x", "y", None, "z"], start=1)]
+    path = _mixed(tmp_path, rows)
+    sql = "SELECT id, txt FROM m ORDER BY id"
+    with _adbc_source(path) as opened:
+        schema = opened.schema("SELECT id, txt FROM m WHERE id > 2")
+        assert schema.field("txt").type == pa.string()
+        assert opened.reader_for(sql, schema) == "adbc"
+        table = pa.Table.from_batches(list(opened.read(sql, schema=schema, batch_rows=2)))
+    assert table.schema == schema
+    assert table.column("txt").to_pylist() == [
+        v if v is None or isinstance(v, str) else v.decode("utf-8", "replace") for _, v in rows
+    ]
+
+
+def test_adbc_text_that_is_not_utf8_past_its_first_batch_is_a_one_line_error(
+    tmp_path: Path,
+) -> None:
+    """A BLOB in a TEXT column after ADBC's first batch would be text of invalid UTF-8:
+    never a value, never a traceback."""
+    path = _mixed(tmp_path, [(1, "a"), (2, "b"), (3, "c"), (4, b"\xff\xfe")])
+    with _adbc_source(path) as opened:
+        schema = opened.schema("SELECT id, txt FROM m WHERE id < 4")
+        assert opened.reader_for("SELECT id, txt FROM m", schema) == "adbc"
+        with pytest.raises(EngineError, match="partition query") as err:
+            for _ in opened.read("SELECT id, txt FROM m", schema=schema, batch_rows=2):
+                pass
+    assert "\n" not in str(err.value)
+
+
+def test_adbc_keeps_one_connection_per_reading_thread(database: Path) -> None:
+    sql = "SELECT * FROM typed WHERE id = {}"
+    with _adbc_source(database) as opened:
+        schema = opened.schema("SELECT * FROM typed")
+        for k in range(1, 5):
+            assert opened.read_table(sql.format(k), schema=schema).num_rows == 1
+        assert opened.connections.opened == 1  # every partition on this thread: one
+        kept = opened.connections.get().connection
+        rows: list[int] = []
+
+        def read_two() -> None:
+            for k in (1, 2):
+                rows.append(opened.read_table(sql.format(k), schema=schema).num_rows)
+
+        threads = [threading.Thread(target=read_two) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert rows == [1] * 4
+        assert opened.connections.opened == 3  # one more per reading thread
+        assert opened.connections.get().connection is kept
 
 
 def test_a_query_error_is_one_line_with_the_databases_message(source: SQLiteSource) -> None:
@@ -156,6 +306,10 @@ def test_the_readers_come_from_the_environment(
         assert isinstance(opened, SQLiteSource)
         assert opened.readers == ("sqlite3",)
         assert opened.reader_for("SELECT * FROM t") == "sqlite3"
+    monkeypatch.setenv("SQLFEED_SQLITE_READERS", "adbc,sqlite3")
+    with connect(f"sqlite:///{database}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        assert opened.readers == ("adbc", "sqlite3")
     monkeypatch.setenv("SQLFEED_SQLITE_READERS", "fast")
     with pytest.raises(InvalidArgumentError, match=r"SQLFEED_SQLITE_READERS.*'fast'"):
         connect(f"sqlite:///{database}")
@@ -193,9 +347,8 @@ def test_a_process_forked_after_a_connectorx_read_reads_with_sqlite3(
 ) -> None:
     """connectorx's runtime does not survive fork (DataLoader workers): the child must not
     take it, and must still read every row."""
-    monkeypatch.delenv("SQLFEED_SQLITE_READERS", raising=False)
-    if importlib.util.find_spec("connectorx") is None:
-        pytest.skip("connectorx is not installed")
+    monkeypatch.setenv("SQLFEED_SQLITE_READERS", "connectorx,sqlite3")  # the child's too
+    _require("connectorx")
     with connect(f"sqlite:///{database}") as opened:
         assert opened.reader_for("SELECT id FROM t") == "connectorx"
         assert opened.read_table("SELECT id FROM t").num_rows == len(ROWS)
@@ -208,3 +361,31 @@ def test_a_process_forked_after_a_connectorx_read_reads_with_sqlite3(
     reader, ids = answers.get(timeout=5)
     assert reader == "sqlite3"
     assert ids == [row[0] for row in ROWS]
+
+
+def _read_with_the_parents_source(opened: SQLiteSource, schema: pa.Schema, answers: Any) -> None:
+    table = opened.read_table("SELECT * FROM typed ORDER BY id", schema=schema)
+    answers.put((opened.connections.opened, table.column("id").to_pylist()))
+
+
+def test_a_forked_process_opens_its_own_adbc_connection(database: Path) -> None:
+    """A child forked while its parent keeps an ADBC connection (DataLoader workers) reads
+    through one of its own, and leaves the parent's open."""
+    sql = "SELECT * FROM typed ORDER BY id"
+    with _adbc_source(database) as opened:
+        schema = opened.schema(sql)
+        assert opened.read_table(sql, schema=schema).num_rows == len(TYPED)
+        assert opened.connections.opened == 1
+        context = multiprocessing.get_context("fork")
+        answers = context.Queue()
+        child = context.Process(
+            target=_read_with_the_parents_source, args=(opened, schema, answers)
+        )
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0, f"the forked reader exited with {child.exitcode}"
+        opened_in_child, ids = answers.get(timeout=5)
+        assert opened_in_child == 2  # the parent's one, and its own
+        assert ids == [row[0] for row in TYPED]
+        assert opened.read_table(sql, schema=schema).num_rows == len(TYPED)
+        assert opened.connections.opened == 1

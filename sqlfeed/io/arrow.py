@@ -15,12 +15,15 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
     "DEFAULT_BATCH_ROWS",
+    "READER_HINT",
     "BatchBuilder",
     "conform",
+    "downscale_decimal",
     "empty_batch",
     "infer_schema",
     "infer_type",
@@ -28,10 +31,15 @@ __all__ = [
     "merge_schemas",
     "rows_table",
     "to_arrow_array",
+    "without_hints",
 ]
 
 DEFAULT_BATCH_ROWS = 65_536
 """Rows per record batch read from the database."""
+
+READER_HINT = b"sqlfeed.reader."
+"""Prefix of the field metadata keys a source puts in the schemas it derives, for its own
+readers (e.g. MySQL's column type codes): a plan keeps them, batches never carry them."""
 
 
 class BatchBuilder:
@@ -89,13 +97,74 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with exactly ``schema`` (names and types); NULL-only columns cast."""
-    if batch.schema.equals(schema):
+    """``batch`` with exactly ``schema`` (names, types, metadata); NULL-only columns cast.
+
+    Casts are checked: a value that does not fit its new type raises, never changes.
+    """
+    if batch.schema.equals(schema, check_metadata=True):
         return batch
     arrays = []
     for column, field in zip(batch.columns, schema, strict=True):
-        arrays.append(column if column.type == field.type else column.cast(field.type))
+        if column.type == field.type:
+            arrays.append(column)
+            continue
+        exact = downscale_decimal(column, field.type)
+        arrays.append(exact if exact is not None else column.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def downscale_decimal(column: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """``column`` (decimal128) at the smaller scale of ``target``, or None to cast instead.
+
+    Arrow's checked cast divides every value by ``10**k`` in 128-bit long division (most
+    of the cast's time). Here a value ``v`` is divided exactly by its ``2**k`` factor (a
+    shift) and its odd ``5**k`` factor (a product by the inverse of ``5**k`` modulo
+    ``2**64``), which gives ``q`` with ``q * 10**k == v`` modulo ``2**(64+k)``; the high
+    words then agree to within ``2**(k-1)`` only if ``q * 10**k == v`` exactly. Any value
+    that fails that or ``target``'s precision (and any column this does not cover: an
+    offset, a scale step under 2, a precision over 18) returns None, and Arrow's checked
+    cast decides (and raises for a value it cannot carry): never a silent change.
+    """
+    source = column.type
+    if not (pa.types.is_decimal128(source) and pa.types.is_decimal128(target)):
+        return None
+    k = source.scale - target.scale
+    if column.offset or not 2 <= k <= 18 or target.precision > 18 or len(column) == 0:
+        return None
+    n = len(column)
+    words = np.frombuffer(column.buffers()[1], dtype=np.uint64, count=2 * n).reshape(n, 2)
+    low, high = words[:, 0], words[:, 1]
+    shifted = (low >> np.uint64(k)) | (high << np.uint64(64 - k))
+    quotient = (shifted * np.uint64(pow(5**k, -1, 2**64))).view(np.int64)
+    near = np.abs(high.view(np.int64) - quotient * (10.0**k / 2.0**64)) < 2 ** (k - 1)
+    bound = 10**target.precision
+    exact = ((low & np.uint64(2**k - 1)) == 0) & near & (quotient < bound) & (quotient > -bound)
+    if column.null_count:
+        valid = column.is_valid().to_numpy(zero_copy_only=False)
+        exact |= ~valid  # the bytes under a NULL are not a value
+        quotient = np.where(valid, quotient, 0)
+    if not exact.all():
+        return None
+    out = np.empty((n, 2), dtype=np.int64)
+    out[:, 0] = quotient
+    out[:, 1] = quotient >> 63  # the sign, extended to 128 bits
+    validity = column.buffers()[0] if column.null_count else None
+    return pa.Array.from_buffers(target, n, [validity, pa.py_buffer(out)], column.null_count)
+
+
+def without_hints(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without the reader hints (:data:`READER_HINT`) in its fields' metadata."""
+    if not any(_hinted(f) for f in schema):
+        return schema
+    fields = []
+    for field in schema:
+        kept = {k: v for k, v in (field.metadata or {}).items() if not k.startswith(READER_HINT)}
+        fields.append(field.with_metadata(kept) if kept else field.remove_metadata())
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _hinted(field: pa.Field) -> bool:
+    return any(key.startswith(READER_HINT) for key in field.metadata or {})
 
 
 def rows_table(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> pa.Table:
@@ -134,8 +203,11 @@ def infer_type(values: Sequence[Any]) -> pa.DataType:
 
 
 def merge_schemas(first: pa.Schema, second: pa.Schema) -> pa.Schema:
-    """``first`` with its ``null``-typed columns typed from ``second``."""
-    fields = [b if pa.types.is_null(a.type) else a for a, b in zip(first, second, strict=True)]
+    """``first`` with its ``null``-typed columns typed from ``second`` (metadata kept)."""
+    fields = [
+        a.with_type(b.type) if pa.types.is_null(a.type) else a
+        for a, b in zip(first, second, strict=True)
+    ]
     return pa.schema(fields)
 
 

@@ -9,7 +9,8 @@ types a column by its declared type or first value, and where that is not the fa
 the plan's type (an integer for a float column, a boolean for an integer one, a number
 for a text one) the next reader reads it instead, so the plan's schema decides the values.
 (The panic's own lines still reach standard error: Rust prints them before Python sees
-the exception.) connectorx is optional and imported when used.
+the exception.) SQLite's ADBC reader takes the same fallback, with its own failures
+(``failure``). connectorx is optional and imported when used.
 """
 
 from __future__ import annotations
@@ -25,15 +26,22 @@ from dialects import EngineError, InvalidArgumentError, SqlfeedError
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 
 __all__ = [
+    "WHOLE_READ_ROWS",
     "ConnectorxFirst",
     "compatible",
     "connectorx_batches",
     "connectorx_module",
     "is_connectorx_failure",
     "read_with_fallback",
+    "readers_after",
     "readers_from_environment",
 ]
 
+
+WHOLE_READ_ROWS = 262_144
+"""connectorx reads a result estimated at most this many rows at once (see
+:func:`connectorx_batches`): about four default read batches, what a partition of an auto
+plan (100,000 rows) holds."""
 
 _USED_IN: list[int] = []
 """The process that took connectorx first (a list so that it is set once, without a global)."""
@@ -86,18 +94,42 @@ def readers_from_environment(variable: str, readers: Sequence[str]) -> tuple[str
     return names
 
 
+def readers_after(readers: Sequence[str], after: str) -> tuple[str, ...]:
+    """The readers of ``readers`` after ``after`` (all of them when ``after`` is empty)."""
+    names = tuple(readers)
+    return names[names.index(after) + 1 :] if after in names else names
+
+
 def connectorx_batches(
     url: str,
     sql: str,
     batch_rows: int,
     stop: threading.Event | None,
     settings: Sequence[str] = (),
+    *,
+    rows: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream ``sql`` through connectorx's Arrow stream (``settings`` run first, same session)."""
+    """``sql`` read by connectorx (``settings`` run first, same session).
+
+    A result estimated at most :data:`WHOLE_READ_ROWS` rows (``rows``, the plan's
+    estimate) is read at once as one Arrow table and cut into batches; anything else (or
+    of unknown size) streams through connectorx's Arrow stream, in batches of
+    ``batch_rows``. connectorx's stream keeps Python's GIL while it reads, so other reader
+    threads and the consumer wait on it; its whole read lets them run.
+    """
     connectorx = connectorx_module()
-    options: dict[str, Any] = {"return_type": "arrow_stream", "batch_size": batch_rows}
+    whole = rows is not None and rows <= WHOLE_READ_ROWS
+    options: dict[str, Any] = (
+        {"return_type": "arrow"}
+        if whole
+        else {"return_type": "arrow_stream", "batch_size": batch_rows}
+    )
     if settings:
         options["pre_execution_query"] = list(settings)
+    if whole:
+        table = connectorx.read_sql(url, sql, **options)
+        yield from table.to_batches(max_chunksize=batch_rows)
+        return
     with connectorx.read_sql(url, sql, **options) as reader:
         for batch in reader:
             if stop is not None and stop.is_set():
@@ -110,19 +142,24 @@ def read_with_fallback(
     batches: Iterator[pa.RecordBatch],
     schema: pa.Schema,
     fallback: Callable[[], Iterator[pa.RecordBatch]],
+    *,
+    failure: Callable[[BaseException], bool] = is_connectorx_failure,
 ) -> Iterator[pa.RecordBatch]:
-    """``batches`` (a connectorx read) with ``fallback()`` in its place when it cannot serve.
+    """``batches`` (a fast reader's read) with ``fallback()`` in its place when it cannot serve.
 
     Args:
         engine: the dialect's name, for messages.
-        batches: the connectorx read.
+        batches: the fast read (connectorx; SQLite's ADBC).
         schema: the plan's schema; a first batch not :func:`compatible` with it is dropped
             and the fallback reads instead.
         fallback: the next reader's read of the same query.
+        failure: whether an error raised by ``batches`` is the fast reader's failure (the
+            fallback's to handle) rather than ours or the caller's (raised as it is).
 
     Raises:
-        EngineError: connectorx failed after it had delivered batches (the next reader
-            reads the query to the end first: its own error, if it has one, is raised).
+        EngineError: the fast reader failed after it had delivered batches (the next
+            reader reads the query to the end first: its own error, if it has one, is
+            raised).
     """
     yielded = False
     try:
@@ -134,7 +171,7 @@ def read_with_fallback(
         else:
             return
     except BaseException as err:  # a Rust panic is a BaseException: caught by its name
-        if not is_connectorx_failure(err):
+        if not failure(err):
             raise
         if yielded:  # the next reader raises the error connectorx hid, in its own words
             for _ in fallback():
@@ -194,8 +231,14 @@ class ConnectorxFirst(SQLAlchemySource):
     connectorx_session: tuple[str, ...] = ()
     engine_label = "database"
 
-    def reader_for(self, sql: str) -> str:
-        """The reader a read of ``sql`` takes (``connectorx`` or the driver's name)."""
+    def reader_for(self, sql: str, schema: pa.Schema | None = None, *, after: str = "") -> str:
+        """The reader a read of ``sql`` takes (``connectorx`` or the driver's name).
+
+        Args:
+            sql: the query.
+            schema: the plan's schema, when known (its reader hints spare a query).
+            after: the reader that could not serve: the choice starts after it.
+        """
         raise NotImplementedError
 
     def _connectorx_url(self) -> str | None:
@@ -210,13 +253,37 @@ class ConnectorxFirst(SQLAlchemySource):
         stop: threading.Event | None,
         ordered: bool,
         snapshot: str | None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        def driver_read() -> Iterator[pa.RecordBatch]:
-            return SQLAlchemySource._read(self, sql, schema, batch_rows, stop, ordered, snapshot)
+        reader = self.reader_for(sql, schema)
+        yield from self._read_with(
+            reader, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
+        )
 
+    def _read_with(
+        self,
+        reader: str,
+        sql: str,
+        schema: pa.Schema,
+        batch_rows: int,
+        stop: threading.Event | None,
+        ordered: bool,
+        snapshot: str | None,
+        rows: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """The read of ``sql`` by ``reader``; where it cannot serve, by the next one."""
         url = self._connectorx_url()
-        if url is None or self.reader_for(sql) != "connectorx":
-            yield from driver_read()
+        if reader != "connectorx" or url is None:
+            yield from SQLAlchemySource._read(
+                self, sql, schema, batch_rows, stop, ordered, snapshot
+            )
             return
-        batches = connectorx_batches(url, sql, batch_rows, stop, self.connectorx_session)
-        yield from read_with_fallback(self.engine_label, batches, schema, driver_read)
+
+        def fallback() -> Iterator[pa.RecordBatch]:
+            after = self.reader_for(sql, schema, after=reader)
+            return self._read_with(
+                after, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
+            )
+
+        batches = connectorx_batches(url, sql, batch_rows, stop, self.connectorx_session, rows=rows)
+        yield from read_with_fallback(self.engine_label, batches, schema, fallback)

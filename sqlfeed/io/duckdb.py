@@ -69,6 +69,8 @@ class DuckDBSource(Source):
             read-write for a statement (see :meth:`execute`); None otherwise.
     """
 
+    parallel_read = True  # DuckDB runs one query on all its threads
+
     def __init__(
         self,
         connection: duckdb.DuckDBPyConnection,
@@ -258,6 +260,7 @@ class DuckDBSource(Source):
         stop: threading.Event | None,
         ordered: bool,
         snapshot: str | None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         # DuckDB preserves insertion order by default: reads are ordered already.
         with self._cursor(sql) as cursor:

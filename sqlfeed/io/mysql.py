@@ -5,7 +5,11 @@ of the query: connectorx (its Arrow stream over the binary protocol) or pymysql'
 unbuffered ``SSCursor``, which carries them all. connectorx is taken only for the
 columns it was checked to return exactly (:data:`CONNECTORX_TYPES`; decimals of at
 most 18 integer and 10 fractional digits), on a plain ``host:port`` URL, and its failures
-never reach the caller (:func:`sqlfeed.io.cxread.read_with_fallback`). Every read, by
+never reach the caller (:func:`sqlfeed.io.cxread.read_with_fallback`). The column types
+that choice needs come with the plan: the schema a source derives carries each column's
+type code, precision and scale in its field metadata (:data:`MYSQL_HINT`), so a partition
+costs no query of its own; a schema without them (the caller's own) costs one ``LIMIT 0``
+query per distinct SQL. Every read, by
 either reader, runs :data:`MYSQL_SESSION` first: the hash of a row is taken over its
 text, so every worker must render ``TIMESTAMP`` values alike. connectorx and pymysql are
 optional and imported when used.
@@ -18,16 +22,24 @@ from typing import Any
 
 import pyarrow as pa
 
-from sqlfeed.io.cxread import ConnectorxFirst, connectorx_module, readers_from_environment
+from sqlfeed.io.arrow import READER_HINT
+from sqlfeed.io.cxread import (
+    ConnectorxFirst,
+    connectorx_module,
+    readers_after,
+    readers_from_environment,
+)
 from sqlfeed.sql import schema_sql
 
 __all__ = [
     "CONNECTORX_TYPES",
+    "MYSQL_HINT",
     "MYSQL_SESSION",
     "READERS",
     "READERS_VARIABLE",
     "MySQLSource",
     "mysql_description_schema",
+    "mysql_hints",
 ]
 
 MYSQL_SESSION = ("SET time_zone = '+00:00'",)
@@ -50,6 +62,10 @@ bytes), MySQL's ``JSON`` (re-serialized), ``GEOMETRY`` nor ``NULL``."""
 _CONNECTORX_DECIMAL = (18, 10)
 """connectorx reads decimals as 28-digit ``rust_decimal`` rescaled to 10 places: at most
 this many integer and fractional digits."""
+
+MYSQL_HINT = READER_HINT + b"mysql"
+"""Field metadata key: the column's MySQL type code, precision and scale (``b"246,15,2"``),
+for :meth:`MySQLSource.reader_for`."""
 
 _TYPE_CACHE_SIZE = 1024
 
@@ -99,9 +115,15 @@ class MySQLSource(ConnectorxFirst):
             return mysql_description_schema(cursor)
         return None
 
-    def column_fields(self, sql: str) -> tuple[tuple[int, int, int], ...]:
-        """(type code, precision, scale) of each output column of ``sql`` (pymysql only;
-        one ``LIMIT 0`` query, remembered)."""
+    def column_fields(
+        self, sql: str, schema: pa.Schema | None = None
+    ) -> tuple[tuple[int, int, int], ...]:
+        """(type code, precision, scale) of each output column of ``sql``: from ``schema``'s
+        hints (:func:`mysql_hints`) when it has them, else one ``LIMIT 0`` query through
+        pymysql, remembered per SQL text."""
+        hinted = mysql_hints(schema)
+        if hinted is not None:
+            return hinted
         fields = self._fields.get(sql)
         if fields is None:
             with self._errors("schema query"), self._raw() as connection:
@@ -122,16 +144,20 @@ class MySQLSource(ConnectorxFirst):
             self._fields[sql] = fields
         return fields
 
-    def reader_for(self, sql: str) -> str:
-        """The reader a read of ``sql`` takes: the first of :attr:`readers` that is
-        installed and carries every column type; else ``pymysql``."""
-        for name in self.readers:
+    def reader_for(self, sql: str, schema: pa.Schema | None = None, *, after: str = "") -> str:
+        """The reader a read of ``sql`` takes: the first of :attr:`readers` (after
+        ``after``) that is installed and carries every column type; else ``pymysql``.
+
+        The column types come from ``schema``'s hints when it has them (a plan's schema
+        does), else from one ``LIMIT 0`` query (see :meth:`column_fields`).
+        """
+        for name in readers_after(self.readers, after):
             if name == "pymysql" or self.driver != "pymysql":
                 return "pymysql"
             if (
                 self._connectorx_url()
                 and connectorx_module() is not None
-                and all(_connectorx_carries(*field) for field in self.column_fields(sql))
+                and all(_connectorx_carries(*field) for field in self.column_fields(sql, schema))
             ):
                 return name
         return "pymysql"
@@ -171,8 +197,25 @@ def _decimal_digits(meta: Any, description: Sequence[Any]) -> tuple[int, int]:
     return length - int(signed) - int(scale > 0), scale
 
 
+def mysql_hints(schema: pa.Schema | None) -> tuple[tuple[int, int, int], ...] | None:
+    """(type code, precision, scale) of every column from ``schema``'s :data:`MYSQL_HINT`
+    field metadata, or None when a column has none (not a schema a MySQL source derived)."""
+    if schema is None:
+        return None
+    fields = []
+    for field in schema:
+        hint = (field.metadata or {}).get(MYSQL_HINT)
+        if hint is None:
+            return None
+        code, precision, scale = (int(part) for part in hint.split(b","))
+        fields.append((code, precision, scale))
+    return tuple(fields)
+
+
 def mysql_description_schema(cursor: Any) -> pa.Schema | None:
     """Arrow types from a pymysql cursor's field metadata; ``null`` for types to infer.
+
+    Each field carries its type code, precision and scale as :data:`MYSQL_HINT` metadata.
 
     Args:
         cursor: an executed pymysql cursor (its result's field type codes and flags).
@@ -188,8 +231,8 @@ def mysql_description_schema(cursor: Any) -> pa.Schema | None:
     for meta, description in zip(fields_meta, cursor.description, strict=True):
         code = meta.type_code
         unsigned = bool(meta.flags & _MYSQL_UNSIGNED_FLAG)
+        precision, scale = _decimal_digits(meta, description)
         if code in _MYSQL_DECIMAL:
-            precision, scale = _decimal_digits(meta, description)
             arrow_type = (
                 pa.decimal128(precision, scale) if precision and precision <= 38 else pa.float64()
             )
@@ -197,5 +240,6 @@ def mysql_description_schema(cursor: Any) -> pa.Schema | None:
             arrow_type = _MYSQL_UNSIGNED[code]
         else:
             arrow_type = _MYSQL_TYPES.get(code, pa.null())
-        fields.append(pa.field(description[0], arrow_type))
+        hint = f"{code},{precision},{scale}".encode()
+        fields.append(pa.field(description[0], arrow_type, metadata={MYSQL_HINT: hint}))
     return pa.schema(fields)

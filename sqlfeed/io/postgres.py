@@ -204,6 +204,7 @@ class PostgresSource(SQLAlchemySource):
         stop: threading.Event | None,
         ordered: bool,
         snapshot: str | None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         reader = self.reader_for(sql, snapshot=snapshot, schema=schema)
         yield from self._read_with(reader, sql, schema, batch_rows, stop, ordered, snapshot)

@@ -25,6 +25,7 @@ from sqlfeed.io.arrow import (
     infer_schema,
     merge_schemas,
     rows_table,
+    without_hints,
 )
 from sqlfeed.io.pgtypes import libpq_message
 from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
@@ -40,6 +41,11 @@ class Source:
 
     dialect: Dialect
     label: str
+    parallel_read: bool = False
+    """Whether one read of a query already keeps every core busy (DuckDB runs a query on
+    all its threads). A static Feeder then merges adjacent partitions into queries of any
+    size; otherwise into queries no larger than its read-ahead holds, so its readers read
+    at once (a server engine runs each query on one core)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
@@ -115,7 +121,7 @@ class Source:
         inferred = infer_schema(names, sample)
         schema = merge_schemas(typed, inferred) if typed is not None else inferred
         return pa.schema(
-            [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+            [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema]
         )
 
     def read(
@@ -127,6 +133,7 @@ class Source:
         stop: threading.Event | None = None,
         ordered: bool = False,
         snapshot: str | None = None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows of ``sql`` (already validated) as record batches of ``schema``.
 
@@ -134,25 +141,32 @@ class Source:
         the engine is asked to return the rows in the same order on every read (for
         resuming a partition after its acknowledged batches). With ``snapshot`` (a
         PostgreSQL snapshot id, see :meth:`export_snapshot`), the rows are read inside it.
+        ``rows``: the planner's estimate of the rows (:attr:`Partition.estimated_rows`), a
+        hint: a reader may read a result estimated small at once instead of streaming it
+        (connectorx, see :func:`sqlfeed.io.cxread.connectorx_batches`).
+        The batches have ``schema``'s fields without its reader hints (see
+        :data:`~sqlfeed.io.arrow.READER_HINT`), whichever reader returned them.
         """
         if schema is None:
             schema = self.schema(sql)
+        out = without_hints(schema)
         if snapshot is not None and self.dialect.name != "postgres":
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
         with self._errors("partition query"):
             yielded = False
             try:
-                for batch in self._read(sql, schema, batch_rows, stop, ordered, snapshot):
+                reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
+                for batch in reads:
                     if batch.num_rows:
                         yielded = True
-                        yield conform(batch, schema)
+                        yield conform(batch, out)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
                 raise EngineError(
                     f"{self.dialect.name} returned a value that does not fit its column's "
                     f"Arrow type ({driver_message(err)}): cast the column in the query"
                 ) from None
             if not yielded:
-                yield empty_batch(schema)
+                yield empty_batch(out)
 
     def arrow(self, sql: str, *, what: str = "query", settings: tuple[str, ...] = ()) -> pa.Table:
         """A small result (aggregates, catalog look-ups) as a table, types from its values.
@@ -199,6 +213,7 @@ class Source:
         stop: threading.Event | None,
         ordered: bool,
         snapshot: str | None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         raise NotImplementedError
 

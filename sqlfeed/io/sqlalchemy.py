@@ -141,6 +141,7 @@ class SQLAlchemySource(Source):
         stop: threading.Event | None,
         ordered: bool,
         snapshot: str | None,
+        rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         with self._raw() as connection:
             setup = connection.cursor()
