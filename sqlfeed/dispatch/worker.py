@@ -437,8 +437,9 @@ class Worker:
         with self._guard:
             self._reads.add(stop)
         partition = self.spec.plan.partitions[lease.partition]
+        snapshot, rows = self.spec.snapshot, partition.estimated_rows
         reads = self.source.read(
-            partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=self.spec.snapshot
+            partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=snapshot, rows=rows
         )
         batches = rebatch(reads, self.batch_size) if self.batch_size else reads
         offset = 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from sqlfeed.plans.model import Partition
 
 __all__ = [
     "FORMATS",
+    "READ_AHEAD_BATCHES",
     "convert",
     "read_ahead",
     "rebatch",
@@ -35,7 +35,8 @@ __all__ = [
 FORMATS = ("arrow", "pandas", "numpy")
 """What a Feeder yields: ``pyarrow.RecordBatch``, pandas ``DataFrame``, dict of numpy arrays."""
 
-_QUEUE_DEPTH = 2
+READ_AHEAD_BATCHES = 2
+"""Batches each reader of :func:`read_ahead` holds ahead of the consumer."""
 _DONE = object()
 
 
@@ -73,9 +74,13 @@ def read_ahead(
 ) -> Iterator[pa.RecordBatch]:
     """Batches of ``order``'s partitions in that order, ``readers`` partitions read ahead.
 
-    Each partition is read by its own thread (and connection) into a queue of a few
-    batches; closing the iterator stops and joins the threads. An error of a reader is
-    raised here, when the consumer reaches that partition.
+    ``readers`` threads read the partitions in turn (thread ``i`` reads partitions ``i``,
+    ``i + readers``, ...), each into a queue of :data:`READ_AHEAD_BATCHES` batches, and
+    starts its next one when the consumer is done with its last: at most ``readers``
+    partitions are read at once. A thread lives for the whole read, so a source that keeps
+    a connection per thread (PostgreSQL, SQLite's ADBC reader) opens ``readers`` of them,
+    not one per partition. Closing the iterator stops and joins the threads. An error of
+    a reader is raised here, when the consumer reaches that partition.
 
     Args:
         source: where the partitions' queries run.
@@ -92,30 +97,24 @@ def read_ahead(
         The partitions' record batches.
     """
     stop = threading.Event()
-    upcoming = iter(order)
-    in_flight: deque[tuple[queue.Queue[Any], threading.Thread]] = deque()
-
-    def start_next() -> None:
-        partition = next(upcoming, None)
-        if partition is None:
-            return
-        slot: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
-        thread = threading.Thread(
-            target=_pump,
-            args=(source, partition, schema, batch_rows, slot, stop, ordered),
+    readers = max(1, min(readers, len(order)))
+    lanes = [_Lane() for _ in range(readers)]
+    threads = [
+        threading.Thread(
+            target=_read_lane,
+            args=(source, order[i::readers], schema, batch_rows, lanes[i], stop, ordered),
             daemon=True,
             name="sqlfeed-reader",
         )
+        for i in range(readers)
+    ]
+    for thread in threads:
         thread.start()
-        in_flight.append((slot, thread))
-
-    for _ in range(readers):
-        start_next()
     rows = 0
-    done = 0
     try:
-        for partition in order:
-            slot, _thread = in_flight[0]
+        for done, partition in enumerate(order, start=1):
+            lane = lanes[(done - 1) % readers]
+            slot = lane.slots.get()
             while True:
                 item = slot.get()
                 if item is _DONE:
@@ -124,16 +123,44 @@ def read_ahead(
                     raise item
                 rows += item.num_rows
                 yield item
-            in_flight.popleft()
-            done += 1
-            start_next()
+            lane.go.release()  # that reader may start its next partition
             if on_partition is not None:
                 on_partition(done, rows, partition)
     finally:
         stop.set()
-        for slot, thread in in_flight:
-            _drain(slot)
+        for lane in lanes:
+            lane.go.release()
+            while not lane.slots.empty():
+                _drain(lane.slots.get_nowait())
+        for thread in threads:
             thread.join(timeout=10)
+
+
+class _Lane:
+    """What the consumer and one reader thread exchange: the queue of each partition the
+    thread reads (in its order), and the go-ahead to start the next one."""
+
+    def __init__(self) -> None:
+        self.slots: queue.Queue[queue.Queue[Any]] = queue.Queue()
+        self.go = threading.Semaphore(1)
+
+
+def _read_lane(
+    source: Source,
+    partitions: Sequence[Partition],
+    schema: pa.Schema,
+    batch_rows: int,
+    lane: _Lane,
+    stop: threading.Event,
+    ordered: bool,
+) -> None:
+    for partition in partitions:
+        lane.go.acquire()
+        if stop.is_set():
+            return
+        slot: queue.Queue[Any] = queue.Queue(maxsize=READ_AHEAD_BATCHES)
+        lane.slots.put(slot)
+        _pump(source, partition, schema, batch_rows, slot, stop, ordered)
 
 
 def _pump(
@@ -147,7 +174,12 @@ def _pump(
 ) -> None:
     try:
         reads = source.read(
-            partition.sql, schema=schema, batch_rows=batch_rows, stop=stop, ordered=ordered
+            partition.sql,
+            schema=schema,
+            batch_rows=batch_rows,
+            stop=stop,
+            ordered=ordered,
+            rows=partition.estimated_rows,
         )
         for batch in reads:
             if not _put(slot, batch, stop):

@@ -209,6 +209,7 @@ class PartitionReader:
                     batch_rows=self.batch_rows,
                     ordered=False,
                     snapshot=self.snapshot,
+                    rows=partition.estimated_rows,
                 )
 
     def tables(self, partitions: Sequence[Partition]) -> Iterator[pa.Table]:

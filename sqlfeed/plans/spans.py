@@ -1,7 +1,8 @@
 """Spans: partitions that read positions of one ordered sequence, merged into fewer queries.
 
 A strategy whose partitions cut one ordered sequence (a Parquet file's rows, a CSV
-file's bytes, ORC stripes; a table's row ids) gives each partition a span
+file's bytes, ORC stripes; a table's row ids; MySQL/MariaDB primary-key ranges ordered by
+the key) gives each partition a span
 (:attr:`sqlfeed.plans.model.Partition.span`): the SQL template of the sequence, with the
 markers :data:`SPAN_START` and :data:`SPAN_END`, and the positions ``[start, end)`` the
 partition reads. Partitions of one template whose spans touch (``a.end == b.start``)
@@ -93,20 +94,36 @@ def merge(partitions: Sequence[Partition]) -> Partition:
     )
 
 
-def read_units(order: Sequence[Partition], shares: int) -> list[ReadUnit]:
+def read_units(
+    order: Sequence[Partition], shares: int, max_rows: int | None = None
+) -> list[ReadUnit]:
     """The queries that read ``order`` (in that order, the same rows): ``order`` cut into
     at most ``shares`` consecutive shares of about as many partitions, and in each share
-    every run of adjacent spans merged into one query."""
+    every run of adjacent spans merged into one query, of at most ``max_rows`` estimated
+    rows when given (a partition of unknown size is read alone then).
+
+    >>> t = f"SELECT * FROM t WHERE i >= {SPAN_START} AND i < {SPAN_END}"
+    >>> parts = [Partition(k, fill(t, 10 * k, 10 * k + 10), 10, span=(t, 10 * k, 10 * k + 10))
+    ...          for k in range(6)]
+    >>> [u.count for u in read_units(parts, 1, max_rows=20)]
+    [2, 2, 2]
+    """
     units: list[ReadUnit] = []
     count = len(order)
     shares = max(1, min(shares, count))
     for share in range(shares):
         run: list[Partition] = []
+        rows = 0
         for partition in order[share * count // shares : (share + 1) * count // shares]:
-            if run and not _adjacent(run[-1], partition):
+            size = partition.estimated_rows
+            if run and (
+                not _adjacent(run[-1], partition)
+                or (max_rows is not None and (size is None or rows + size > max_rows))
+            ):
                 units.append(ReadUnit(merge(run), len(run)))
-                run = []
+                run, rows = [], 0
             run.append(partition)
+            rows += size or 0
         if run:
             units.append(ReadUnit(merge(run), len(run)))
     return units
