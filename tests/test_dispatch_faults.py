@@ -421,12 +421,15 @@ def test_sqlite_a_worker_frozen_inside_a_transaction_stalls_the_others_but_fails
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_200_random_sigterms_never_hang(backend: str, make_run: Callable[..., Run]) -> None:
     """200 workers, 6 at a time, each SIGTERMed at a random moment: most within 0.4 s of
-    handling SIGTERM (reading, acknowledging, inside a queue transaction), some while
+    their first delivery (reading, acknowledging, inside a queue transaction), some while
     starting. Every one exits within the deadline, 143 once it handles SIGTERM, and gives
-    its lease back: none is left held but by a worker that reached the deadline."""
+    its lease back: none is left held but by a worker that reached the deadline. (The
+    moment counts from the first delivery, not from handling SIGTERM: how long a worker
+    takes to deliver depends on the machine's load, what it is doing when hit must not.)"""
     run = make_run(backend, partitions=240, epochs=50, ttl=30)
     rng = random.Random(3)
-    due: dict[str, float] = {}  # when each worker gets its SIGTERM (inf: 0.4 s after R)
+    due: dict[str, float] = {}  # when each worker gets its SIGTERM (inf: 0.4 s after D)
+    ready: dict[str, float] = {}  # when it handled SIGTERM (R), for one that never delivers
     sent: dict[str, float] = {}
     exits: dict[str, float] = {}
     waiting = [f"t{i}" for i in range(200)]
@@ -439,8 +442,14 @@ def test_200_random_sigterms_never_hang(backend: str, make_run: Callable[..., Ru
                 exits[name] = now
             elif name in sent:
                 assert now - sent[name] < DEADLINE_SECONDS + SLACK, f"{name} hangs"
-            elif due[name] == float("inf") and any(r[0] == "R" for r in run.log(name)):
-                due[name] = now + rng.uniform(0.0, 0.4)
+            elif due[name] == float("inf"):
+                log = [line[0] for line in run.log(name)]
+                if "R" in log:
+                    ready.setdefault(name, now)
+                if "D" in log:
+                    due[name] = now + rng.uniform(0.0, 0.4)
+                elif name in ready and now - ready[name] > 5.0:
+                    due[name] = now  # it never delivered: signal it anyway
             elif due[name] <= now:
                 _signal(process, signal.SIGTERM)
                 sent[name] = now

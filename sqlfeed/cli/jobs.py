@@ -33,8 +33,9 @@ from sqlfeed.cli.common import (
 )
 from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Lease, Worker, open_queue
 from sqlfeed.dispatch.folder import BatchFolder
-from sqlfeed.io import redact_url
+from sqlfeed.io import Source, redact_url
 from sqlfeed.plans.materialize import drop_scratch
+from sqlfeed.sql import ParsedQuery
 
 MAX_BATCH_ROWS = 2**31 - 1
 """The most rows in one batch (an Arrow record batch is not meant to hold more)."""
@@ -191,7 +192,11 @@ def _check_job_create(args: argparse.Namespace) -> None:
 def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_create(args)
     parsed = validated_query(args, dialect_for(args.db))
-    source = connect(args.db)
+    with connect(args.db) as source:  # closed on return: a DuckDB file is free again
+        _create_job(args, parsed, source, out)
+
+
+def _create_job(args: argparse.Namespace, parsed: ParsedQuery, source: Source, out: TextIO) -> None:
     plan = plan_on_db(args, parsed, source)
     try:  # the queue is made once there is a plan: a query that fails leaves no queue file
         _check_tasks(args.epochs, plan.num_partitions)
