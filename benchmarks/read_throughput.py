@@ -881,7 +881,7 @@ def _plan_sections(
                 if ("pg", query) in wanted:
                     got, note = measure_plans(
                         "postgres", source, query, text.format(table=cfg.pg_table),
-                        QUERY_STRATEGIES[query], *common, scratch="public",
+                        _strategies(query, args.strategies), *common, scratch="public",
                     )  # fmt: skip
                     cells += got
                     notes[f"postgres {query}"] = note
@@ -898,11 +898,18 @@ def _plan_sections(
                     if ("duckdb", query) in wanted:
                         got, note = measure_plans(
                             "duckdb", source, query, text.format(table=cfg.duckdb_table),
-                            QUERY_STRATEGIES[query], *common, scratch="main",
+                            _strategies(query, args.strategies), *common, scratch="main",
                         )  # fmt: skip
                         cells += got
                         notes[f"duckdb {query}"] = note
     return cells, notes
+
+
+def _strategies(query: str, wanted: Sequence[str] | None) -> tuple[str, ...]:
+    """The strategies measured for ``query``: all of :data:`QUERY_STRATEGIES`, or those
+    of ``wanted`` (``auto`` always first)."""
+    names = QUERY_STRATEGIES[query]
+    return names if wanted is None else tuple(n for n in names if n == "auto" or n in wanted)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -923,6 +930,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="partition counts for the plan costs (default: 16 64 256)",
     )  # fmt: skip
     parser.add_argument("--readers", type=int, default=2, help="sqlfeed Feeder readers (default 2)")
+    parser.add_argument(
+        "--strategies", nargs="+", default=None, metavar="NAME",
+        help="plan costs: measure auto and only these (default: every strategy of the query)",
+    )  # fmt: skip
     parser.add_argument(
         "--throughput-repeat", type=int, default=1,
         help="runs of each throughput contender, fastest kept (default 1)",

@@ -30,7 +30,7 @@ __all__ = ["COPY_SESSION", "PARSE_ROWS", "CopyOut", "copy_batches", "copy_fits"]
 COPY_SESSION = ("SET client_encoding = 'UTF8'",)
 """Session settings of a ``copy`` connection beside the shared PostgreSQL ones."""
 
-PARSE_ROWS = 8_192
+PARSE_ROWS = 4_096
 """Rows Arrow parses at a time: the server keeps sending while a block is parsed, so only
 the last block of a read is parsed after its last row arrived (a small partition's whole
 read would be, in one block of ``batch_rows``); the blocks of a batch are joined."""
