@@ -215,10 +215,13 @@ class Cost:
     rows_match: bool = False
 
 
-def _drain(source: Any, sql: str, schema: Any) -> tuple[float, float, int]:
-    """(CPU seconds of this process, all threads; wall seconds; rows) of one read."""
+def _drain(
+    source: Any, sql: str, schema: Any, estimate: int | None = None
+) -> tuple[float, float, int]:
+    """(CPU seconds of this process, all threads; wall seconds; rows) of one read (with the
+    plan's row ``estimate``, as the readers of a plan pass it)."""
     cpu, wall = time.process_time(), time.perf_counter()
-    rows = sum(batch.num_rows for batch in source.read(sql, schema=schema))
+    rows = sum(batch.num_rows for batch in source.read(sql, schema=schema, rows=estimate))
     return time.process_time() - cpu, time.perf_counter() - wall, rows
 
 
@@ -238,7 +241,8 @@ def measure_cost(fmt: str, file: str, partitions: Sequence[int]) -> list[Cost]:
             cell.plan_seconds = time.perf_counter() - start
             cell.partitions, cell.strategy, cell.estimate = (
                 plan.num_partitions, plan.strategy, plan.cost)  # fmt: skip
-            read = [_drain(source, p.sql, plan.arrow_schema()) for p in plan.partitions]
+            schema = plan.arrow_schema()
+            read = [_drain(source, p.sql, schema, p.estimated_rows) for p in plan.partitions]
             cell.one_read_cpu = one_cpu
             cell.partitions_cpu = sum(cpu for cpu, _, _ in read)
             cell.ratio = cell.partitions_cpu / max(one_cpu, 1e-9)

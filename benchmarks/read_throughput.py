@@ -543,23 +543,24 @@ QUERY_STRATEGIES = {
 }
 
 
-def _drain(source: Any, sql: str, schema: Any) -> tuple[float, int]:
-    """Read every batch of ``sql`` through ``Source.read``; return (seconds, rows)."""
+def _drain(source: Any, sql: str, schema: Any, estimate: int | None = None) -> tuple[float, int]:
+    """Read every batch of ``sql`` through ``Source.read`` (with the plan's row ``estimate``,
+    as a Feeder, a job worker or a Ray/Dask task passes it); return (seconds, rows)."""
     start = time.perf_counter()
     rows = 0
-    for batch in source.read(sql, schema=schema):
+    for batch in source.read(sql, schema=schema, rows=estimate):
         rows += batch.num_rows
     return time.perf_counter() - start, rows
 
 
 def _read_partitions(
-    source: Any, sqls: Sequence[str], schema: Any, budget: float, label: str
+    source: Any, partitions: Sequence[Any], schema: Any, budget: float, label: str
 ) -> tuple[list[float], list[int], float | None]:
     """Read the partitions one after another.
 
     Args:
         source: The sqlfeed source.
-        sqls: The partition queries.
+        partitions: The plan's partitions.
         schema: The plan's Arrow schema.
         budget: Stop once M x (mean partition time so far) exceeds this (0: never).
         label: Prefix of the progress lines.
@@ -568,12 +569,12 @@ def _read_partitions(
         (seconds per partition read, rows per partition read, estimate): ``estimate`` is
         None when all were read, else M x the mean time of those read.
     """
-    m = len(sqls)
+    m = len(partitions)
     times: list[float] = []
     rows: list[int] = []
     step = max(1, m // 4)
-    for k, sql in enumerate(sqls):
-        seconds, count = _drain(source, sql, schema)
+    for k, partition in enumerate(partitions):
+        seconds, count = _drain(source, partition.sql, schema, partition.estimated_rows)
         times.append(seconds)
         rows.append(count)
         predicted = sum(times) / len(times) * m
@@ -660,9 +661,8 @@ def measure_plans(
                     f"{label}: planned {plan.strategy}, {plan.num_partitions} partitions in "
                     f"{plan_seconds:.2f}s; partition 0: {plan.partitions[0].sql}"
                 )
-                sqls = [p.sql for p in plan.partitions]
                 times, rows, estimate = _read_partitions(
-                    source, sqls, plan.arrow_schema(), budget, label
+                    source, plan.partitions, plan.arrow_schema(), budget, label
                 )
             finally:
                 drop_scratch(plan, source)
