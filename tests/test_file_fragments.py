@@ -11,10 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import multiprocessing
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import duckdb
 import numpy as np
@@ -24,10 +26,12 @@ import pyarrow.csv as pacsv
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sqlfeed
 from sqlfeed import Feeder, InvalidArgumentError, reshard
-from sqlfeed.plans import Plan, fileplan
+from sqlfeed.plans import Plan, filemeta, fileplan
 from sqlfeed.shards import create_dataset, validate
 from sqlfeed.shards.reader import read_shard
 from tests.cli_helpers import run_cli
@@ -446,3 +450,33 @@ def test_text_files_are_not_cut_below_the_smallest_range(
     assert 1 < plan.num_partitions <= 3
     expected = as_rows(source.read_table(plan.sql, schema=plan.arrow_schema()))
     assert partition_rows(plan, source) == expected
+
+
+_LINE = st.lists(st.sampled_from(["a", ",", '""', '"a,b"']), max_size=8).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_LINE, min_size=1, max_size=80), st.integers(0, 10**6), st.integers(0, 10**6))
+def test_the_quote_scan_finds_a_newline_after_odd_quotes_across_blocks(
+    lines: list[str], first: int, second: int
+) -> None:
+    """The quote-parity scan (blocks of 64 bytes here, scanned in parallel for both
+    parities they may start with) agrees with reading the bytes one by one: on lines of
+    whole quoted values, with or without two quotes added anywhere (a value holding a
+    newline, when one lies between them)."""
+    text = "\n".join(lines)
+    if first % 3:  # two more quotes, at two places
+        i, j = sorted((first % (len(text) + 1), second % (len(text) + 1)))
+        text = text[:i] + '"' + text[i:j] + '"' + text[j:]
+    odd, expected = False, False
+    for char in text:
+        if char == '"':
+            odd = not odd
+        elif char == "\n" and odd:
+            expected = True
+            break
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "q.csv"
+        path.write_bytes(text.encode())
+        with mock.patch.object(filemeta, "_BLOCK", 64):
+            assert filemeta._scan_quotes(path, b'"', b"") == expected

@@ -75,9 +75,10 @@ def feed(plan: Any, source: Any, **options: Any) -> tuple[list[tuple[Any, ...]],
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
-def test_two_readers_read_64_partitions_of_one_file_by_two_queries(
+def test_one_query_reads_64_partitions_of_one_file(
     files: dict[str, str], source: Any, fmt: str
 ) -> None:
+    """DuckDB runs one query on every core: the two readers' shares are one query."""
     sql = f"SELECT id, x, s, d FROM {files[fmt]} WHERE k <> 3"
     plan = sqlfeed.plan(sql, source, partitions=64)
     assert plan.strategy == "fragments", plan.reason
@@ -87,8 +88,8 @@ def test_two_readers_read_64_partitions_of_one_file_by_two_queries(
     assert merged == one_each  # same rows, same order
     expected = as_rows(source.read_table(sql, schema=plan.arrow_schema()))
     assert Counter(merged) == expected
-    assert [r.queries for r in reports] == [1, 2]
-    assert [r.partitions_done for r in reports] == [32, 64]
+    assert [r.queries for r in reports] == [1]
+    assert [r.partitions_done for r in reports] == [64]
     assert single[-1].queries == 64
     assert single[-1].partitions_done == 64
 
@@ -100,7 +101,7 @@ def test_orc_stripes_merge_too(files: dict[str, str], source: Any) -> None:
     merged, reports = feed(plan, source, readers=2)
     plain, _ = feed(plan, source, readers=2, merge_reads=False)
     assert merged == plain
-    assert reports[-1].queries == 2
+    assert reports[-1].queries == 1
     assert Counter(merged) == as_rows(source.read_table(plan.sql, schema=plan.arrow_schema()))
 
 
@@ -136,7 +137,7 @@ def test_a_state_taken_inside_a_merged_read_resumes_exactly(
     first = [next(batches) for _ in range(17)]
     state = feeder.state_dict()
     rest = [batch for batch in batches]
-    assert state["partitions_done"] < 32  # inside the first merged query
+    assert state["partitions_done"] < 32  # inside the first half of the epoch
     resumed = Feeder(plan, source, state=state, merge_reads=merge_after, **options)
     again = list(resumed)
     assert [b.to_pylist() for b in again] == [b.to_pylist() for b in rest]
@@ -209,8 +210,9 @@ def test_a_rewritten_csv_is_sniffed_again(tmp_path: Path, source: Any) -> None:
 @pytest.mark.engine
 @pytest.mark.parametrize("name", ["duckdb", "sqlite", "postgres"])
 def test_physical_row_ranges_merge_between_their_open_ends(name: str) -> None:
-    """ctid pages / rowid ranges: the closed middle ranges of a reader's share run as one
-    query; the open first and last ranges (rows added after planning) stay apart."""
+    """ctid pages / rowid ranges: the closed middle ranges of a reader's share (DuckDB: of
+    the whole order) run as one query; the open first and last ranges (rows added after
+    planning) stay apart."""
     engine = get_engine(name)
     table = engine.qualify(f"mr_{uuid.uuid4().hex[:8]}")
     engine.execute(f"CREATE TABLE {table} (i INTEGER, s VARCHAR(40))")
@@ -234,14 +236,36 @@ def test_physical_row_ranges_merge_between_their_open_ends(name: str) -> None:
             capped, small = feed(plan, source, readers=2, batch_size=64, read_batch_rows=200)
         assert merged == one_each == capped  # same rows, same order
         assert Counter(merged) == Counter(engine.rows(sql))
-        assert reports[-1].queries == 4  # [first] [middles] | [middles] [last]
         assert single[-1].queries == plan.num_partitions
         if name == "duckdb":  # one DuckDB query runs on every core: merged whatever its size
-            assert small[-1].queries == 4
+            assert reports[-1].queries == small[-1].queries == 3  # [first] [middles] [last]
         else:
+            assert reports[-1].queries == 4  # [first] [middles] | [middles] [last]
             sizes = [p.estimated_rows for p in plan.partitions]
             assert all(size is not None and 0 < size <= 400 for size in sizes), sizes
             assert plan.num_partitions // 2 <= small[-1].queries < plan.num_partitions
     finally:
         engine.execute(f"DROP TABLE {table}")
         engine.commit()
+
+
+def test_a_whole_file_byte_range_is_read_as_the_file_itself(
+    files: dict[str, str], source: Any, tmp_path: Path
+) -> None:
+    """A merged byte range that is the whole CSV file as it is now runs on the file's own
+    path (DuckDB's own reader, no Python file system in between); a part of it, or a file
+    that changed size since, keeps its byte range."""
+    path = tmp_path / "whole.csv"
+    path.write_text("a,b\n1,x\n2,y\n")
+    size, header = path.stat().st_size, len("a,b\n")
+    call = "SELECT * FROM read_csv('{}', header = TRUE)"
+    whole = call.format(f"sqlfeedrange://{header}-{header}-{size}/{path}")
+    part = call.format(f"sqlfeedrange://{header}-{header}-{size - 4}/{path}")
+    local = source._local_sql(source.connection, whole)
+    assert local == call.format(path)
+    assert source._local_sql(source.connection, part) == part
+    assert source.read_table(whole).num_rows == 2
+    with path.open("a") as grown:
+        grown.write("3,z\n")
+    assert source._local_sql(source.connection, whole) == whole
+    assert source.read_table(whole).num_rows == 2  # the range planned: not the new line

@@ -143,14 +143,14 @@ class Feeder:
             when ``merge_reads`` merged several partitions into one).
         merge_reads: read adjacent partitions of the epoch's order that cut one sequence
             (row groups or byte ranges of one file, a table's physical row ranges or
-            MySQL primary-key ranges, see :mod:`sqlfeed.plans.spans`) by one
-            query each: the order is cut into ``readers`` shares of consecutive partitions
-            and each share's adjacent ones are merged, so an unshuffled read of a file
-            runs about ``readers`` queries instead of one per partition. On a server
-            engine (one core per query) a merged query holds at most what a reader reads
-            ahead (``2 x read_batch_rows`` rows, by the plan's estimates), so the readers
-            still read at once. Same rows, same order, same ``state_dict``; False: one
-            query per partition.
+            MySQL primary-key ranges, see :mod:`sqlfeed.plans.spans`) by one query each.
+            On DuckDB (one query runs on every core) all adjacent ones merge: an
+            unshuffled read of a file is one query. On a server engine (one core per
+            query) the order is cut into ``readers`` shares of consecutive partitions and
+            a merged query holds at most what a reader reads ahead (``2 x
+            read_batch_rows`` rows, by the plan's estimates), so the readers still read
+            at once. Same rows, same order, same ``state_dict``; False: one query per
+            partition.
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead
             of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
@@ -303,10 +303,11 @@ class Feeder:
         """The queries that read ``order``: adjacent spans merged (``merge_reads``)."""
         if not self.merge_reads:
             return [ReadUnit(partition, 1) for partition in order]
+        if self.source.parallel_read:  # one query already runs on every core
+            return read_units(order, 1)
         # A reader reads its next query while the consumer takes the one before, so that
-        # query must fit its read-ahead, unless one query already uses every core.
-        cap = None if self.source.parallel_read else READ_AHEAD_BATCHES * self.read_batch_rows
-        return read_units(order, self.readers, max_rows=cap)
+        # query must fit its read-ahead.
+        return read_units(order, self.readers, max_rows=READ_AHEAD_BATCHES * self.read_batch_rows)
 
     # -- resuming -------------------------------------------------------------------------
 

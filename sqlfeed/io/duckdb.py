@@ -41,6 +41,8 @@ from sqlfeed.sql import function_name
 
 _ORC = re.compile(r"read_orc\s*\(|\.orc['\"]", re.IGNORECASE)
 _CSV = re.compile(r"read_csv|\.[ct]sv['\"]", re.IGNORECASE)
+_WHOLE_RANGE = re.compile(r"'sqlfeedrange://(\d+)-(\d+)-(\d+)/((?:[^']|'')+)'")
+"""A byte-range file literal in SQL (see :func:`sqlfeed.io.ranges.range_url`)."""
 _SNIFFABLE = frozenset(
     ("delim", "sep", "quote", "escape", "header", "skip", "new_line", "dateformat",
      "timestampformat", "decimal_separator", "sample_size", "all_varchar")
@@ -121,6 +123,8 @@ class DuckDBSource(Source):
     def _local_sql(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
         """``sql`` as DuckDB runs it on ``cursor``: byte-range files readable, ``read_orc``
         calls replaced by Arrow streams registered on the cursor."""
+        if RANGE_PROTOCOL in sql:
+            sql = _WHOLE_RANGE.sub(_whole_file, sql)
         if RANGE_PROTOCOL in sql:
             with _REGISTER_LOCK:
                 if not self.connection.filesystem_is_registered(RANGE_PROTOCOL):
@@ -278,6 +282,21 @@ class DuckDBSource(Source):
                         f"duckdb failed running the partition query: {driver_message(err)}"
                     ) from None
                 yield batch
+
+
+def _whole_file(match: re.Match[str]) -> str:
+    """A byte-range file literal as its plain path when the range is the whole file as it
+    is now (the header prefix, then every byte after it): DuckDB reads the file itself,
+    without the Python file system in between; else the literal unchanged."""
+    prefix, start, end = (int(match.group(i)) for i in (1, 2, 3))
+    path = match.group(4).replace("''", "'")
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return match.group(0)  # the range's own read reports it
+    if prefix != start or end != size:
+        return match.group(0)
+    return "'" + path.replace("'", "''") + "'"
 
 
 def _csv_call(table: exp.Table) -> tuple[str, str, str] | None:

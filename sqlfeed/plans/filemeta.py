@@ -16,6 +16,7 @@ import json
 import mmap
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,8 +202,9 @@ def quoted_newlines(path: str | os.PathLike[str], quote: str, escape: str = "") 
 
 
 def _scan_quotes(path: Path, quote: bytes, escape: bytes) -> bool:
-    """Whether a newline comes after an odd number of quotes, block by block over the
-    mapped file (see :func:`_odd_newline`)."""
+    """Whether a newline comes after an odd number of quotes, over the mapped file in
+    blocks scanned by a few threads at once (numpy releases the GIL), each for both
+    parities it may start with; the blocks' parities then tell which answer holds."""
     if not quote or path.stat().st_size == 0:
         return False
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
@@ -212,20 +214,25 @@ def _scan_quotes(path: Path, quote: bytes, escape: bytes) -> bool:
             return False
         data = np.frombuffer(m, np.uint8)
         try:
-            odd = 0  # quotes before the block, mod 2
-            for start in range(0, len(data), _BLOCK):
-                found, odd = _odd_newline(data[start : start + _BLOCK], quote[0], odd)
-                if found:
-                    return True
+            blocks = [data[start : start + _BLOCK] for start in range(0, len(data), _BLOCK)]
+            workers = max(1, min(len(blocks), os.cpu_count() or 1, 4))
+            with ThreadPoolExecutor(workers) as pool:
+                scanned = list(pool.map(lambda block: _odd_newline(block, quote[0]), blocks))
         finally:
-            del data  # before the map closes
+            del data, blocks  # before the map closes
+    odd = 0  # quotes before the block, mod 2
+    for found, parity in scanned:
+        if found[odd]:
+            return True
+        odd ^= parity
     return False
 
 
-def _odd_newline(block: np.ndarray, quote: int, odd: int) -> tuple[bool, int]:
-    """Whether a newline of ``block`` comes after an odd number of quotes (``odd``: the
-    parity before it), and the parity after it: quote and newline bytes as bit masks, the
-    parity as a prefix XOR within 64-bit words and across them."""
+def _odd_newline(block: np.ndarray, quote: int) -> tuple[tuple[bool, bool], int]:
+    """Whether a newline of ``block`` comes after an odd number of quotes, when an even
+    and when an odd number came before it, and the parity of its own quotes: quote and
+    newline bytes as bit masks, the parity as a prefix XOR within 64-bit words and across
+    them."""
     if len(block) % 64:
         block = np.concatenate([block, np.zeros(64 - len(block) % 64, np.uint8)])
     quotes = np.packbits(block == quote, bitorder="little").view("<u8")
@@ -234,9 +241,11 @@ def _odd_newline(block: np.ndarray, quote: int, odd: int) -> tuple[bool, int]:
     for shift in (1, 2, 4, 8, 16, 32):
         parity ^= parity << np.uint64(shift)
     words = (np.bitwise_count(quotes) & 1).astype(np.uint8)
-    before = (np.bitwise_xor.accumulate(words) ^ words ^ odd).astype(bool)
+    before = (np.bitwise_xor.accumulate(words) ^ words).astype(bool)
     parity[before] ^= _ALL_BITS  # odd quotes in the words before: flip
-    return bool(np.any(parity & newlines)), (odd + int(words.sum())) & 1
+    even_start = bool(np.any(parity & newlines))
+    odd_start = bool(np.any(~parity & newlines))
+    return (even_start, odd_start), int(words.sum()) & 1
 
 
 def first_line_is_object(path: str | os.PathLike[str], start: int = 0) -> bool:
