@@ -335,6 +335,30 @@ def test_a_value_past_the_first_batch_that_does_not_fit_is_a_one_line_error(
     assert "\n" not in str(err.value)
 
 
+def test_a_real_in_an_integer_column_is_an_error_never_truncated(
+    source: SQLiteSource, tmp_path: Path
+) -> None:
+    """SQLite may hold 4.5 in an INTEGER column; the plan types the column int64 (its
+    sample's values), so whichever reader reads it, 4.5 is a one-line error, not 4; a
+    whole 7.0 is the integer 7."""
+    path = tmp_path / "reals.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE m (id INTEGER, x INTEGER)")
+        connection.executemany("INSERT INTO m VALUES (?, ?)", [(i, i) for i in range(50)])
+        connection.execute("INSERT INTO m VALUES (50, 7.0), (51, 4.5)")
+    connection.close()
+    schema = pa.schema([("id", pa.int64()), ("x", pa.int64())])
+    with connect(f"sqlite:///{path}") as opened:
+        assert isinstance(opened, SQLiteSource)
+        opened.readers = source.readers
+        whole = opened.read_table("SELECT id, x FROM m WHERE id <= 50 ORDER BY id", schema=schema)
+        assert whole.column("x").to_pylist() == [*range(50), 7]
+        with pytest.raises(EngineError, match="does not fit its column's Arrow type") as err:
+            opened.read_table("SELECT id, x FROM m ORDER BY id", schema=schema)
+    assert "4.5" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def _read_in_child(database: str, answers: Any) -> None:
     with connect(f"sqlite:///{database}") as opened:
         assert isinstance(opened, SQLiteSource)

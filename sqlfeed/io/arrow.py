@@ -61,9 +61,12 @@ class BatchBuilder:
 
 
 def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """``values`` as an Arrow array of ``arrow_type`` (decimals to floats where asked)."""
+    """``values`` as an Arrow array of ``arrow_type`` (decimals to floats where asked; a
+    float in an integer column only when it is whole: ``4.5`` raises, never becomes 4)."""
     if pa.types.is_null(arrow_type):
         return pa.nulls(len(values))
+    if pa.types.is_integer(arrow_type) and any(type(v) is float for v in values):
+        values = [_whole(v) for v in values]  # pyarrow would truncate 4.5 to 4 silently
     if pa.types.is_floating(arrow_type) and any(isinstance(v, decimal.Decimal) for v in values):
         values = [None if v is None else float(v) for v in values]
     if pa.types.is_list(arrow_type) and pa.types.is_floating(arrow_type.value_type):
@@ -81,6 +84,15 @@ def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
             for v in values
         ]
     return pa.array(values, type=arrow_type)
+
+
+def _whole(value: Any) -> Any:
+    """``value`` as an integer when it is a float with no fraction; other floats raise."""
+    if type(value) is not float:
+        return value
+    if not value.is_integer():
+        raise pa.ArrowInvalid(f"{value!r} is not an integer")
+    return int(value)
 
 
 def _text(value: Any) -> str:
