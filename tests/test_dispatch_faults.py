@@ -11,6 +11,7 @@ acknowledged.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import random
@@ -128,8 +129,12 @@ def _context() -> Any:
 
 
 def _signal(process: Any, signum: int) -> None:
+    """Signal a worker that may have exited. Workers are forkserver children: the fork
+    server reaps them and reports the exit code later through a pipe, so a worker whose
+    `exitcode` still reads None may already be gone."""
     if process.pid is not None and process.exitcode is None:
-        os.kill(process.pid, signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
 
 
 @pytest.fixture
