@@ -29,8 +29,12 @@ class Partition:
     index: int
     sql: str
     estimated_rows: int | None = None
-    """The planner's estimate (exact for range plans and row-number materialize plans;
-    proportional to pages or rowids for ctid plans), None if unknown."""
+    """The planner's estimate of the partition's rows, None if unknown. Exact for
+    row-number materialize plans and for Parquet/ORC fragments (from the footers); an even
+    share of the counted or catalog-estimated rows for range plans (their bounds split the
+    key's values, which need not hold equal rows); proportional to pages or rowids for
+    ctid and rowid plans and to bytes for CSV/JSON byte ranges. Readers use it only to
+    choose how to read (one whole read or a stream), never to check a result."""
     description: str = ""
     """What the partition covers, for people: ``hash bucket 3 of 16``, ``id in [10, 20)``."""
 
