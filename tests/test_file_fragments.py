@@ -480,3 +480,30 @@ def test_the_quote_scan_finds_a_newline_after_odd_quotes_across_blocks(
         path.write_bytes(text.encode())
         with mock.patch.object(filemeta, "_BLOCK", 64):
             assert filemeta._scan_quotes(path, b'"', b"") == expected
+
+
+def test_a_parquet_file_rewritten_between_reads_is_read_as_it_is_now(tmp_path: Path) -> None:
+    """Sources sqlfeed opens keep Parquet footers between queries; a file written again
+    (same name, other rows and row groups) is read afresh, by a plan made before and
+    after; a connection the user passes keeps its own settings."""
+    path = tmp_path / "t.parquet"
+    sql = f"SELECT a FROM read_parquet('{path}')"
+
+    def write(rows: int, offset: int) -> None:
+        table = pa.table({"a": pa.array(range(offset, offset + rows), pa.int64())})
+        pq.write_table(table, path, row_group_size=max(1, rows // 4))
+
+    with sqlfeed.connect("duckdb://") as source:
+        write(1000, 0)
+        first = sqlfeed.plan(sql, source, partitions=4)
+        assert sum(source.read_table(p.sql).num_rows for p in first.partitions) == 1000
+        write(40, 5000)
+        now = sqlfeed.plan(sql, source, partitions=4)
+        read = pa.concat_tables(source.read_table(p.sql) for p in now.partitions)
+        assert sorted(read.column("a").to_pylist()) == list(range(5000, 5040))
+        assert source.read_table(sql).column("a").to_pylist() == list(range(5000, 5040))
+    own = duckdb.connect()
+    with sqlfeed.connect(own):
+        setting = "SELECT current_setting('parquet_metadata_cache')"
+        assert own.execute(setting).fetchall() == [(False,)]
+    own.close()
