@@ -493,7 +493,9 @@ def test_a_parquet_file_rewritten_between_reads_is_read_as_it_is_now(tmp_path: P
         table = pa.table({"a": pa.array(range(offset, offset + rows), pa.int64())})
         pq.write_table(table, path, row_group_size=max(1, rows // 4))
 
+    setting = "SELECT current_setting('parquet_metadata_cache')"
     with sqlfeed.connect("duckdb://") as source:
+        assert source.rows(setting) == [(True,)]  # on the cursors that read partitions
         write(1000, 0)
         first = sqlfeed.plan(sql, source, partitions=4)
         assert sum(source.read_table(p.sql).num_rows for p in first.partitions) == 1000
@@ -504,6 +506,5 @@ def test_a_parquet_file_rewritten_between_reads_is_read_as_it_is_now(tmp_path: P
         assert source.read_table(sql).column("a").to_pylist() == list(range(5000, 5040))
     own = duckdb.connect()
     with sqlfeed.connect(own):
-        setting = "SELECT current_setting('parquet_metadata_cache')"
         assert own.execute(setting).fetchall() == [(False,)]
     own.close()
