@@ -65,7 +65,8 @@ from dialects import MissingDependencyError
 from sqlfeed.torch.types import LENGTHS_SUFFIX, LIST_MODES, MASK_SUFFIX
 
 if TYPE_CHECKING:
-    from sqlfeed.torch.dataset import SQLDataset, dataloader
+    from sqlfeed.torch.dataset import SQLDataset
+    from sqlfeed.torch.loader import dataloader
 
 __all__ = ["LENGTHS_SUFFIX", "LIST_MODES", "MASK_SUFFIX", "SQLDataset", "dataloader"]
 

@@ -9,14 +9,15 @@ uses). Imports torch: :mod:`sqlfeed.torch` imports this module when first used.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.fetch import _IterableDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from dialects import InvalidArgumentError, NotImplementedYetError
@@ -36,6 +37,7 @@ from sqlfeed.plans import Plan, drop_scratch_with
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.tf.types import check_options, column_mappings
 from sqlfeed.torch.convert import BatchConverter
+from sqlfeed.torch.loader import dataloader
 from sqlfeed.torch.split import even_quotas, shard_of
 from sqlfeed.torch.types import check_torch_options
 
@@ -182,6 +184,7 @@ class SQLDataset(IterableDataset[Any]):
         self.epoch, self._iterations = epoch, 0
 
     def __iter__(self) -> Iterator[Any]:
+        _refuse_collation(self, inspect.currentframe())
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
         resume, self._resume = self._resume, None
@@ -191,7 +194,7 @@ class SQLDataset(IterableDataset[Any]):
         self._iterations += 1
         if self.job is not None:
             return self._job_batches(worker, workers, epoch)
-        return self._static_batches(worker, workers, epoch, resume)
+        return self._static_batches(worker, workers, self._begin(worker, workers, epoch, resume))
 
     def _source(self) -> Source:
         if get_worker_info() is None and self._kept is not None:
@@ -219,44 +222,55 @@ class SQLDataset(IterableDataset[Any]):
         labels = {name: converted.pop(name) for name in self.labels}
         return converted, labels[self.labels[0]] if self._single_label else labels
 
-    def _static_batches(
+    def _begin(
         self, worker: int, workers: int, epoch: int, resume: dict[str, Any] | None
-    ) -> Iterator[Any]:
+    ) -> dict[str, Any]:
+        """The state this worker's iteration of ``epoch`` starts from (checked), set now:
+        a ``state_dict()`` taken before its first batch resumes the same point."""
         shard, shards = shard_of(self.rank, self.world_size, worker, workers)
-        quota = None
-        if self.counts is not None:
-            quotas = even_quotas(self.plan, self.counts, self.world_size, workers, self.batch_size)
-            quota = quotas[self.rank, worker]
-        taken = 0
-        feeder_state = None
-        if resume is not None:
+        start: dict[str, Any] = {"epoch": epoch, "shard": shard, "shards": shards,
+                                 "batches": 0, "done": False, "feeder": None}  # fmt: skip
+        if resume is not None and _consumed(resume):
             if (resume.get("shard"), resume.get("shards")) != (shard, shards):
                 raise InvalidArgumentError(
                     f"the dataset state is of share {resume.get('shard')}/{resume.get('shards')}"
                     f", this is {shard}/{shards}: restore it with the same world size and "
                     "number of DataLoader workers"
                 )
-            taken, feeder_state = int(resume["batches"]), resume["feeder"]
+            start.update(batches=int(resume["batches"]), done=bool(resume.get("done")),
+                         feeder=resume.get("feeder"))  # fmt: skip
+        self._state, self._feeder, self._rows = start, None, None
+        return start
+
+    def _static_batches(self, worker: int, workers: int, start: dict[str, Any]) -> Iterator[Any]:
+        epoch, taken = start["epoch"], start["batches"]
+        quota = None
+        if self.counts is not None:
+            quotas = even_quotas(self.plan, self.counts, self.world_size, workers, self.batch_size)
+            quota = quotas[self.rank, worker]
+        if start["done"] or (quota is not None and taken >= quota):
+            start.update(done=True, feeder=None)  # this share of the epoch was delivered
+            return
         source = self._source()
         with warnings.catch_warnings():  # the ranks' shares were checked in the constructor
             warnings.simplefilter("ignore", UnequalSharesWarning)
             feeder = Feeder(
-                self.plan, source, rank=shard, world_size=shards, batch_size=self.batch_size,
-                epochs=epoch + 1, state=feeder_state, **self.options,
+                self.plan, source, rank=start["shard"], world_size=start["shards"],
+                batch_size=self.batch_size, epochs=epoch + 1, state=start["feeder"],
+                **self.options,
             )  # fmt: skip
         self._feeder = feeder
-        self._rows = None
-        self._state = {"epoch": epoch, "shard": shard, "shards": shards, "batches": taken}
         try:
-            if quota is None or taken < quota:
-                for element, rows in self._converted(feeder, feeder.epoch(epoch)):
-                    taken += 1
-                    self._state["batches"] = taken
-                    self._rows = rows
-                    yield element
-                    if quota is not None and taken >= quota:
-                        break
-            self._state = {"epoch": epoch + 1, "shard": shard, "shards": shards, "batches": 0}
+            for element, rows in self._converted(feeder, feeder.epoch(epoch)):
+                taken += 1
+                start["batches"] = taken
+                self._rows = rows
+                yield element
+                if quota is not None and taken >= quota:
+                    break
+            # Done, not "the next epoch at its start": a DataLoader worker whose share ended
+            # early is restored to deliver nothing more in this epoch.
+            start.update(done=True, feeder=None)
             self._feeder = None
         finally:
             if source is not self._kept:
@@ -396,19 +410,18 @@ class SQLDataset(IterableDataset[Any]):
 
         ``torchdata``'s ``StatefulDataLoader`` calls it in each worker after each batch
         and keeps the state of the last batch the training loop took; its own
-        ``state_dict()`` holds them all. Static mode: the epoch, the worker's share and the
-        :class:`~sqlfeed.Feeder` state of its position.
+        ``state_dict()`` holds them all. Static mode: the epoch, the worker's share, the
+        batches it delivered in the epoch, whether that share is ``done`` (a worker whose
+        share ended before the others' is restored to deliver nothing more in the epoch)
+        and the :class:`~sqlfeed.Feeder` state of its position.
         """
         state: dict[str, Any] = {"version": STATE_VERSION}
-        if self._state is None:
-            return state | {"epoch": self.epoch + self._iterations, "batches": 0, "feeder": None}
+        if self._state is None:  # no iteration begun: the next one starts its epoch
+            epoch = self.epoch + self._iterations
+            return state | {"epoch": epoch, "batches": 0, "done": False, "feeder": None}
         state |= self._state
-        if self._feeder is not None:
-            feeder, rows = self._feeder, self._rows
-            at = None if rows is None else feeder.state_at(rows, state["epoch"])
-            state["feeder"] = feeder.state_dict() if at is None else at
-        else:
-            state.setdefault("feeder", None)
+        if self._feeder is not None and self._rows is not None:
+            state["feeder"] = self._feeder.state_at(self._rows, state["epoch"])
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -427,42 +440,6 @@ class SQLDataset(IterableDataset[Any]):
             return
         self._resume = dict(state)
         self.set_epoch(int(state["epoch"]))
-
-
-def dataloader(dataset: SQLDataset, **options: Any) -> Any:
-    """A DataLoader of ``dataset``'s batches: ``torchdata``'s ``StatefulDataLoader`` when
-    installed (``stateful=False``: torch's), with ``batch_size=None`` (batches are built
-    already). With a job and several workers, ``in_order=False``: a worker waiting for the
-    job's epoch to end must not hold back the batches of the others. With a job and worker
-    processes, the loader is a subclass of that class which notes the delivery of each
-    batch it hands out, for :meth:`SQLDataset.checkpoint`.
-
-    Args:
-        dataset: the :class:`SQLDataset`.
-        **options: passed to the DataLoader (``num_workers``, ``pin_memory``, ...);
-            ``stateful`` picks the class.
-    """
-    stateful = options.pop("stateful", True)
-    workers = options.get("num_workers", 0)
-    dataset._tagged = workers if dataset.job is not None and workers > 0 else 0
-    options.setdefault("batch_size", None)
-    if options["batch_size"] is not None:
-        raise InvalidArgumentError(
-            "the dataset's items are whole batches: the DataLoader's batch_size must be None"
-        )
-    if dataset.job is not None and options.get("num_workers", 0) > 1:
-        options.setdefault("in_order", False)
-    loader_class: Any = torch.utils.data.DataLoader
-    if stateful:
-        try:
-            from torchdata.stateful_dataloader import StatefulDataLoader
-        except ImportError:
-            pass
-        else:
-            loader_class = StatefulDataLoader
-    if dataset._tagged:
-        loader_class = _noting(loader_class)
-    return loader_class(dataset, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -487,29 +464,6 @@ class Tagged:
     def pin_memory(self) -> Tagged:
         """The same, its tensors in pinned memory (the DataLoader's ``pin_memory=True``)."""
         return dataclasses.replace(self, element=pin_memory(self.element))  # type: ignore[no-untyped-call]
-
-
-class _Noting:
-    """Mixin of a job's DataLoader with worker processes: each batch is handed to the
-    training loop untagged and noted (:meth:`SQLDataset.note`) for checkpoints."""
-
-    dataset: Any
-
-    def __iter__(self) -> Iterator[Any]:
-        note = self.dataset.note
-        for item in super().__iter__():  # type: ignore[misc]
-            yield note(item)
-
-
-_NOTING: dict[type, type] = {}
-
-
-def _noting(loader_class: type) -> type:
-    """``loader_class`` with :class:`_Noting` (one class per loader class)."""
-    if loader_class not in _NOTING:
-        name = f"Noting{loader_class.__name__}"
-        _NOTING[loader_class] = type(name, (_Noting, loader_class), {})
-    return _NOTING[loader_class]
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -567,6 +521,30 @@ def _create_job(
     finally:  # no queue connection left open for DataLoader worker processes to inherit
         if not isinstance(queue, LeaseQueue):
             lease_queue.close()
+
+
+def _refuse_collation(dataset: SQLDataset, frame: Any) -> None:
+    """Refuse a DataLoader that would batch the items again (``batch_size`` not None): it
+    would stack whole batches (e.g. shape ``[4, 1024]``) without a word. ``iter(dataset)``
+    is called by the loader's fetcher, which says whether it collates."""
+    caller = frame.f_back if frame is not None else None
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    del frame, caller
+    if (
+        isinstance(fetcher, _IterableDatasetFetcher)
+        and fetcher.dataset is dataset
+        and fetcher.auto_collation
+    ):
+        raise InvalidArgumentError(
+            "the DataLoader batches the dataset's items again, but each item is a whole "
+            "batch already: give the DataLoader batch_size=None, or use "
+            "sqlfeed.torch.dataloader(dataset, ...)"
+        )
+
+
+def _consumed(state: Mapping[str, Any]) -> bool:
+    """Whether a dataset state is past its epoch's start (so it holds a share's position)."""
+    return bool(state.get("batches") or state.get("feeder") is not None or state.get("done"))
 
 
 def _check_int(value: object, what: str, lowest: int) -> None:
