@@ -17,35 +17,21 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from dialects import Dialect, InvalidArgumentError, dialect_names
 from sqlfeed import ParsedQuery, Plan, plan
+from sqlfeed.cli.parsing import CommandParser as CommandParser  # for the command modules
 from sqlfeed.io import Source
 from sqlfeed.plans import STRATEGIES
 from sqlfeed.plans.planner import REREAD_WARNING
 from sqlfeed.sql import check_partition_count, check_stable, parse
 
-EXIT_OK = 0
-"""The command succeeded."""
-EXIT_ENGINE = 1
-"""The engine failed."""
-EXIT_BAD_INPUT = 2
-"""Bad input: one line on stderr, nothing run on the database."""
-
 Handler = Callable[[argparse.Namespace, TextIO], None]
 """A command's handler: its parsed arguments and where to print."""
-
-
-class CommandParser(argparse.ArgumentParser):
-    """argparse with sqlfeed's one-line error format (exit code 2 as well)."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print ``sqlfeed: error: MESSAGE (see 'PROG --help')`` and exit with 2."""
-        self.exit(EXIT_BAD_INPUT, f"sqlfeed: error: {message} (see '{self.prog} --help')\n")
 
 
 def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:

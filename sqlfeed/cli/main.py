@@ -10,42 +10,73 @@ their handler: :mod:`~sqlfeed.cli.query` (plan, count, sample), :mod:`~sqlfeed.c
 :mod:`~sqlfeed.cli.statistics` (stats), :mod:`~sqlfeed.cli.jobs` (job, worker),
 :mod:`~sqlfeed.cli.scratch` (scratch), :mod:`~sqlfeed.cli.shardsets` (reshard, shardset)
 and :mod:`~sqlfeed.cli.demo`; what they share is in :mod:`~sqlfeed.cli.common` and
-:mod:`~sqlfeed.cli.checks`.
+:mod:`~sqlfeed.cli.checks`; running a handler (its errors as one line) is
+:mod:`~sqlfeed.cli.run`.
+
+Start-up is cheap: this module imports only :mod:`argparse` and
+:mod:`~sqlfeed.cli.parsing`. The command modules (and the drivers, Arrow and sqlglot
+they import) are imported when their command runs: ``sqlfeed --version``, ``sqlfeed
+--help`` and an unknown command import none of them; ``sqlfeed export ...`` imports the
+export module alone. The other commands get a parser that only carries their help line
+(:data:`COMMANDS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from dialects import EngineError, SqlfeedError
 from sqlfeed import __version__
-from sqlfeed.cli import demo, export, jobs, query, scratch, shardsets, statistics
-from sqlfeed.cli.checks import (
-    cli_wording,
-    missing_module_hint,
-)
-from sqlfeed.cli.common import (
-    EXIT_BAD_INPUT,
-    EXIT_ENGINE,
-    EXIT_OK,
-    CommandParser,
-    drop_warnings,
-    flush_warnings,
-)
-from sqlfeed.cli.native import filter_native_stderr
+from sqlfeed.cli.native import filter_native_stderr, set_terminal
+from sqlfeed.cli.parsing import EXIT_BAD_INPUT, EXIT_ENGINE, EXIT_OK, CommandParser
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_ENGINE", "EXIT_OK", "build_parser", "entry_point", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BAD_INPUT",
+    "EXIT_ENGINE",
+    "EXIT_OK",
+    "build_parser",
+    "entry_point",
+    "main",
+]
 
-COMMAND_MODULES = (query, export, statistics, jobs, scratch, shardsets, demo)
-"""The command modules, in the order ``sqlfeed --help`` lists their commands."""
+COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("query", (
+        ("plan", "split a SELECT into partition queries (count, sample, partitions)"),
+        ("count", "count the rows a SELECT returns"),
+        ("sample", "print a sample of a SELECT's rows"),
+    )),
+    ("export", (("export", "write a SELECT's rows to Parquet, CSV or JSONL, in parallel"),)),
+    ("statistics", (
+        ("stats", "feature statistics of a SELECT's columns, as JSON and/or an HTML report"),
+    )),
+    ("jobs", (
+        ("job", "create, inspect or reset a job: a plan handed out to elastic workers"),
+        ("worker", "pull a job's partitions and read them (joins and leaves at any time)"),
+    )),
+    ("scratch", (("scratch", "list or drop the scratch tables of --strategy materialize"),)),
+    ("shardsets", (
+        ("reshard", "shuffle or sort a query's rows into a new shardset of a target shard size"),
+        ("shardset", "validate or describe a dataset of shardsets"),
+    )),
+    ("demo", (("demo", "run the main job end to end on an embedded DuckDB"),)),
+)  # fmt: skip
+"""Each command module of :mod:`sqlfeed.cli` and its commands with their help lines, in
+the order ``sqlfeed --help`` lists them (a test checks them against the modules' own)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``sqlfeed`` command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``sqlfeed`` command.
+
+    Args:
+        argv: the command line it will parse: only the module of the command it names is
+            imported (the other commands get a parser that only carries their help line).
+            None: every command's real parser.
+    """
     parser = CommandParser(
         prog="sqlfeed",
         description="Feed machine-learning training straight from a SQL SELECT.",
@@ -53,69 +84,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sqlfeed {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     commands.required = True
-    for module in COMMAND_MODULES:
-        module.register(commands)
+    named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for module, names in COMMANDS:
+        if named is None or any(name == named for name, _ in names):
+            importlib.import_module(f"sqlfeed.cli.{module}").register(commands)
+        else:
+            for name, helptext in names:
+                commands.add_parser(name, help=helptext, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit code."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    stream = out or sys.stdout
-    drop_warnings()
-    code = _run(args, stream)
-    if code == EXIT_OK:
-        flush_warnings()
-    else:
-        drop_warnings()  # a failed command prints its one error line alone
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    runner = importlib.import_module("sqlfeed.cli.run")
+    code: int = runner.run_command(args, out or sys.stdout)
     return code
 
 
-def _run(args: argparse.Namespace, stream: TextIO) -> int:
-    """Run the command's handler: its exit code, every error turned into one stderr line."""
-    try:
-        args.handler(args, stream)
-    except EngineError as err:
-        _say(f"sqlfeed: engine error: {_one_line(err)}")
-        return EXIT_ENGINE
-    except SqlfeedError as err:
-        _say(f"sqlfeed: error: {cli_wording(_one_line(err), getattr(args, 'flag_names', {}))}")
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        _say("sqlfeed: interrupted")
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
-    except ImportError as err:  # a driver or extra the command needs is not installed
-        _say(f"sqlfeed: error: {missing_module_hint(err)}")
-        return EXIT_BAD_INPUT
-    except OSError as err:  # a local file or folder that cannot be read or written
-        where = f"{err.filename}: " if err.filename else ""
-        _say(f"sqlfeed: error: {where}{err.strerror or _one_line(err)}")
-        return EXIT_ENGINE
-    except Exception as err:  # a bug: still one line, unless SQLFEED_DEBUG asks for more
-        if os.environ.get("SQLFEED_DEBUG"):
-            raise
-        _say(
-            f"sqlfeed: internal error: {type(err).__name__}: {_one_line(err)} "
-            "(a bug: please report it; SQLFEED_DEBUG=1 shows the traceback)"
-        )
-        return EXIT_ENGINE
-    return EXIT_OK
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def _one_line(err: BaseException) -> str:
-    """The error's message on one line (drivers' messages may span several)."""
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def entry_point() -> None:
-    """The console script (native libraries' panic reports kept off stderr)."""
-    filter_native_stderr()
+    """The console script (native libraries' panic reports kept off stderr).
+
+    Whether stderr is a terminal is decided before the filter puts a pipe there: the
+    progress bars draw on the terminal itself (see :func:`~sqlfeed.cli.native.set_terminal`).
+    """
+    set_terminal(filter_native_stderr())
     sys.exit(main())

@@ -6,6 +6,10 @@ stack backtrace when ``RUST_BACKTRACE`` is set) straight to file descriptor 2, b
 sqlfeed turns the panic into its one-line error. Python cannot silence that hook, so the
 console script routes descriptor 2 through a pipe and drops those reports: the user sees
 sqlfeed's own line and nothing else. ``SQLFEED_DEBUG=1`` leaves stderr alone.
+
+A pipe is not a terminal, and the filter passes on whole lines only: so whether stderr is
+a terminal is decided before the filter, and a progress bar draws on the terminal itself
+(:func:`terminal`), beside the pipe.
 """
 
 from __future__ import annotations
@@ -16,8 +20,31 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
+from typing import TextIO
 
-__all__ = ["drop_panic_reports", "filter_native_stderr"]
+__all__ = ["drop_panic_reports", "filter_native_stderr", "set_terminal", "terminal"]
+
+_TERMINAL: list[TextIO | None] = []
+"""The terminal the console script found on stderr (see :func:`set_terminal`)."""
+
+
+def set_terminal(stream: TextIO | None) -> None:
+    """Say where the progress bars draw: the terminal stderr was before
+    :func:`filter_native_stderr` replaced it with a pipe, or None (no terminal)."""
+    _TERMINAL[:] = [stream]
+
+
+def terminal() -> TextIO | None:
+    """The terminal progress bars may draw on, or None.
+
+    What :func:`set_terminal` said (the console script); otherwise ``sys.stderr`` if it
+    is a terminal (the command line run in-process, as by tests).
+    """
+    if _TERMINAL:
+        return _TERMINAL[0]
+    isatty = getattr(sys.stderr, "isatty", None)
+    return sys.stderr if isatty is not None and isatty() else None
+
 
 _PANIC_START = "panicked at "
 _PANIC_END = "note: "
@@ -58,19 +85,24 @@ def drop_panic_reports(lines: Iterable[str]) -> Iterator[str]:
     yield from ["\n"] * held
 
 
-def filter_native_stderr() -> None:
+def filter_native_stderr() -> TextIO | None:
     """Route file descriptor 2 through :func:`drop_panic_reports` for this process.
 
     The filter runs in a daemon thread; at exit the original descriptor is put back and
     what is still in the pipe is written out.
+
+    Returns:
+        The terminal descriptor 2 was, as a stream that bypasses the filter (for progress
+        bars), or None when it was no terminal.
     """
     if os.environ.get("SQLFEED_DEBUG"):
-        return
+        return terminal()
     try:
+        is_terminal = os.isatty(2)
         original = os.dup(2)
         read_end, write_end = os.pipe()
     except OSError:
-        return  # no descriptor 2 (or none to spare): nothing to filter
+        return None  # no descriptor 2 (or none to spare): nothing to filter
     sys.stderr.flush()
     os.dup2(write_end, 2)
     os.close(write_end)
@@ -90,3 +122,6 @@ def filter_native_stderr() -> None:
         thread.join(timeout=2)
 
     atexit.register(restore)
+    if not is_terminal:
+        return None
+    return os.fdopen(os.dup(original), "w", encoding="utf-8", errors="replace", buffering=1)

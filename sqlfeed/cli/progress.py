@@ -1,62 +1,119 @@
-"""A small progress bar for the command line (on a terminal only)."""
+"""Progress bars for the command line, drawn by `rich <https://rich.readthedocs.io>`_ on a
+terminal only.
+
+The console script routes stderr through a filter pipe (:mod:`sqlfeed.cli.native`), so a
+bar cannot ask ``sys.stderr.isatty()``: it draws on the terminal that
+:func:`sqlfeed.cli.native.terminal` names (decided before the pipe was put in place), and
+draws nothing when there is none (output to a file, a pipe or a CI log).
+"""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from sqlfeed.cli.native import terminal
+
+__all__ = ["PercentBar", "ProgressBar", "human"]
+
 
 class ProgressBar:
-    """``[#####.....] 12/64 partitions  1.2M rows  0.5M rows/s`` on stderr, if a terminal."""
+    """``━━━━━━━━╺━━━━━━ 12/64 partitions  1.2M rows  0.5M rows/s  0:00:03`` on the terminal.
+
+    Args:
+        total: the number of steps; 0: not known in advance (a count of steps done).
+        what: what a step is, shown after the count.
+        stream: where to draw (default: the terminal, if there is one; a stream that is
+            not a terminal: no bar).
+    """
 
     def __init__(self, total: int, what: str = "partitions", stream: TextIO | None = None) -> None:
-        self.total = total
         self.what = what
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.stream = terminal() if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = isatty is not None and bool(isatty())
         self.started = time.perf_counter()
         self.done = 0
         self.rows = 0
+        self._total = total
+        self._progress: Progress | None = None
+        self._task = TaskID(0)
+        if self.enabled:
+            console = Console(file=self.stream, force_terminal=True, highlight=False)
+            self._progress = Progress(*self._columns(), console=console, refresh_per_second=5)
+            self._task = self._progress.add_task(what, total=total or None, rows="", rate="")
+            self._progress.start()
+
+    def _columns(self) -> tuple[BarColumn | TextColumn | TimeElapsedColumn, ...]:
+        count = "{task.completed}/{task.total}" if self._total else "{task.completed}"
+        return (
+            BarColumn(bar_width=30),
+            TextColumn(count + " {task.description}"),
+            TextColumn("{task.fields[rows]}"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+        )
+
+    @property
+    def total(self) -> int:
+        """The number of steps (0: not known)."""
+        return self._total
+
+    @total.setter
+    def total(self, value: int) -> None:
+        self._total = value
+        if self._progress is not None:
+            self._progress.update(self._task, total=value or None)
 
     def update(self, done: int, rows: int) -> None:
         """Show ``done`` steps of ``total`` and ``rows`` rows so far."""
         self.done, self.rows = done, rows
-        if not self.enabled:
+        if self._progress is None:
             return
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        if not self.total:  # the number of steps is not known in advance
-            self.stream.write(f"\r{done} {self.what} done ({elapsed:.1f}s)")
-            self.stream.flush()
-            return
-        width = 30
-        filled = width * done // self.total
-        self.stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.what}  "
-            f"{_human(rows)} rows  {_human(rows / elapsed)} rows/s"
+        self._progress.update(
+            self._task,
+            completed=done,
+            rows=f"{human(rows)} rows" if rows else "",
+            rate=f"{human(rows / elapsed)} rows/s" if rows else "",
         )
-        self.stream.flush()
 
     def close(self) -> None:
-        """End the bar's line."""
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        """Draw the bar once more as it ends, and leave it on its own line."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
 
 class PercentBar(ProgressBar):
-    """``[#####.....] 45% sort``: a phase only DuckDB's estimate measures."""
+    """``━━━━━━━━╺━━━━━━  45% sort``: a phase only DuckDB's estimate measures."""
+
+    def _columns(self) -> tuple[BarColumn | TextColumn | TimeElapsedColumn, ...]:
+        return (
+            BarColumn(bar_width=30),
+            TextColumn("{task.percentage:>3.0f}% {task.description}"),
+            TimeElapsedColumn(),
+        )
 
     def update(self, done: int, rows: int) -> None:
         """Show ``done`` percent (``rows`` is ignored)."""
-        if self.enabled:
-            filled = 30 * min(done, 100) // 100
-            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done:3d}% {self.what}")
-            self.stream.flush()
+        self.done = done
+        if self._progress is not None:
+            self._progress.update(self._task, completed=min(done, 100))
 
 
-def _human(value: float) -> str:
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= size:
+def human(value: float) -> str:
+    """``value`` in three significant figures or so: ``999``, ``57.5k``, ``1.0M``.
+
+    >>> [human(v) for v in (0, 999, 999_949, 999_950, 1_000_000, 57_512, 2.5e9)]
+    ['0', '999', '999.9k', '1.0M', '1.0M', '57.5k', '2.5G']
+    """
+    if round(value) < 1000:
+        return f"{value:.0f}"
+    for unit, size in (("k", 1e3), ("M", 1e6), ("G", 1e9)):
+        if round(value / size, 1) < 1000 or unit == "G":
             return f"{value / size:.1f}{unit}"
-    return f"{value:.0f}"
+    raise AssertionError("unreachable")

@@ -35,7 +35,7 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     """Add the ``stats`` command."""
     parser = commands.add_parser(
         "stats",
-        help="feature statistics of a SELECT's columns, as JSON (and an HTML report)",
+        help="feature statistics of a SELECT's columns, as JSON and/or an HTML report",
         description=(
             "Per column: row and NULL counts, distinct count, min, max, mean, variance and "
             "quantile boundaries (numeric), top-k vocabulary with counts (categorical). "

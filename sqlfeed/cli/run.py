@@ -1,0 +1,73 @@
+"""Running a parsed command: its handler, and every way it can fail as one stderr line.
+
+Imported by :mod:`sqlfeed.cli.main` once a command was parsed (``--version``, ``--help``
+and usage errors never load it, nor what it imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TextIO
+
+from dialects import EngineError, SqlfeedError
+from sqlfeed.cli.checks import cli_wording, missing_module_hint
+from sqlfeed.cli.common import drop_warnings, flush_warnings
+from sqlfeed.cli.parsing import EXIT_BAD_INPUT, EXIT_ENGINE, EXIT_OK
+
+__all__ = ["run_command"]
+
+
+def run_command(args: argparse.Namespace, stream: TextIO) -> int:
+    """Run the command's handler; its exit code. The warnings gathered meanwhile are
+    printed when it succeeds; a failed command prints its one error line alone."""
+    drop_warnings()
+    code = _run(args, stream)
+    if code == EXIT_OK:
+        flush_warnings()
+    else:
+        drop_warnings()
+    return code
+
+
+def _run(args: argparse.Namespace, stream: TextIO) -> int:
+    """Run the command's handler: its exit code, every error turned into one stderr line."""
+    try:
+        args.handler(args, stream)
+    except EngineError as err:
+        _say(f"sqlfeed: engine error: {_one_line(err)}")
+        return EXIT_ENGINE
+    except SqlfeedError as err:
+        _say(f"sqlfeed: error: {cli_wording(_one_line(err), getattr(args, 'flag_names', {}))}")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        _say("sqlfeed: interrupted")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except ImportError as err:  # a driver or extra the command needs is not installed
+        _say(f"sqlfeed: error: {missing_module_hint(err)}")
+        return EXIT_BAD_INPUT
+    except OSError as err:  # a local file or folder that cannot be read or written
+        where = f"{err.filename}: " if err.filename else ""
+        _say(f"sqlfeed: error: {where}{err.strerror or _one_line(err)}")
+        return EXIT_ENGINE
+    except Exception as err:  # a bug: still one line, unless SQLFEED_DEBUG asks for more
+        if os.environ.get("SQLFEED_DEBUG"):
+            raise
+        _say(
+            f"sqlfeed: internal error: {type(err).__name__}: {_one_line(err)} "
+            "(a bug: please report it; SQLFEED_DEBUG=1 shows the traceback)"
+        )
+        return EXIT_ENGINE
+    return EXIT_OK
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (drivers' messages may span several)."""
+    return " ".join(str(err).split()) or type(err).__name__
