@@ -22,10 +22,12 @@ from sqlfeed.cli.common import (
     plan_on_db,
     positive,
     validated_query,
+    warn,
     write_json,
 )
 from sqlfeed.cli.progress import ProgressBar
 from sqlfeed.feed import EXPORT_FORMATS, export
+from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans.materialize import drop_scratch
 
 MAX_READERS = 256
@@ -77,7 +79,10 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
             "file (.parquet, .csv, .jsonl) or a folder of part files, one per partition "
             "(a name without an extension; other extensions are refused unless --as is "
             "given). The output appears atomically: written aside, renamed into place when "
-            "done. A --strategy materialize scratch table is dropped when the export ends."
+            "done. A --strategy materialize scratch table is dropped when the export ends. "
+            "Repeated column names (SELECT * over a join) are made unique as DuckDB does "
+            "(id, id_1). CSV and JSONL show durations as ISO 8601 text (P1DT2H), binary "
+            "values as \\x and hex digits, and CSV lists, structs and maps as JSON text."
         ),
     )
     add_target(parser, dialect=False)
@@ -105,6 +110,8 @@ def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
     parsed = validated_query(args, dialect_for(args.db))
     with connect(args.db) as source:
         plan = plan_on_db(args, parsed, source)
+        if renamed := renamed_columns(plan.columns, plan.arrow_schema()):
+            warn(renamed)
         bar = ProgressBar(plan.num_partitions)
         try:
             summary = export(

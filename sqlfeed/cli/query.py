@@ -24,7 +24,9 @@ from sqlfeed.cli.common import (
     write_table,
 )
 from sqlfeed.feed import unequal_shares
+from sqlfeed.feed.textout import shown
 from sqlfeed.io import redact_url
+from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans.prepare import notes
 from sqlfeed.sql import SAMPLE_METHODS, complete_orders
 
@@ -76,7 +78,11 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     sample = commands.add_parser(
         "sample",
         help="print a sample of a SELECT's rows",
-        description="Run the query's sample query (see 'plan') and print the rows.",
+        description=(
+            "Run the query's sample query (see 'plan') and print the rows. Durations are "
+            "ISO 8601 text (P1DT2H), binary values \\x and hex digits; in CSV, lists, "
+            "structs and maps are JSON text. Repeated column names are made unique (id_1)."
+        ),
     )
     add_target(sample, dialect=False)
     sample.add_argument("--rows", type=int, default=10, metavar="N", help="at most N rows")
@@ -108,6 +114,8 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
     document: dict[str, Any]
     if args.db:
         planned = plan_on_db(args, parsed)
+        if renamed := renamed_columns(planned.columns, planned.arrow_schema()):
+            warn(renamed)
         document = planned.to_dict()
         document.pop("schema", None)
         statements = [p.sql for p in planned.partitions]
@@ -199,10 +207,16 @@ def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
         sample = query(None)  # a method the engine lacks is refused before connecting
         with connect(args.db) as source:
             table = source.read_table(sample)
+        names: list[str | None] | None = parsed.output_names
     else:
         with connect(args.db) as source:
-            table = source.read_table(query(source.output_columns(parsed)))
-    write_table(table, args.format, out)
+            columns = source.output_columns(parsed)
+            table = source.read_table(query(columns))
+            names = list(columns)
+    if renamed := renamed_columns(names, table.schema):
+        warn(renamed)
+    # durations as ISO 8601 text, binary as \x hex, CSV lists and structs as JSON text
+    write_table(shown(table, csv=args.format == "csv"), args.format, out)
 
 
 def check_sample_method(method: str, fraction: float | None, flag: str = "--fraction") -> None:

@@ -4,18 +4,21 @@
 ``sqlfeed_<unix time>_<hex>`` in the ``--scratch`` schema. ``export`` drops its table when
 done and ``job delete`` drops its job's; a plan printed by ``sqlfeed plan`` keeps its
 table for the partitions to read, and a killed run may leave one behind: these commands
-list them (with their age, and their size and rows where the engine tells) and drop
-them by name, all at once, or those older than a duration. Nothing but sqlfeed's own
+list them (with their age, their rows, counted, and their size where the engine tells)
+and drop them by name, all at once, or those older than a duration. Nothing but sqlfeed's own
 scratch tables is ever dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import re
 import time
 from typing import Any, TextIO
+
+from sqlglot import exp
 
 from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import connect
@@ -46,7 +49,7 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
             "--strategy materialize runs the query once into a table named "
             f"{SCRATCH_PREFIX}<unix time>_<hex> in the --scratch schema. export and job "
             "delete drop theirs; a plan keeps its table for its partitions. List them with "
-            "their age (and size and rows where the engine tells), drop them by name, all, "
+            "their age, rows (counted) and size (where the engine tells), drop them by name, all, "
             "or those older than a duration. Only sqlfeed's own tables are ever dropped."
         ),
     )
@@ -116,7 +119,7 @@ def _check_schema(args: argparse.Namespace) -> None:
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
     _check_schema(args)
     with connect(args.db) as source:
-        tables = list_scratch(source, args.schema)
+        tables = [_counted(source, t) for t in list_scratch(source, args.schema)]
     now = time.time()
     if args.format == "json":
         write_json(out, [_as_dict(t, now) for t in tables], indent=2)
@@ -184,6 +187,15 @@ def _cmd_drop(args: argparse.Namespace, out: TextIO) -> None:
                   f"{', '.join(doomed)}\n")  # fmt: skip
     else:
         out.write(f"no scratch table to drop in {args.schema}\n")
+
+
+def _counted(source: Any, table: ScratchTable) -> ScratchTable:
+    """``table`` with its rows counted: a catalog's estimate is stale (PostgreSQL's
+    ``reltuples`` is unknown until the table is analyzed, InnoDB's is a guess), and a
+    scratch table is read in one scan."""
+    name = exp.table_(exp.to_identifier(table.name), db=exp.to_identifier(table.schema))
+    sql = f"SELECT COUNT(*) FROM {source.dialect.sql(name)}"
+    return dataclasses.replace(table, rows=int(source.scalar(sql, what="scratch table count")))
 
 
 def _as_dict(table: ScratchTable, now: float) -> dict[str, Any]:

@@ -7,6 +7,7 @@ no half-written file or folder under the final name.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -22,7 +23,9 @@ import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError
 from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.feed.textout import shown, shown_schema
 from sqlfeed.io import Source
+from sqlfeed.io.arrow import without_hints
 from sqlfeed.plans.model import Plan
 from sqlfeed.shards.paths import remove_path, replace_path
 
@@ -45,6 +48,9 @@ def export(
 
     ``out`` ending in ``.parquet``, ``.csv`` or ``.jsonl`` is one file; anything else is
     a folder with one ``part-NNNNN.<format>`` file per partition (written in parallel).
+    CSV and JSONL show durations, intervals and binary values as text, and CSV lists,
+    structs and maps as JSON text (see :mod:`sqlfeed.feed.textout`). The files carry the
+    plan's column names (repeated names made unique) and none of its reader hints.
 
     Args:
         plan: what to export.
@@ -72,6 +78,7 @@ def export(
         raise InvalidArgumentError(f"the folder {target.parent} does not exist")
     temporary = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     schema = plan.arrow_schema() or source.schema(plan.sql)
+    check_writable(schema, fmt)  # before anything runs
     try:
         if single_file:
             rows = _write_file(plan, source, temporary, fmt, schema, readers, on_partition)
@@ -148,11 +155,43 @@ def _write_folder(
     return state["rows"]
 
 
-class _writer:
-    """A context manager yielding ``write(batch)`` for one output file."""
+def check_writable(schema: pa.Schema, fmt: str) -> None:
+    """Refuse, before anything runs, a column the format cannot hold (naming it, and the
+    formats that can): an empty file of each column is written in memory.
 
-    def __init__(self, path: Path, fmt: str, schema: pa.Schema) -> None:
-        self.path, self.fmt, self.schema = path, fmt, schema
+    Raises:
+        InvalidArgumentError: a column ``fmt`` cannot hold.
+    """
+    if _writes(schema, fmt):
+        return
+    for field in schema:
+        if not _writes(pa.schema([field]), fmt):
+            others = [f for f in EXPORT_FORMATS if f != fmt and _writes(pa.schema([field]), f)]
+            can = f"write it as {' or '.join(others)}, or " if others else ""
+            raise InvalidArgumentError(
+                f"column {field.name!r} ({field.type}) cannot be written to {fmt}: {can}"
+                "cast it in the query"
+            )
+
+
+def _writes(schema: pa.Schema, fmt: str) -> bool:
+    """Whether a file of ``fmt`` can hold columns of ``schema``."""
+    out = without_hints(schema)
+    try:
+        with _writer(io.BytesIO(), fmt, out) as write:
+            write(pa.RecordBatch.from_arrays([pa.nulls(1, f.type) for f in out], schema=out))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+    return True
+
+
+class _writer:
+    """A context manager yielding ``write(batch)`` for one output file (``schema``'s
+    reader hints left out; CSV and JSONL values shown as :mod:`sqlfeed.feed.textout`
+    says)."""
+
+    def __init__(self, path: Path | io.BytesIO, fmt: str, schema: pa.Schema) -> None:
+        self.path, self.fmt, self.schema = path, fmt, without_hints(schema)
         self._close: Callable[[], None] = lambda: None
 
     def __enter__(self) -> Callable[[pa.RecordBatch], None]:
@@ -162,15 +201,22 @@ class _writer:
             write: Callable[[pa.RecordBatch], None] = parquet.write_batch
             return write
         if self.fmt == "csv":
-            csv = pacsv.CSVWriter(self.path, self.schema)
+            csv = pacsv.CSVWriter(self.path, shown_schema(self.schema, csv=True))
             self._close = csv.close
-            write_csv: Callable[[pa.RecordBatch], None] = csv.write_batch
+
+            def write_csv(batch: pa.RecordBatch) -> None:
+                csv.write_batch(shown(batch, csv=True))
+
             return write_csv
-        handle = open(self.path, "w", encoding="utf-8")
+        handle = (
+            io.TextIOWrapper(self.path, encoding="utf-8")
+            if isinstance(self.path, io.BytesIO)
+            else open(self.path, "w", encoding="utf-8")
+        )
         self._close = handle.close
 
         def write_jsonl(batch: pa.RecordBatch) -> None:
-            for row in batch.to_pylist():
+            for row in shown(batch, csv=False).to_pylist():
                 handle.write(json.dumps(row, default=str, ensure_ascii=False))
                 handle.write("\n")
 

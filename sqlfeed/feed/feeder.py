@@ -38,6 +38,7 @@ from sqlfeed.feed.batches import (
 )
 from sqlfeed.feed.state import Cursor, Position, check_state, feed_state
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
+from sqlfeed.io.arrow import without_hints
 from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.model import Partition, Plan, fragment_order
 from sqlfeed.plans.planner import plan as make_plan
@@ -220,7 +221,10 @@ class Feeder:
         self.merge_reads = merge_reads
         self.queries = 0
         """Partition queries this feeder ran (all epochs)."""
-        self.schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
+        self.read_schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
+        """The plan's schema with the reader hints its partitions are read by."""
+        self.schema: pa.Schema = without_hints(self.read_schema)
+        """The schema of every batch (the reader hints left out)."""
         self.worker: LeasedPartitions | None = (
             None if leased is None else leased(self.plan, self.source)
         )
@@ -275,7 +279,7 @@ class Feeder:
         batches = read_ahead(
             self.source,
             [unit.partition for unit in units],
-            schema=self.schema,
+            schema=self.read_schema,
             readers=self.readers,
             batch_rows=self.read_batch_rows,
             on_partition=report,

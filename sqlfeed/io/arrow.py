@@ -29,8 +29,10 @@ __all__ = [
     "infer_type",
     "iterate_rows",
     "merge_schemas",
+    "renamed_columns",
     "rows_table",
     "to_arrow_array",
+    "unique_names",
     "without_hints",
 ]
 
@@ -173,6 +175,47 @@ def without_hints(schema: pa.Schema) -> pa.Schema:
         kept = {k: v for k, v in (field.metadata or {}).items() if not k.startswith(READER_HINT)}
         fields.append(field.with_metadata(kept) if kept else field.remove_metadata())
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def unique_names(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every repeated column name made unique as DuckDB does: the first
+    ``id`` keeps its name, the next ones become ``id_1``, ``id_2``... (skipping names the
+    query already has). A ``SELECT *`` over a join repeats names, and a file, a data frame
+    or a dict of features cannot hold two columns of one name."""
+    names = schema.names
+    if len(set(names)) == len(names):
+        return schema
+    taken = set(names)
+    seen: set[str] = set()
+    fields = []
+    for field in schema:
+        name = field.name
+        if name in seen:
+            k = 1
+            while f"{name}_{k}" in taken:
+                k += 1
+            name = f"{name}_{k}"
+            taken.add(name)
+            field = field.with_name(name)
+        seen.add(name)
+        fields.append(field)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def renamed_columns(names: Sequence[str | None] | None, schema: pa.Schema | None) -> str:
+    """One line saying which of the query's output ``names`` :func:`unique_names` renamed
+    in ``schema`` (empty when none was), with the fix."""
+    if names is None or schema is None:
+        return ""
+    pairs = [
+        f"{a} -> {b}" for a, b in zip(names, schema.names, strict=False) if a is not None and a != b
+    ]
+    if not pairs:
+        return ""
+    return (
+        f"the query returns repeated column names, made unique as DuckDB does: "
+        f"{', '.join(pairs)} (name them with AS in the SELECT to choose)"
+    )
 
 
 def _hinted(field: pa.Field) -> bool:

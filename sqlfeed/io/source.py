@@ -25,6 +25,7 @@ from sqlfeed.io.arrow import (
     infer_schema,
     merge_schemas,
     rows_table,
+    unique_names,
     without_hints,
 )
 from sqlfeed.io.pgtypes import libpq_message
@@ -110,18 +111,19 @@ class Source:
         """The Arrow schema of the query's rows, derived once for all its partitions.
 
         From the driver's column types where it reports them; the rest from a sample of
-        rows (a column with no value in the sample is read as text).
+        rows (a column with no value in the sample is read as text). Repeated column names
+        (``SELECT *`` over a join) are made unique (:func:`~sqlfeed.io.arrow.unique_names`).
         """
         parsed = self.parse(query)
         with self._errors("schema query"):
             names, typed = self._describe(schema_sql(parsed))
             if typed is not None and not any(pa.types.is_null(f.type) for f in typed):
-                return typed
+                return unique_names(typed)
             sample = self._rows(sample_sql(parsed, SCHEMA_SAMPLE_ROWS, columns=names))
         inferred = infer_schema(names, sample)
         schema = merge_schemas(typed, inferred) if typed is not None else inferred
-        return pa.schema(
-            [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+        return unique_names(
+            pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema])
         )
 
     def read(

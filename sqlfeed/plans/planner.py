@@ -36,6 +36,7 @@ from typing import Any
 
 from dialects import InvalidArgumentError
 from sqlfeed.io import connect
+from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans import fragments, materialize, physical
 from sqlfeed.plans import hash as hash_strategy
 from sqlfeed.plans import range as range_strategy
@@ -135,6 +136,8 @@ def plan(
     reason += notes(ready.tiebreaks, sizing.capped, sizing.m, len(built), chosen, sizing.note)
     if chosen == "fragments":
         reason += fragments.notes(context)  # what stayed whole, and why
+    if renamed := renamed_columns(columns, schema):
+        reason += "; " + renamed
     cost = scan_cost(chosen, len(built))
     if strategy == "auto" and cost > REREAD_WARNING:
         reason += rereads(cost)

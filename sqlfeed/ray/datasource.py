@@ -16,6 +16,7 @@ import pyarrow as pa
 from dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS
+from sqlfeed.io.arrow import without_hints
 from sqlfeed.plans import Partition, Plan, drop_scratch_with
 
 __all__ = ["dataset", "datasource", "group_partitions"]
@@ -50,7 +51,7 @@ def _datasource_class() -> Any:
             self.plan = plan
             self.reader = reader
             self.num_blocks = num_blocks
-            self.schema = reader.arrow_schema()
+            self.schema = without_hints(reader.arrow_schema())  # what the batches have
             self.row_bytes = _row_bytes(self.schema)
             # Ray before the schema moved out of BlockMetadata (2.4x) wants it there too.
             names = {f.name for f in dataclasses.fields(block_metadata)}
