@@ -9,12 +9,19 @@ from ``BackupAndRestore``'s ``training_metadata.json``; without one, the newest 
 the rest of the epoch is exactly the rows the model had not seen. With a job's feed, each
 save records the checkpoint in the job's ledger instead, and the restore rewinds the job
 to it (see :mod:`sqlfeed.dispatch.ledger`). Keras is imported when the callback is made.
+
+A restored ``fit`` starts with the rest of an epoch, and Keras takes the number of steps
+of every epoch from the first one when the dataset's cardinality is unknown (as a feed's
+is): the later epochs would be cut to that rest. At the end of that first epoch the
+callback makes Keras count the next epoch's steps again (:func:`_recount_steps`).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +95,12 @@ def _callback_class() -> Any:
             self.rewind = rewind
             self.path = directory / STATE_FILE
             self._epoch = self._steps = self._since_save = self._last_batch = 0
+            self._partial = False
+            """This fit began inside an epoch (restored): its first epoch is a rest."""
 
         def on_train_begin(self, logs: Any = None) -> None:
             entry = _entry_to_restore(self.path, self.directory / _KERAS_METADATA, self.save_freq)
+            self._partial = entry is not None and self.save_freq != "epoch"
             if entry is not None:
                 self.feed.load_state_dict(entry["feed"], rewind=self.rewind)
 
@@ -110,6 +120,9 @@ def _callback_class() -> Any:
                 self._save([self._epoch, batch], self._steps)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if self._partial:  # the next epochs are whole: Keras must not cut them to this
+                self._partial = False
+                _recount_steps(keras)
             if self.save_freq == "epoch":
                 self._save([epoch + 1, 0], None)
 
@@ -129,6 +142,35 @@ def _callback_class() -> Any:
 
     _CLASS.append(_FeedCheckpoint)
     return _FeedCheckpoint
+
+
+def _recount_steps(keras: Any) -> None:
+    """Make the running ``fit`` count the steps of its next epoch again.
+
+    Keras (3) sets its epoch iterator's number of batches from the first epoch that runs
+    out of data when the dataset's cardinality is unknown, and stops every later epoch
+    there. After a restore the first epoch was the rest of one, so the count goes back to
+    what the dataset says (unknown): the next epoch runs to its end. The iterator is a
+    local of ``fit``, found on the stack; without it, a warning says the fix.
+    """
+    try:
+        from keras.src.trainers.epoch_iterator import EpochIterator
+    except ImportError:  # pragma: no cover - another Keras
+        EpochIterator = None
+    frame = inspect.currentframe()
+    while frame is not None and EpochIterator is not None:
+        iterator = frame.f_locals.get("epoch_iterator")
+        if isinstance(iterator, EpochIterator) and hasattr(iterator, "_num_batches"):
+            iterator._num_batches = iterator.data_adapter.num_batches
+            return
+        frame = frame.f_back
+    del frame
+    warnings.warn(
+        f"sqlfeed.tf.FeedCheckpoint: Keras {keras.__version__} may cut the epochs after the "
+        "restored one to its length; pass fit(steps_per_epoch=...) to keep them whole",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _entries(path: Path) -> list[dict[str, Any]]:
