@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from dialects import InvalidArgumentError
 from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import kinds_of, positions, scale_exponent
+from stats.pushdown import innermost, kinds_of, positions, scale_exponent
 from stats.units import PER_SECOND, unit_of
 
 __all__ = ["StatsAccumulator", "accumulate"]
@@ -404,17 +404,23 @@ class StatsAccumulator:
         self.kinds = kinds_of(schema, self.spec)
         self.rows = 0
         self.columns: dict[str, _Numeric | _Categorical] = {}
+        self.depths: dict[str, int] = {}
+        """List columns are described by their innermost values: the list depth of each."""
         for field in schema:
             kind = self.kinds[field.name]
+            element, depth = innermost(field.type)
+            self.depths[field.name] = depth
             if kind == "numeric":
-                self.columns[field.name] = _Numeric(field.type)
+                self.columns[field.name] = _Numeric(element)
             elif kind == "categorical":
-                self.columns[field.name] = _Categorical(field.type)
+                self.columns[field.name] = _Categorical(element)
 
     def update(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
         for name, column in self.columns.items():
             values = batch.column(name)
+            for _ in range(self.depths[name]):  # a list's elements (a NULL list has none)
+                values = pc.list_flatten(values)
             if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
                 # views have no filter kernel
                 values = values.cast(pa.binary() if pa.types.is_binary_view(values.type)
@@ -433,6 +439,8 @@ class StatsAccumulator:
         columns = {name: c.result(name, self.spec) for name, c in self.columns.items()}
         for name, stats in columns.items():
             stats.label = name == self.spec.label
+            if self.depths[name]:
+                stats.arrow_type, stats.elements = str(self.schema.field(name).type), True
         return FeatureStats(columns, self.rows, method, dialect=dialect, sql=sql,
                             label=self.spec.label)  # fmt: skip
 

@@ -2,7 +2,17 @@
 
 Numeric columns become ``Normalization`` (mean and variance) or ``Discretization``
 (the quantile boundaries); categorical columns become ``StringLookup`` or
-``IntegerLookup`` with the top-k vocabulary (values outside it map to the OOV index 0).
+``IntegerLookup`` with the top-k vocabulary (values outside it map to the OOV index 0;
+when the top k leave rows out, a warning says how many and that a larger
+``StatsSpec(top_k=...)`` keeps them).
+
+Each layer takes the tensor :mod:`sqlfeed.tf` feeds for its column (:mod:`stats.fed`):
+a string, JSON or uuid column its text, a binary column its bytes (``StringLookup``), an
+integer, bool, date or time column its int64 (``IntegerLookup``), a list column the
+``tf.RaggedTensor`` of its elements, whose statistics these are (a lookup or
+``Discretization``; ``Normalization`` takes no ragged tensor). A column the feed refuses
+(struct, map, interval) or that a layer cannot take (a lookup over floats) is refused
+with the reason.
 
 Date and timestamp columns are numbers too, as :mod:`sqlfeed.tf` feeds them: a date as
 int64 days since 1970-01-01, a timestamp as int64 ticks of ``time_unit`` since 1970 (give
@@ -14,11 +24,15 @@ exact for dates.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
+import numpy as np
+
 from dialects import InvalidArgumentError, MissingDependencyError
+from stats.fed import NUMBER_KINDS, TICK_KINDS, fed_kind, fed_value
 from stats.model import ColumnStats, FeatureStats
-from stats.units import DAYS, PER_SECOND, to_units, unit_of
+from stats.units import PER_SECOND, unit_of
 
 __all__ = ["to_keras"]
 
@@ -38,12 +52,18 @@ def to_keras(
         columns: which columns (default: every described column but the label).
         numeric: ``normalize`` (Normalization) or ``discretize`` (Discretization).
         include_label: also build a layer for the label column.
-        time_unit: the unit timestamps are fed in (``s``, ``ms``, ``us`` or ``ns``, as
-            ``time_unit`` of :func:`sqlfeed.tf.dataset`); dates are always days.
+        time_unit: the unit timestamps, times and durations are fed in (``s``, ``ms``,
+            ``us`` or ``ns``, as ``time_unit`` of :func:`sqlfeed.tf.dataset`); dates are
+            always days.
+
+    Warns:
+        UserWarning: a vocabulary leaves values out (they map to the OOV index): the share
+            of the column's values left out, and the ``top_k`` that keeps them.
 
     Raises:
         InvalidArgumentError: a column without the statistics its layer needs (an all-NULL
-            column has no mean; an empty vocabulary makes no lookup).
+            column has no mean; an empty vocabulary makes no lookup), or whose fed tensor
+            no layer here takes (the reason, in one line).
     """
     try:
         from keras import layers
@@ -61,28 +81,49 @@ def to_keras(
     built: dict[str, Any] = {}
     for name in names:
         column = stats[name]
+        if column.kind == "skip":
+            continue
+        kind, depth = fed_kind(column.arrow_type)
+        if kind is None:
+            raise InvalidArgumentError(
+                f"column {name!r} is {column.arrow_type}, which sqlfeed.tf does not feed: "
+                "leave it out (columns=[...]) or select its fields or a cast in the query"
+            )
         if column.kind == "numeric":
-            built[name] = _numeric_layer(layers, column, numeric, time_unit)
-        elif column.kind == "categorical":
-            built[name] = _lookup_layer(layers, column)
+            built[name] = _numeric_layer(layers, column, kind, depth, numeric, time_unit)
+        else:
+            built[name] = _lookup_layer(layers, column, kind, time_unit)
     return built
 
 
-def _numeric_layer(layers: Any, column: ColumnStats, numeric: str, time_unit: str) -> Any:
-    unit = unit_of(column.arrow_type)
-    factor = 1.0  # from the statistics' unit to the fed one
-    if unit is not None and unit != DAYS:
-        factor = PER_SECOND[time_unit] / PER_SECOND[unit]
+def _numeric_layer(
+    layers: Any, column: ColumnStats, kind: str, depth: int, numeric: str, time_unit: str
+) -> Any:
+    if kind not in NUMBER_KINDS:
+        raise InvalidArgumentError(
+            f"column {column.name!r} is fed as {kind}, not a number: describe it as "
+            "categorical (StatsSpec(kinds=...)) or leave it out"
+        )
     if numeric == "discretize":
-        boundaries = sorted({b * factor for b in _numbers(column, unit)})
+        numbers = {_number(b, kind, time_unit) for b in column.boundaries}
+        boundaries = sorted(n for n in numbers if n is not None)
         if not boundaries:
             raise InvalidArgumentError(f"column {column.name!r} has no numeric boundaries")
         return layers.Discretization(bin_boundaries=boundaries, name=f"{column.name}_buckets")
+    if depth:
+        raise InvalidArgumentError(
+            f"column {column.name!r} is a list, fed as a ragged tensor, which Normalization "
+            "cannot take: use numeric='discretize' or describe it as categorical"
+        )
     if column.mean is None or column.variance is None:
         raise InvalidArgumentError(
-            f"column {column.name!r} has no mean/variance (all NULL or non-finite, or a time "
-            "column whose engine cannot average it): use numeric='discretize' or leave it out"
+            f"column {column.name!r} has no mean/variance (all NULL or non-finite, a time of "
+            "day or duration, or a time column whose engine cannot average it): use "
+            "numeric='discretize' or leave it out"
         )
+    factor = 1.0  # from the statistics' unit (microseconds) to the fed one
+    if unit_of(column.arrow_type) is not None and kind == "timestamp":
+        factor = PER_SECOND[time_unit] / PER_SECOND["us"]
     return layers.Normalization(
         mean=column.mean * factor,
         variance=column.variance * factor * factor,
@@ -90,24 +131,48 @@ def _numeric_layer(layers: Any, column: ColumnStats, numeric: str, time_unit: st
     )
 
 
-def _numbers(column: ColumnStats, unit: str | None) -> list[float]:
-    """The finite boundaries as numbers (dates and timestamps in the statistics' unit)."""
-    out = []
-    for bound in column.boundaries:
-        if isinstance(bound, bool):
-            continue
-        if unit is not None and not isinstance(bound, int | float):
-            out.append(float(to_units(bound, unit)))
-        elif isinstance(bound, int | float) and math.isfinite(bound):
-            out.append(float(bound))
-    return out
+def _number(bound: Any, kind: str, time_unit: str) -> float | None:
+    """A boundary as the number fed (dates in days, times in ``time_unit``), or None for
+    a bound that is not finite."""
+    if bound is None or isinstance(bound, bool):
+        return None
+    if kind in TICK_KINDS:
+        return float(fed_value(bound, kind, time_unit))
+    if isinstance(bound, int | float) and math.isfinite(bound):
+        return float(bound)
+    return None
 
 
-def _lookup_layer(layers: Any, column: ColumnStats) -> Any:
-    vocabulary = [v for v in column.vocabulary if v is not None]
+def _lookup_layer(layers: Any, column: ColumnStats, kind: str, time_unit: str) -> Any:
+    if kind in ("float", "decimal"):
+        raise InvalidArgumentError(
+            f"column {column.name!r} is fed as a {kind} number, which no lookup takes: "
+            "describe it as numeric, or cast it to an integer or text in the query"
+        )
+    fed = [fed_value(v, kind, time_unit) for v in column.vocabulary if v is not None]
+    vocabulary = list(dict.fromkeys(fed))  # a layer refuses repeats
     if not vocabulary:
         raise InvalidArgumentError(f"column {column.name!r} has an empty vocabulary")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in vocabulary):
-        return layers.IntegerLookup(vocabulary=vocabulary, name=f"{column.name}_lookup")
-    return layers.StringLookup(vocabulary=[str(v) for v in vocabulary],
-                               name=f"{column.name}_lookup")  # fmt: skip
+    _warn_left_out(column)
+    name = f"{column.name}_lookup"
+    if kind in ("string", "binary"):  # the bytes the feed gives: a str is UTF-8 encoded
+        # as objects: a NumPy string array would drop trailing NUL bytes (b"\x00" -> "")
+        return layers.StringLookup(vocabulary=np.array(vocabulary, dtype=object), name=name)
+    return layers.IntegerLookup(vocabulary=vocabulary, name=name)
+
+
+def _warn_left_out(column: ColumnStats) -> None:
+    """Warns when the vocabulary leaves values out (they become the OOV index 0)."""
+    present = column.count - column.nulls
+    if column.other_count <= 0 or present <= 0:
+        return
+    what = "elements" if column.elements else "non-NULL values"
+    keep = column.distinct if column.distinct else len(column.vocabulary) + 1
+    warnings.warn(
+        f"column {column.name!r}: the vocabulary of the top {len(column.vocabulary)} values "
+        f"leaves {column.other_count:,} of {present:,} {what} "
+        f"({column.other_count / present:.1%}) out, as [UNK]: compute the statistics with "
+        f"StatsSpec(top_k={keep}) (or stats --top-k {keep}) to keep them",
+        UserWarning,
+        stacklevel=4,  # the caller of to_keras
+    )

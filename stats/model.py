@@ -11,10 +11,12 @@ import datetime as dt
 import decimal
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dialects import InvalidArgumentError
+from stats.fed import decode_binary, encode_binary, fed_kind
 
 __all__ = ["KINDS", "STATS_FORMAT_VERSION", "ColumnStats", "FeatureStats", "StatsSpec"]
 
@@ -108,6 +110,10 @@ class ColumnStats:
     histogram: list[int] = field(default_factory=list)
     """Counts per bucket between the boundaries (numeric), for the report."""
     label: bool = False
+    elements: bool = False
+    """A list column's statistics are of its elements (innermost values, as the feeds give
+    them in a ragged tensor): ``count``, ``nulls``, vocabulary and quantiles count elements,
+    a NULL or empty list has none."""
 
     @property
     def null_rate(self) -> float:
@@ -147,7 +153,10 @@ class FeatureStats:
             "sql": self.sql,
             "sample_rows": self.sample_rows,
             "label": self.label,
-            "columns": {name: _jsonable(asdict(c)) for name, c in self.columns.items()},
+            "columns": {
+                name: _jsonable(_binary(asdict(c), encode_binary))
+                for name, c in self.columns.items()
+            },
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -164,7 +173,9 @@ class FeatureStats:
                 f"statistics format version {data.get('version')!r} is not "
                 f"{STATS_FORMAT_VERSION}; recompute them with this sqlfeed"
             )
-        columns = {name: ColumnStats(**c) for name, c in data["columns"].items()}
+        columns = {
+            name: ColumnStats(**_binary(c, decode_binary)) for name, c in data["columns"].items()
+        }
         return cls(
             columns=columns,
             rows=data["rows"],
@@ -181,8 +192,24 @@ class FeatureStats:
             return cls.from_dict(json.load(handle))
 
 
+_VALUES = ("min", "max", "boundaries", "vocabulary")
+
+
+def _binary(column: dict[str, Any], code: Callable[[Any], Any]) -> dict[str, Any]:
+    """A binary column's values encoded for JSON, or decoded from it (other columns as
+    they are)."""
+    if fed_kind(str(column.get("arrow_type", "")))[0] != "binary":
+        return column
+    out = dict(column)
+    for key in _VALUES:
+        value = out.get(key)
+        out[key] = [code(v) for v in value] if isinstance(value, list) else code(value)
+    return out
+
+
 def _jsonable(value: Any) -> Any:
-    """Dates, decimals and numpy scalars as JSON values (dates as ISO text)."""
+    """Dates, decimals and numpy scalars as JSON values (dates as ISO text, durations as
+    microseconds)."""
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -191,7 +218,9 @@ def _jsonable(value: Any) -> Any:
         return float(value)
     if isinstance(value, dt.date | dt.datetime | dt.time):
         return value.isoformat()
-    if isinstance(value, bytes):
+    if isinstance(value, dt.timedelta):  # a duration: its microseconds
+        return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if isinstance(value, bytes):  # only in columns that are not binary (see _binary)
         return value.decode("utf-8", "replace")
     if hasattr(value, "item"):  # numpy scalars
         return value.item()

@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import Dialect, get_dialect
+from dialects import Dialect, UnsupportedError, get_dialect
 from stats.grouped import Counted, Grouped, grouped_sql, read_grouped
 from stats.model import ColumnStats, FeatureStats, StatsSpec
 from stats.sqlvalues import (
@@ -51,7 +51,7 @@ from stats.sqlvalues import (
 )
 from stats.units import unit_of
 
-__all__ = ["Runner", "compute_pushdown", "kinds_of", "positions", "scale_exponent"]
+__all__ = ["Runner", "compute_pushdown", "innermost", "kinds_of", "positions", "scale_exponent"]
 
 Runner = Callable[[str], pa.Table]
 """Runs one query and returns its rows (``stats`` never imports the readers itself)."""
@@ -62,16 +62,18 @@ _SCALE_LIMIT = 1000
 
 
 def kinds_of(schema: pa.Schema, spec: StatsSpec) -> dict[str, str]:
-    """Each column's kind: from the spec, else from its Arrow type."""
+    """Each column's kind: from the spec, else from its Arrow type (a list's: from its
+    elements')."""
     kinds = {}
     for field in schema:
         kind = spec.kinds.get(field.name)
         if kind is None:
+            element = innermost(field.type)[0]
             numeric = (
-                pa.types.is_integer(field.type)
-                or pa.types.is_floating(field.type)
-                or pa.types.is_decimal(field.type)
-                or (pa.types.is_temporal(field.type) and not pa.types.is_interval(field.type))
+                pa.types.is_integer(element)
+                or pa.types.is_floating(element)
+                or pa.types.is_decimal(element)
+                or (pa.types.is_temporal(element) and not pa.types.is_interval(element))
             )
             kind = "numeric" if numeric else "categorical"
         kinds[field.name] = kind
@@ -191,8 +193,12 @@ def compute_pushdown(
     dialect: str | Dialect = "duckdb",
     method: str = "pushdown",
     progress: Callable[[str], None] | None = None,
+    read: Runner | None = None,
 ) -> FeatureStats:
     """Statistics of ``relation_sql``'s columns, computed by the engine.
+
+    A list column is described by its elements (``ColumnStats.elements``), from the
+    relation unnested (PostgreSQL, DuckDB; elsewhere refused).
 
     Args:
         relation_sql: a SELECT whose output column names are distinct.
@@ -202,6 +208,10 @@ def compute_pushdown(
         dialect: the engine.
         method: recorded in the result (``pushdown``, or ``sample`` over a sample query).
         progress: called with the name of each step.
+        read: runs the grouped statement, whose rows hold the columns' values: it must
+            return them as the feeds read them (e.g. a PostgreSQL ``jsonb`` as its JSON
+            text, not a driver's dict), so that a vocabulary holds the values fed
+            (default: ``run``).
     """
     spec = spec or StatsSpec()
     spec.check_columns(schema.names)
@@ -209,16 +219,63 @@ def compute_pushdown(
     query = _Query(relation_sql, engine)
     kinds = kinds_of(schema, spec)
     described = [f for f in schema if kinds[f.name] != "skip"]
-    numeric = [query.numeric(f) for f in described if kinds[f.name] == "numeric"]
-    categorical = [f for f in described if kinds[f.name] == "categorical"]
+    lists = [f for f in described if _is_list(f.type)]
+    scalars = [f for f in described if not _is_list(f.type)]
+    numeric = [query.numeric(f) for f in scalars if kinds[f.name] == "numeric"]
+    categorical = [f for f in scalars if kinds[f.name] == "categorical"]
     say = progress or (lambda step: None)
 
     say("counts, minima and maxima")
-    rows, result = _first_scan(query, described, numeric, kinds, spec.label, run)
+    rows, result = _first_scan(query, scalars, numeric, kinds, spec.label, run)
     say("value counts: distinct counts, vocabularies, quantiles, histograms, moments")
-    _grouped_scan(query, numeric, categorical, result, spec, run)
-    return FeatureStats(result, rows, method, dialect=engine.name, sql=relation_sql,
+    _grouped_scan(query, numeric, categorical, result, spec, read or run)
+    for field in lists:
+        say(f"elements of list column {field.name}")
+        result[field.name] = _elements(query, field, kinds[field.name], spec, run, read)
+    ordered = {f.name: result[f.name] for f in described}
+    return FeatureStats(ordered, rows, method, dialect=engine.name, sql=relation_sql,
                         label=spec.label)  # fmt: skip
+
+
+def _is_list(arrow_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list_view(arrow_type)
+        or pa.types.is_large_list_view(arrow_type)
+    )  # fmt: skip
+
+
+def innermost(arrow_type: pa.DataType) -> tuple[pa.DataType, int]:
+    """A list type's innermost value type and its list depth (a scalar type and 0)."""
+    depth = 0
+    while _is_list(arrow_type):
+        arrow_type, depth = arrow_type.value_type, depth + 1
+    return arrow_type, depth
+
+
+def _elements(
+    query: _Query, field: pa.Field, kind: str, spec: StatsSpec, run: Runner, read: Runner | None
+) -> ColumnStats:
+    """The statistics of a list column's innermost values, as the feeds give them."""
+    element, depth = innermost(field.type)
+    name, engine = field.name, query.engine
+    value: exp.Expr = query.column(name)
+    if engine.name == "duckdb":
+        for _ in range(depth - 1):  # the inner levels flattened, the outer one unnested
+            value = exp.Anonymous(this="flatten", expressions=[value])
+    elif engine.name != "postgres" or depth > 1:  # PostgreSQL's unnest flattens every level
+        raise UnsupportedError(
+            f"statistics of list column {name!r} need its elements, which sqlfeed unnests in "
+            f"SQL on PostgreSQL and DuckDB only: use method='accumulate' or leave it out"
+        )
+    unnested = exp.Unnest(expressions=[value]).as_(exp.to_identifier(name, quoted=True))
+    sql = query.select([unnested])
+    sub = StatsSpec(kinds={name: kind}, label=spec.label if spec.label == name else None,
+                    buckets=spec.buckets, top_k=spec.top_k)  # fmt: skip
+    found = compute_pushdown(sql, pa.schema([pa.field(name, element)]), run, sub,
+                             dialect=engine, read=read).columns[name]  # fmt: skip
+    found.arrow_type, found.elements = str(field.type), True
+    return found
 
 
 def _first_scan(

@@ -13,8 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
+from sqlglot import exp
+
 from dialects import InvalidArgumentError
 from sqlfeed.io import Source, connect
+from sqlfeed.io.arrow import without_hints
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.planner import plan as make_plan
@@ -71,15 +75,15 @@ def compute_stats(
     schema = src.schema(parsed)
     if method == "accumulate":
         return _accumulate(parsed, src, schema, spec, readers, progress, plan_options)
-    relation = relation_sql(parsed, columns=columns)
+    relation = _json_as_text(src, relation_sql(parsed, columns=columns), columns)
     sampled = None
     if method == "sample":
         if sample_rows is None and fraction is None:
             raise InvalidArgumentError("method='sample' needs sample_rows and/or fraction")
-        relation = sample_sql(
+        relation = _json_as_text(src, sample_sql(
             parsed, sample_rows, method=sample_method, fraction=fraction, seed=seed,
             columns=columns,
-        )  # fmt: skip
+        ), columns)  # fmt: skip
         sampled = sample_rows
     result = compute_pushdown(
         relation,
@@ -89,10 +93,45 @@ def compute_stats(
         dialect=src.dialect,
         method=method,
         progress=progress,
+        read=lambda sql: _read_values(src, sql),
     )
     result.sql = parsed.sql
     result.sample_rows = sampled
     return result
+
+
+_JSON_TYPES = frozenset({114, 199})
+"""PostgreSQL ``json`` and ``json[]``: no equality operator, so no GROUP BY."""
+
+
+def _json_as_text(src: Source, relation: str, columns: list[str]) -> str:
+    """The relation with PostgreSQL ``json`` columns as their text (exactly the text the
+    feeds give for them, as psycopg's text loader reads it), which can be grouped."""
+    if src.dialect.name != "postgres":
+        return relation
+    types = src.column_types(relation)  # type: ignore[attr-defined]
+    if not set(types) & _JSON_TYPES:
+        return relation
+    inner = exp.Subquery(
+        this=exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect),
+        alias=exp.TableAlias(this=exp.to_identifier("_stats_json")),
+    )
+    outputs = []
+    for name, oid in zip(columns, types, strict=True):
+        column: exp.Expr = exp.column(exp.to_identifier(name, quoted=True))
+        if oid in _JSON_TYPES:
+            column = exp.cast(column, exp.DataType.Type.TEXT)
+        outputs.append(column.as_(exp.to_identifier(name, quoted=True)))
+    return src.dialect.sql(exp.select(*outputs).from_(inner))
+
+
+def _read_values(src: Source, sql: str) -> pa.Table:
+    """The rows of a statistics query read as the feeds read a query's rows (the same
+    readers and conversions), so that its values are the values fed: a PostgreSQL
+    ``jsonb`` as its JSON text, a ``uuid`` as text, an ``interval`` as a duration."""
+    schema = src.schema(sql)
+    batches = list(src.read(sql, schema=schema))
+    return pa.Table.from_batches(batches, schema=without_hints(schema))
 
 
 def _accumulate(

@@ -1,0 +1,225 @@
+"""Statistics are in the feeds' own representation: the Keras layers built from them work on
+the tensors :mod:`sqlfeed.tf` feeds, for every Arrow type the readers produce, on every
+engine and by every statistics method.
+
+For each column of a table of many types (few distinct values each, no NULL, so every
+value is in the top-k vocabulary): either the tf feed takes it, and a layer from
+``to_keras`` applied to the fed tensor maps no value to the out-of-vocabulary index
+(lookups), standardizes it (Normalization) or puts it in the buckets the statistics'
+histogram counts (Discretization); or the tf feed refuses it, and so does ``to_keras``,
+in one line. The torch feed gives the same values as the vocabulary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sqlfeed
+from sqlfeed import InvalidArgumentError, StatsSpec
+from sqlfeed.tf.types import column_mappings
+from stats.fed import fed_kind, fed_value
+from stats.keras import to_keras
+from tests.engines import Engine
+
+tf = pytest.importorskip("tensorflow")
+
+pytestmark = pytest.mark.engine
+
+TABLE = "fed_types"
+ROWS = 48
+
+DDL = {
+    "duckdb": [
+        f"""CREATE OR REPLACE TABLE {TABLE} AS SELECT i::INTEGER AS id,
+            (i % 4)::TINYINT AS tiny, (i % 4)::UBIGINT AS ubig, (i % 4)::HUGEINT AS huge,
+            ((i % 4) * 0.5)::DECIMAL(6, 1) AS dec, ((i % 4) * 0.5)::FLOAT AS f4,
+            ((i % 4) * 0.5)::DOUBLE AS f8, i % 2 = 0 AS flag, 'c' || (i % 4) AS txt,
+            ('b' || (i % 3))::BLOB AS bytes, DATE '2020-01-01' + (i % 5)::INTEGER AS day,
+            TIMESTAMP '2020-01-01' + to_hours((i % 5)::BIGINT) AS ts,
+            TIMESTAMPTZ '2020-01-01 00:00:00+00' + to_hours((i % 5)::BIGINT) AS tstz,
+            TIMESTAMP_NS '2020-01-01' + to_hours((i % 5)::BIGINT) AS ts_ns,
+            TIME '01:00:00' + to_minutes((i % 5)::BIGINT) AS tod,
+            to_days((i % 4)::INTEGER) AS span,
+            ('00000000-0000-0000-0000-00000000000' || (i % 3))::UUID AS uid,
+            json_object('v', i % 3) AS js, ('e' || (i % 3))::ENUM('e0', 'e1', 'e2') AS mood,
+            ['t' || (i % 2), 't1'] AS tags, [i % 3, 7] AS nums,
+            [['a' || (i % 2)], ['b']] AS nested, {{'x': i % 2}} AS rec,
+            MAP {{'k': i % 2}} AS mp
+        FROM range({ROWS}) r(i)"""
+    ],
+    "postgres": [
+        f"""CREATE TABLE {TABLE} AS SELECT i AS id, (i % 4)::smallint AS small,
+            (i % 4)::bigint AS big, ((i % 4) * 0.5)::numeric(6, 1) AS dec,
+            ((i % 4) * 0.5)::numeric AS num, ((i % 4) * 0.5)::real AS f4,
+            ((i % 4) * 0.5)::float8 AS f8, i % 2 = 0 AS flag, 'c' || (i % 4) AS txt,
+            ('c' || (i % 4))::varchar(10) AS vc, ('c' || (i % 4))::char(4) AS ch,
+            ('b' || (i % 3))::bytea AS bytes, DATE '2020-01-01' + (i % 5) AS day,
+            TIMESTAMP '2020-01-01' + make_interval(hours => i % 5) AS ts,
+            TIMESTAMPTZ '2020-01-01 00:00+00' + make_interval(hours => i % 5) AS tstz,
+            make_time(1, i % 5, 0) AS tod, make_interval(days => i % 4) AS span,
+            md5((i % 3)::text)::uuid AS uid, jsonb_build_object('v', i % 3, 'w', 'x') AS jb,
+            json_build_object('v', i % 3, 'w', 'x') AS js,
+            ARRAY['t' || (i % 2), 't1'] AS tags, ARRAY[i % 3, 7] AS nums,
+            ARRAY[(i % 2) * 0.5, 1.5]::float8[] AS fnums,
+            ((i % 3)::numeric)::money AS cash, ('10.0.0.' || (i % 3))::inet AS ip
+        FROM generate_series(0, {ROWS - 1}) i"""
+    ],
+    "mysql": [
+        f"""CREATE TABLE {TABLE} (id INT, tiny TINYINT, ubig BIGINT UNSIGNED,
+            `dec` DECIMAL(6, 1), f4 FLOAT, f8 DOUBLE, flag BOOLEAN,
+            txt VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, bytes VARBINARY(20),
+            day DATE, ts DATETIME(6), tod TIME(6), js JSON, mood ENUM('e0', 'e1', 'e2'),
+            yr YEAR, bits BIT(8), uid UUID)""",
+        f"""INSERT INTO {TABLE} SELECT seq, seq % 4, seq % 4, (seq % 4) * 0.5,
+            (seq % 4) * 0.5, (seq % 4) * 0.5, seq % 2 = 0, CONCAT('c', seq % 4),
+            CONCAT('b', seq % 3), DATE '2020-01-01' + INTERVAL (seq % 5) DAY,
+            TIMESTAMP '2020-01-01 00:00:00' + INTERVAL (seq % 5) HOUR,
+            MAKETIME(1, seq % 5, 0), JSON_OBJECT('v', seq % 3), ELT(seq % 3 + 1, 'e0', 'e1', 'e2'),
+            2000 + seq % 3, seq % 3, CONCAT('00000000-0000-0000-0000-00000000000', seq % 3)
+            FROM seq_0_to_{ROWS - 1}""",
+    ],
+    "sqlite": [
+        f"""CREATE TABLE {TABLE} (id INTEGER, n INTEGER, r REAL, txt TEXT, bytes BLOB,
+            num NUMERIC, flag BOOLEAN, day DATE, ts TIMESTAMP, js TEXT)""",
+        f"""INSERT INTO {TABLE} WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s
+            WHERE i < {ROWS - 1}) SELECT i, i % 4, (i % 4) * 0.5, 'c' || (i % 4),
+            CAST('b' || (i % 3) AS BLOB), (i % 4) * 0.5, i % 2 = 0,
+            date('2020-01-01', '+' || (i % 5) || ' days'),
+            datetime('2020-01-01', '+' || (i % 5) || ' hours'), json_object('v', i % 3)
+            FROM s""",
+    ],
+}
+"""Per engine, a table of the types its readers produce (each with a few distinct values)."""
+
+METHODS = ["pushdown", "sample", "accumulate"]
+_tables: set[str] = set()
+
+
+def typed_query(engine: Engine) -> str:
+    if engine.name not in _tables:
+        engine.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        for sql in DDL[engine.name]:
+            engine.execute(sql)
+        engine.commit()
+        _tables.add(engine.name)
+    return f"SELECT * FROM {engine.qualify(TABLE)}"
+
+
+def statistics(source: Any, query: str, method: str) -> sqlfeed.FeatureStats:
+    options: dict[str, Any] = {"sample_rows": 10 * ROWS} if method == "sample" else {}
+    return sqlfeed.compute_stats(query, source, method=method, spec=StatsSpec(), **options)
+
+
+def fed_columns(schema: Any) -> tuple[list[str], dict[str, str]]:
+    """The columns the tf feed takes, and the one-line refusal of each other column."""
+    taken, refused = [], {}
+    for name in schema.names:
+        try:
+            column_mappings(schema, features=[name])
+        except InvalidArgumentError as err:
+            refused[name] = str(err)
+        else:
+            taken.append(name)
+    return taken, refused
+
+
+def layer_for(stats: sqlfeed.FeatureStats, name: str) -> tuple[Any, str | None]:
+    """The layer to_keras builds (normalize, else discretize), or its one-line refusal."""
+    try:
+        return to_keras(stats, [name])[name], None
+    except InvalidArgumentError as first:
+        if stats[name].kind != "numeric":
+            return None, str(first)
+        try:
+            return to_keras(stats, [name], numeric="discretize")[name], None
+        except InvalidArgumentError as second:
+            return None, str(second)
+
+
+def flat(tensor: Any) -> np.ndarray:
+    values = tensor.flat_values if isinstance(tensor, tf.RaggedTensor) else tensor
+    return np.asarray(values).reshape(-1)
+
+
+def check_layer(stats: sqlfeed.ColumnStats, layer: Any, fed: Any) -> None:
+    """The layer applied to the fed tensor does what its statistics promise."""
+    out = flat(layer(fed))
+    kind = fed_kind(stats.arrow_type)[0]
+    assert kind is not None
+    if "lookup" in layer.name:
+        assert len(out)
+        assert (out > 0).all(), (
+            f"{stats.name} ({stats.arrow_type}): {int((out == 0).sum())} of {len(out)} "
+            f"values out of vocabulary {stats.vocabulary} (fed {flat(fed)[:4]})"
+        )
+    elif "normalized" in layer.name:  # float32 resolves a time to ~1e-7 of its size
+        values = flat(fed).astype(np.float64)
+        tolerance = 1e-3 + 2e-7 * float(np.abs(values).max()) / float(values.std())
+        assert abs(float(out.mean())) < tolerance, stats.name
+        assert abs(float(out.std()) - 1) < tolerance, stats.name
+    else:  # Discretization: the statistics' histogram, buckets of repeated bounds merged
+        bounds = [float(fed_value(b, kind, "us")) for b in stats.boundaries]
+        unique = sorted(set(bounds))
+        expected = np.zeros(len(unique) + 1, dtype=int)
+        for j, count in enumerate(stats.histogram):
+            expected[0 if j == 0 else unique.index(bounds[j - 1]) + 1] += count
+        got = np.bincount(out.astype(int), minlength=len(unique) + 1)
+        assert got.tolist() == expected.tolist(), stats.name
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_keras_layers_take_every_fed_type(engine: Engine, method: str) -> None:
+    source = engine.source()
+    query = typed_query(engine)
+    stats = statistics(source, query, method)
+    schema = source.schema(source.parse(query))
+    taken, refused = fed_columns(schema)
+    assert set(stats.columns) == set(schema.names)
+    batch = next(iter(sqlfeed.tf.dataset(query, source, features=taken, batch_size=10 * ROWS)))
+    problems = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every value is in its vocabulary: no warning
+        for name in schema.names:
+            layer, refusal = layer_for(stats, name)
+            if name in refused:  # the feed refuses it: so does to_keras, in one line
+                assert layer is None, f"{name}: to_keras built a layer for {refused[name]}"
+                assert refusal is not None
+                assert "\n" not in refusal
+                assert repr(name) in refusal
+                continue
+            if layer is None:
+                problems.append(f"{name} ({schema.field(name).type}): refused: {refusal}")
+                continue
+            check_layer(stats[name], layer, batch[name])
+    assert not problems, "\n".join(problems)
+
+
+def test_vocabularies_are_the_values_the_torch_feed_gives(engine: Engine) -> None:
+    pytest.importorskip("torch")
+    import sqlfeed.torch
+
+    source = engine.source()
+    query = typed_query(engine)
+    schema = source.schema(source.parse(query))
+    taken, _ = fed_columns(schema)
+    stats = statistics(source, query, "pushdown")
+    dataset = sqlfeed.torch.SQLDataset(
+        query, source, features=taken, batch_size=10 * ROWS, lists="padded"
+    )
+    batch = next(iter(dataset))
+    for name in taken:
+        column = stats[name]
+        kind, depth = fed_kind(column.arrow_type)
+        if column.kind != "categorical" or depth or kind in ("float", "decimal"):
+            continue
+        values = batch[name]
+        fed = set(values) if isinstance(values, list) else set(np.asarray(values).tolist())
+        if kind == "string":
+            vocabulary = {v for v in column.vocabulary}
+        else:
+            vocabulary = {fed_value(v, kind or "", "us") for v in column.vocabulary}
+        assert vocabulary <= fed, f"{name}: {vocabulary - fed} not fed (fed {sorted(fed)[:4]})"
