@@ -8,10 +8,13 @@ an error names instead of Python's parameter names (:func:`name_flags`,
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+import sqlalchemy as sa
 
 from dialects import InvalidArgumentError
 
@@ -111,10 +114,11 @@ def cli_wording(message: str, names: Mapping[str, str]) -> str:
             return match.group(0)
         value = next((g for g in (match.group(3), match.group(4)) if g is not None), None)
         value = value if value is not None else match.group(2)
-        return flag if value in (None, "...") else f"{flag} {value}"
+        return flag if value in (None, "...", "True") else f"{flag} {value}"
 
     message = _ASSIGNMENT.sub(assignment, message)
     message = re.sub(r"(--[\w-]+), \1(?![\w-])", r"\1", message)  # "key=..., --key"
+    message = re.sub(r"(--[\w-]+) \(\1\)", r"\1", message)  # "x=True (--x)"
     for name, flag in names.items():
         if "_" in name and " " not in name:
             message = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", flag, message)
@@ -122,6 +126,64 @@ def cli_wording(message: str, names: Mapping[str, str]) -> str:
         if message.startswith(f"{name} "):
             return names[name] + message[len(name) :]
     return message
+
+
+# -- database URLs, before anything connects ----------------------------------------------
+
+_RENAMED = {"postgres": "postgresql", "pg": "postgresql", "pgsql": "postgresql",
+            "psql": "postgresql", "sqlite3": "sqlite", "maria": "mariadb"}  # fmt: skip
+"""URL schemes people write that SQLAlchemy spells otherwise."""
+_PLUGINS = {
+    "snowflake": "snowflake-sqlalchemy", "bigquery": "sqlalchemy-bigquery",
+    "clickhouse": "clickhouse-sqlalchemy", "trino": "'trino[sqlalchemy]'",
+    "databricks": "databricks-sqlalchemy", "hive": "'pyhive[hive]'",
+    "redshift": "sqlalchemy-redshift", "presto": "'pyhive[presto]'",
+}  # fmt: skip
+"""SQLAlchemy dialects that come in a package of their own: the package to install."""
+_NATIVE = ("duckdb", "dataset", "memory")
+"""Schemes sqlfeed opens itself (DuckDB files, shardset datasets), not through SQLAlchemy."""
+
+
+def db_url(text: str) -> str:
+    """``--db`` (argparse ``type=``): a URL whose kind SQLAlchemy knows, else the fix.
+
+    A scheme SQLAlchemy spells otherwise (``postgres://``) gets a did-you-mean, one whose
+    dialect is a package of its own (``snowflake://``) the package to install; anything
+    else is left to the command (which says what is wrong with it).
+
+    Raises:
+        argparse.ArgumentTypeError: the scheme is one of those.
+    """
+    scheme = text.strip().partition(":")[0].lower()
+    backend = scheme.partition("+")[0]
+    if "://" not in text or backend in _NATIVE:
+        return text
+    try:
+        url = sa.engine.make_url(text)
+        url.get_dialect()
+    except sa.exc.NoSuchModuleError:
+        shown = url.render_as_string(hide_password=True)
+        if backend in _PLUGINS:
+            raise argparse.ArgumentTypeError(
+                f"{shown}: SQLAlchemy's {backend} dialect is a package of its own: pip "
+                f"install {_PLUGINS[backend]}"
+            ) from None
+        better = _RENAMED.get(backend)
+        if better is None:
+            known = ["postgresql", "mysql", "mariadb", "sqlite", "oracle", "mssql", *_NATIVE[:1]]
+            close = difflib.get_close_matches(backend, known, n=1, cutoff=0.6)
+            better = close[0] if close else None
+        if better is None:
+            return text
+        driver = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}.get(better)
+        rest = shown.partition("://")[2]
+        raise argparse.ArgumentTypeError(
+            f"{shown}: SQLAlchemy has no {backend!r} dialect; did you mean "
+            f"{driver or better}://{rest}?"
+        ) from None
+    except (sa.exc.ArgumentError, ValueError, ImportError):
+        return text  # the command says what is wrong (a malformed URL, a missing driver)
+    return text
 
 
 _EXTRAS = {

@@ -24,6 +24,7 @@ import pyarrow.csv as pacsv
 
 from dialects import Dialect, InvalidArgumentError, dialect_names
 from sqlfeed import ParsedQuery, Plan, plan
+from sqlfeed.cli.checks import db_url
 from sqlfeed.cli.parsing import CommandParser as CommandParser  # for the command modules
 from sqlfeed.io import Source
 from sqlfeed.plans import STRATEGIES
@@ -39,7 +40,10 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
     if dialect:
         where = parser.add_mutually_exclusive_group()
         where.add_argument(
-            "--db", metavar="URL", help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)"
+            "--db",
+            metavar="URL",
+            type=db_url,
+            help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)",
         )
         where.add_argument(
             "--dialect",
@@ -51,6 +55,7 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
         parser.add_argument(
             "--db",
             metavar="URL",
+            type=db_url,
             required=True,
             help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)",
         )
@@ -279,12 +284,23 @@ def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery, source: Source | N
         strict=args.strict,
     )
     if args.strategy == "auto" and (planned.cost or 0) > REREAD_WARNING:
+        what = "the whole query" if planned.strategy == "hash" else "the bytes of its files"
         warn(
-            f"this plan reads the whole query about {planned.cost:g} times "
-            "(hash partitions); give --key, --scratch, or read the rows from a shardset "
-            "dataset to read them once"
+            f"this plan reads {what} about {planned.cost:g} times "
+            f"({planned.strategy} partitions); {reread_advice(args)}"
         )
     return planned
+
+
+def reread_advice(args: argparse.Namespace) -> str:
+    """How to read the rows once instead: only what the command line did not try yet."""
+    ways = [] if args.key else ["--key COLUMN (range partitions of a numeric or date column)"]
+    if args.scratch:  # auto judged the query cheap to re-run: materializing is still asked for
+        ways.append(f"--strategy materialize (one run into --scratch {args.scratch})")
+    else:
+        ways.append("--scratch SCHEMA (materialize: one run into a scratch table)")
+    ways.append("read the rows from a shardset dataset (sqlfeed reshard)")
+    return f"to read the rows once, give {', '.join(ways[:-1])}, or {ways[-1]}"
 
 
 _WARNINGS: list[str] = []

@@ -17,6 +17,7 @@ from dialects import InvalidArgumentError, MissingDependencyError, dialect_for
 from sqlfeed import connect
 from sqlfeed.cli.checks import (
     check_output_folder,
+    db_url,
     missing_module_hint,
     name_flags,
 )
@@ -80,7 +81,9 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
                 "Remove the job from the queue. A job of --strategy materialize reads a "
                 "scratch table: pass --db URL to drop it too, or --keep-scratch."
             )
-            sub.add_argument("--db", metavar="URL", help="where the job's scratch table lives")
+            sub.add_argument(
+                "--db", metavar="URL", type=db_url, help="where the job's scratch table lives"
+            )
             sub.add_argument(
                 "--keep-scratch", action="store_true", help="leave the scratch table in place"
             )
@@ -99,7 +102,9 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         ),
     )
     _add_job_target(worker)
-    worker.add_argument("--db", metavar="URL", required=True, help="where the query runs")
+    worker.add_argument(
+        "--db", metavar="URL", type=db_url, required=True, help="where the query runs"
+    )
     worker.add_argument(
         "--out", metavar="DIR", help="write the batches here (one folder per job; see the README)"
     )
@@ -116,7 +121,9 @@ def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None
         help="plan a query and create the job (idempotent: the same job may be created again)",
     )
     _add_job_target(create)
-    create.add_argument("--db", metavar="URL", required=True, help="where the query runs")
+    create.add_argument(
+        "--db", metavar="URL", type=db_url, required=True, help="where the query runs"
+    )
     add_plan_options(create)
     create.add_argument("--epochs", type=int, default=1)
     create.add_argument("--seed", type=int, default=0)

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from dialects import InvalidArgumentError, ShardsetError
 from sqlfeed import open_dataset, reshard
-from sqlfeed.cli.checks import name_flags
+from sqlfeed.cli.checks import db_url, name_flags
 from sqlfeed.cli.common import (
     CommandParser,
     flag_column_list,
@@ -96,6 +96,7 @@ def _register_reshard(commands: argparse._SubParsersAction[CommandParser]) -> No
     parser.add_argument(
         "--db",
         metavar="URL",
+        type=db_url,
         help="where the query runs (default: an in-memory DuckDB); rows from other "
         "engines are streamed into DuckDB for the shuffle or sort",
     )

@@ -78,6 +78,8 @@ class BatchFolder:
                     )
             else:
                 _write_atomically(marker, json.dumps(identity) + "\n")
+        except InvalidArgumentError:
+            raise  # another job's folder: its own advice
         except (OSError, ValueError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise InvalidArgumentError(

@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from dialects import InvalidArgumentError
+
 __all__ = ["KeptConnection", "ThreadConnections"]
 
 
@@ -65,7 +67,10 @@ class ThreadConnections:
                 return held
             held.close()
         if self._closed:
-            raise RuntimeError("the source is closed")
+            raise InvalidArgumentError(
+                "the source is closed (close() was called, or its with block ended): "
+                "open another with sqlfeed.connect(...)"
+            )
         connection = self._opener()
         held = KeptConnection(connection)
         with self._lock:

@@ -70,6 +70,17 @@ def pushdown(ctx: PlanContext) -> str:
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
     """Without an ordered key there are no ranges."""
+    if range_key(ctx) is None and ctx.keys:  # given, but not one ordered column
+        types = ", ".join(f"{k} is {ctx.schema.field(k).type}" for k in ctx.keys)
+        if len(ctx.keys) > 1:
+            return (
+                f"strategy range takes one key column, not {len(ctx.keys)} ({types}): give "
+                "one numeric, date or timestamp column as key=COLUMN, or use strategy=hash"
+            )
+        return (
+            f"strategy range needs a numeric, date or timestamp key column, and {types}: "
+            "give such a column as key=COLUMN, or use strategy=hash (any column)"
+        )
     if range_key(ctx) is None:
         return (
             "strategy range needs key=COLUMN (a numeric, date or timestamp output column); "
