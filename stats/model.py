@@ -18,9 +18,20 @@ from typing import Any
 from dialects import InvalidArgumentError
 from stats.fed import decode_binary, encode_binary, fed_kind
 
-__all__ = ["KINDS", "STATS_FORMAT_VERSION", "ColumnStats", "FeatureStats", "StatsSpec"]
+__all__ = [
+    "DEFAULT_TOP_K",
+    "KINDS",
+    "STATS_FORMAT_VERSION",
+    "ColumnStats",
+    "FeatureStats",
+    "StatsSpec",
+]
 
 STATS_FORMAT_VERSION = 1
+DEFAULT_TOP_K = 1000
+"""Vocabulary size by default: enough for most categorical features (a Keras embedding of
+1,000 rows is small), few enough for an HTML report and a JSON file; cut to 20 before, which
+left most rows of a 50-value column out of vocabulary."""
 KINDS = ("numeric", "categorical", "skip")
 """How a column is described: moments and quantiles, a vocabulary, or not at all."""
 
@@ -35,13 +46,15 @@ class StatsSpec:
             categorical; booleans categorical).
         label: the label column: must exist; described like the others, and marked.
         buckets: quantile buckets per numeric column (``buckets - 1`` boundaries).
-        top_k: vocabulary size per categorical column.
+        top_k: vocabulary size per categorical column (default :data:`DEFAULT_TOP_K`);
+            values beyond it become the out-of-vocabulary index of a Keras lookup, and
+            :func:`stats.keras.to_keras` warns with their share.
     """
 
     kinds: dict[str, str] = field(default_factory=dict)
     label: str | None = None
     buckets: int = 10
-    top_k: int = 20
+    top_k: int = DEFAULT_TOP_K
 
     def __post_init__(self) -> None:
         for name, kind in self.kinds.items():

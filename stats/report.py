@@ -2,7 +2,8 @@
 
 One HTML5 document with inline CSS and the charts embedded as PNG ``data:`` URIs: a header
 (how the statistics were computed), a summary table with one row per column, a histogram per
-numeric column and a top-values bar chart per categorical column. It needs matplotlib, which
+numeric column and a top-values bar chart per categorical column (its top values drawn on
+one scale; the other values and NULLs given as shares in the caption). It needs matplotlib, which
 is imported only when a report is rendered. Figures are built with
 :class:`matplotlib.figure.Figure` and the Agg canvas, never pyplot, so rendering is
 thread-safe and leaves no global figure behind.
@@ -32,8 +33,6 @@ __all__ = ["html_report"]
 _WIDTH_PX = 640
 _DPI = 100
 _BAR = "#4c72b0"
-_OTHER = "#a0a0a0"
-_NULL = "#dd8452"
 _NULL_WARN = 0.05
 _NULL_HIGH = 0.5
 
@@ -168,8 +167,9 @@ def _section(figure_cls: type[Figure], index: int, c: ColumnStats, label: bool) 
         png, note = _histogram(figure_cls, c)
         alt = f"Histogram of {c.name}"
     else:
-        if not c.vocabulary_counts and not c.other_count and not c.nulls:
-            return f'{head}<p class="none">No values to chart.</p></section>'
+        if not c.vocabulary_counts:
+            note = top_bars(c)[2] if c.other_count or c.nulls else "No values to chart."
+            return f'{head}<p class="none">{_esc(note)}</p></section>'
         png, note = _top_values(figure_cls, c)
         alt = f"Top values of {c.name}"
     src = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
@@ -228,36 +228,51 @@ def _histogram(figure_cls: type[Figure], c: ColumnStats) -> tuple[bytes, str]:
 
 
 def _top_values(figure_cls: type[Figure], c: ColumnStats) -> tuple[bytes, str]:
-    """A horizontal bar chart of the most frequent values, other values and NULLs."""
-    labels = [_category(v) for v in c.vocabulary[: len(c.vocabulary_counts)]]
-    counts = list(c.vocabulary_counts[: len(labels)])
-    colours = [_BAR] * len(labels)
-    if c.other_count > 0:
-        labels.append("(other values)")
-        counts.append(c.other_count)
-        colours.append(_OTHER)
-    if c.nulls > 0:
-        labels.append("NULL")
-        counts.append(c.nulls)
-        colours.append(_NULL)
+    """A horizontal bar chart of the most frequent values, and its caption."""
+    labels, counts, note = top_bars(c)
     height = min(12.0, 1.0 + 0.28 * len(labels))
     fig = figure_cls(figsize=(_WIDTH_PX / _DPI, height), dpi=_DPI, layout="constrained")
     ax = fig.add_subplot()
     positions = list(range(len(labels)))
-    bars = ax.barh(positions, counts, color=colours)
+    bars = ax.barh(positions, counts, color=_BAR)
     ax.set_yticks(positions, labels, parse_math=False, fontsize=8)
     ax.invert_yaxis()
     ax.bar_label(bars, labels=[f"{n:,}" for n in counts], padding=3, fontsize=8)
     ax.set_xlim(0, max(counts, default=1) * 1.15 or 1)
-    ax.set_xlabel("rows")
+    ax.set_xlabel("elements" if c.elements else "rows")
     ax.set_title(c.name, parse_math=False)
     _tidy(ax)
-    note = f"Top {len(c.vocabulary_counts)} values"
-    if c.other_count:
-        note += ", other values in grey"
+    return _png(fig), note
+
+
+CHART_TOP = 20
+"""At most this many of a vocabulary's values are drawn."""
+
+
+def top_bars(c: ColumnStats) -> tuple[list[str], list[int], str]:
+    """The bars of a top-values chart (labels, counts) and its caption.
+
+    Only the most frequent values are drawn, on one scale; the values outside them and
+    the NULLs are said in the caption with their shares, so that a large remainder (a
+    vocabulary's "other values") cannot shrink the top values' bars to nothing.
+    """
+    shown = min(len(c.vocabulary_counts), CHART_TOP)
+    labels = [_category(v) for v in c.vocabulary[:shown]]
+    counts = list(c.vocabulary_counts[:shown])
+    present = c.count - c.nulls
+    rest = c.other_count + sum(c.vocabulary_counts[shown:])
+    what = "elements" if c.elements else "non-NULL values"
+    note = f"Top {shown} values" + (f" of {_fmt(c.distinct)}" if c.distinct else "")
+    note += f": {_share(sum(counts), present)} of the {_fmt(present)} {what}"
+    if rest:
+        note += f"; other values (not drawn): {_fmt(rest)}, {_share(rest, present)}"
     if c.nulls:
-        note += ", NULLs in orange"
-    return _png(fig), note + "."
+        note += f"; NULL: {_fmt(c.nulls)} of {_fmt(c.count)}, {_share(c.nulls, c.count)}"
+    return labels, counts, note + "."
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "0%"
 
 
 def _tidy(ax: Axes) -> None:

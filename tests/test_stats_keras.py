@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -160,3 +161,31 @@ def test_time_layers_apply_to_the_tensors_sqlfeed_tf_feeds(
             == np.searchsorted(bounds, fed, side="right").tolist()
         )
         assert np.asarray(normalize[name](batch[name][:, None])).std() == pytest.approx(1, rel=1e-3)
+
+
+# -- vocabularies that leave values out ------------------------------------------------------
+
+FIFTY = "SELECT 'v' || CAST(range % 50 AS VARCHAR) AS c FROM range(1000)"
+
+
+def test_a_vocabulary_that_leaves_values_out_warns_with_their_share() -> None:
+    source = sqlfeed.connect(duckdb.connect())
+    cut = sqlfeed.compute_stats(FIFTY, source, spec=StatsSpec(top_k=20))
+    with pytest.warns(UserWarning, match="out of vocabulary|leaves") as caught:
+        to_keras(cut)
+    (message,) = [str(w.message) for w in caught]
+    assert "\n" not in message
+    assert "leaves 600 of 1,000 non-NULL values (60.0%) out" in message
+    assert "StatsSpec(top_k=50)" in message
+
+
+def test_the_default_vocabulary_keeps_a_fifty_value_column_whole() -> None:
+    pytest.importorskip("tensorflow")
+    source = sqlfeed.connect(duckdb.connect())
+    stats = sqlfeed.compute_stats(FIFTY, source)
+    assert len(stats["c"].vocabulary) == 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer = to_keras(stats)["c"]
+    batch = next(iter(sqlfeed.tf.dataset(FIFTY, source, batch_size=1000)))
+    assert (np.asarray(layer(batch["c"])) > 0).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import html
 import io
 import math
 import re
@@ -19,7 +20,7 @@ import pytest
 import sqlfeed
 from dialects import MissingDependencyError
 from stats.model import ColumnStats, FeatureStats
-from stats.report import html_report
+from stats.report import html_report, top_bars
 from tests.cli_helpers import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -292,3 +293,19 @@ def test_cli_stats_html_renders_a_date_of_year_1(
     page = (tmp_path / "report.html").read_text()
     assert page.count("<img") == 2
     assert "Traceback" not in run.err
+
+
+def test_the_top_values_chart_draws_the_top_values_and_says_the_rest() -> None:
+    """A large remainder is a share in the caption, not a bar that dwarfs the top values."""
+    column = ColumnStats(
+        "c", "categorical", "string", count=1000, nulls=50, distinct=200,
+        vocabulary=[f"v{i}" for i in range(25)], vocabulary_counts=[10] * 25, other_count=700,
+    )  # fmt: skip
+    labels, counts, note = top_bars(column)
+    assert labels == [f"v{i}" for i in range(20)]  # at most CHART_TOP bars, one scale
+    assert counts == [10] * 20
+    assert "Top 20 values of 200: 21.1% of the 950 non-NULL values" in note
+    assert "other values (not drawn): 750, 78.9%" in note
+    assert "NULL: 50 of 1,000, 5.0%" in note
+    stats = FeatureStats(columns={"c": column}, rows=1000, method="pushdown")
+    assert html.escape(note) in html_report(stats)

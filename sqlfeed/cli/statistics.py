@@ -24,7 +24,7 @@ from sqlfeed.cli.common import (
 from sqlfeed.cli.progress import ProgressBar
 from sqlfeed.cli.query import check_sample_method
 from sqlfeed.sql import SAMPLE_METHODS
-from stats.model import StatsSpec
+from stats.model import DEFAULT_TOP_K, StatsSpec
 from stats.report import html_report
 
 MAX_BUCKETS = 1000
@@ -61,7 +61,12 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     )
     parser.add_argument("--label", metavar="COL", help="the label column")
     parser.add_argument("--buckets", type=int, default=10, help="quantile buckets (default 10)")
-    parser.add_argument("--top-k", type=int, default=20, help="vocabulary size (default 20)")
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=DEFAULT_TOP_K,
+        help=f"vocabulary size (default {DEFAULT_TOP_K}; to_keras warns when it leaves values out)",
+    )
     parser.add_argument(
         "--kind",
         action="append",
