@@ -207,3 +207,51 @@ def test_decimal_columns_stay_exact_arrow_decimals_by_default(tmp_path: Path) ->
     got = sorted((int(i), d) for i, d in zip(frame["i"], frame["d"], strict=True) if i != 99)
     assert got == [(i, Decimal(i * 125 - 300) / 100) for i in range(-5, 20)]
     assert frame.loc[frame["i"] == 99, "d"].isna().all()
+
+
+OBJECT_TYPES = """SELECT i::INTEGER AS id, ['t' || (i % 2), 't1'] AS tags, [i, 7] AS nums,
+    [[i], [2, 3]] AS nested, {'x': i % 2, 'y': 'a'} AS rec, MAP {'k': i % 2} AS mp,
+    [{'z': i}] AS recs, ('b' || i)::BLOB AS bytes, DATE '2020-01-01' + i::INTEGER AS day,
+    TIME '01:00:00' + to_minutes(i) AS tod, to_days(i::INTEGER) AS span,
+    CASE WHEN i = 3 THEN NULL ELSE ['n'] END AS maybe
+FROM range(6) r(i)"""
+
+
+def test_nested_and_object_types_keep_their_values_by_default(tmp_path: Path) -> None:
+    """Lists stay lists, structs dicts, maps maps, bytes bytes, dates dates (pd.ArrowDtype):
+    never the text Dask's string conversion makes of pandas object columns."""
+    db = tmp_path / "nested.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute(f"CREATE TABLE t AS {OBJECT_TYPES}")
+        expected = con.sql("SELECT * FROM t ORDER BY id").to_arrow_table()
+    frame = sqlfeed.dask.dataframe(
+        "SELECT * FROM t", f"duckdb:///{db}", strategy="hash", partitions=2
+    ).compute(scheduler="threads")
+    frame = frame.sort_values("id").reset_index(drop=True)
+    for name in expected.column_names:
+        if name == "id":
+            continue
+        arrow_type = expected.schema.field(name).type
+        assert frame[name].dtype == pd.ArrowDtype(arrow_type), name
+        assert pa.array(frame[name].array).to_pylist() == expected.column(name).to_pylist(), name
+
+
+def test_a_postgres_array_column_stays_a_list() -> None:
+    engine, url = url_engine("postgres")
+    table = f"dask_arrays_{uuid.uuid4().hex[:8]}"
+    engine.execute(
+        f"CREATE TABLE {engine.qualify(table)} AS SELECT i AS id, "
+        "ARRAY['t' || (i % 2), 't1'] AS tags, ARRAY[i, 7] AS nums, "
+        "DATE '2020-01-01' + i AS day, ('b' || i)::bytea AS bytes "
+        "FROM generate_series(1, 9) i"
+    )
+    try:
+        frame = sqlfeed.dask.dataframe(
+            f"SELECT * FROM {engine.qualify(table)}", url, partitions=3
+        ).compute(scheduler="threads")
+        expected = engine.rows(f"SELECT id, tags, nums, day, bytes FROM {engine.qualify(table)}")
+    finally:
+        engine.execute(f"DROP TABLE {engine.qualify(table)}")
+    assert frame["tags"].dtype == pd.ArrowDtype(pa.list_(pa.string()))
+    got = sorted((int(r.id), r.tags, r.nums, r.day, r.bytes) for r in frame.itertuples(index=False))
+    assert got == sorted((i, list(t), list(n), d, bytes(b)) for i, t, n, d, b in expected)

@@ -43,12 +43,26 @@ _NULLABLE: dict[pa.DataType, Any] = {
 
 
 def _nullable_dtype(arrow_type: pa.DataType) -> Any:
-    """``numpy_nullable``'s dtype for ``arrow_type``: decimals stay exact Arrow decimals
-    (``pd.ArrowDtype``; a column of Python ``Decimal`` objects costs ~25x the conversion
-    time), the other types per :data:`_NULLABLE` or pandas' own conversion."""
-    if pa.types.is_decimal(arrow_type):
-        return pd.ArrowDtype(arrow_type)
-    return _NULLABLE.get(arrow_type)
+    """``numpy_nullable``'s dtype for ``arrow_type``: numbers, bools and strings per
+    :data:`_NULLABLE`; timestamps and durations as pandas converts them (datetime64,
+    timedelta64); dictionaries as categories; every other type as ``pd.ArrowDtype``.
+
+    The other types are those pandas would hold as Python objects (lists, structs, maps,
+    bytes, ``datetime.date``, ``datetime.time``, intervals, decimals): Dask turns such an
+    object column into text by default (its ``dataframe.convert-string`` setting), so a
+    ``text[]`` value became the string ``"['t1' 't1']"`` and a date ``"2020-01-02"``.
+    Arrow dtypes keep them lists, dicts, bytes and dates (a decimal column of Python
+    ``Decimal`` objects also costs ~25x the conversion time of an Arrow decimal)."""
+    if arrow_type in _NULLABLE:
+        return _NULLABLE[arrow_type]
+    native = (
+        pa.types.is_timestamp(arrow_type)
+        or pa.types.is_duration(arrow_type)
+        or pa.types.is_dictionary(arrow_type)
+        or pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+    )
+    return None if native else pd.ArrowDtype(arrow_type)
 
 
 def _dask_dataframe() -> Any:
@@ -69,9 +83,10 @@ class PandasReader:
 
     Attributes:
         reader: the plan's partition reader (URL, schema, read options).
-        dtype_backend: ``numpy_nullable`` (nullable pandas dtypes; decimals as exact
-            ``pd.ArrowDtype`` decimals; other types as pandas converts them: datetime64,
-            ``datetime.date`` objects) or
+        dtype_backend: ``numpy_nullable`` (nullable pandas dtypes for numbers, bools and
+            strings; datetime64 and timedelta64 for timestamps and durations; categories
+            for dictionaries; ``pd.ArrowDtype`` for every other type: lists stay lists,
+            structs dicts, decimals exact, dates dates, bytes bytes) or
             ``pyarrow`` (``pd.ArrowDtype`` for every column).
         index: the column to make the index, or None (a RangeIndex per partition).
         sort: sort each partition by the index (when the divisions are known).
