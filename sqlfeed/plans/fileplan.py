@@ -54,12 +54,16 @@ __all__ = [
     "MIN_RANGE_BYTES",
     "FileLayout",
     "FileSource",
+    "WholeReads",
     "build",
     "chosen_table",
     "layout",
     "notes",
     "problem",
+    "size_text",
     "stored_rows",
+    "table_bytes",
+    "whole_reads",
 ]
 
 _MEMO = "files"
@@ -112,24 +116,35 @@ class FileLayout:
         return len(self.files) > 1
 
 
-def chosen_table(parsed: ParsedQuery) -> tuple[FileTable | None, str]:
-    """The file table partitions can cut, or None and why none can be cut."""
+def chosen_table(
+    parsed: ParsedQuery, size: Callable[[FileTable], int] | None = None
+) -> tuple[FileTable | None, str]:
+    """The file table partitions can cut, or None and why none can be cut: with ``size``
+    (a table's bytes), the largest that can be cut; else the first."""
     found = file_tables(parsed)
     if not found:
         return None, (
             "the query reads no shardset dataset and no file (read_parquet, read_csv, "
             "read_json, read_orc or FROM 'file.parquet')"
         )
-    problems = []
-    for node, table in found:
+    problems = [why for _table, why in _cuttable(parsed)]
+    can = [table for table, why in _cuttable(parsed) if why is None]
+    if not can:
+        return None, str(problems[0])
+    if size is None:
+        return can[0], ""
+    return max(can, key=size), ""  # the first of equal sizes
+
+
+def _cuttable(parsed: ParsedQuery) -> list[tuple[FileTable, str | None]]:
+    """Every file table of the query, and why partitions cannot cut it (None: they can)."""
+    out: list[tuple[FileTable, str | None]] = []
+    for node, table in file_tables(parsed):
         if not table.local:
-            problems.append(f"{table.patterns[0]} is not a local file")
-            continue
-        why = table_problem(parsed, node)
-        if why is None:
-            return table, ""
-        problems.append(str(why))
-    return None, problems[0]
+            out.append((table, f"{table.patterns[0]} is not a local file"))
+        else:
+            out.append((table, table_problem(parsed, node)))
+    return out
 
 
 def problem(ctx: PlanContext) -> str | None:
@@ -139,13 +154,91 @@ def problem(ctx: PlanContext) -> str | None:
             f"fragments read a shardset dataset (dataset:///DIR) or files on DuckDB "
             f"(read_parquet, read_csv, ...), not a {ctx.engine.name} query"
         )
-    if _MEMO in ctx.memo:
+    if _MEMO in ctx.memo or _MEMO + ":table" in ctx.memo:
         return None
-    table, why = chosen_table(ctx.parsed)
+    table, why = chosen_table(ctx.parsed, lambda t: table_bytes(ctx, t))
     if table is None:
         return why
     ctx.memo[_MEMO + ":table"] = table
     return None
+
+
+def table_bytes(ctx: PlanContext, table: FileTable) -> int:
+    """The bytes of the local files a file table reads (0 for remote files)."""
+    key = f"{_MEMO}:bytes:{table.position}"
+    if key not in ctx.memo:
+        source = ctx.source
+        assert isinstance(source, FileSource)
+        files = source.expand_files(list(table.patterns)) if table.local else []
+        ctx.memo[key] = sum(os.path.getsize(f) for f in files)
+    size: int = ctx.memo[key]
+    return size
+
+
+@dataclass(frozen=True)
+class WholeReads:
+    """What every partition of a file plan reads besides its own piece: the other tables."""
+
+    cut: int
+    """Bytes of the files of the table the partitions cut."""
+    files: list[tuple[str, int]]
+    """Every other file table: its name as written and its bytes (0: remote, unknown)."""
+    tables: list[str]
+    """Tables that are not files (their bytes unknown): read whole too."""
+    larger: str
+    """Why a larger file table than the one cut could not be cut ("": none was larger)."""
+
+    def cost(self, partitions: int) -> float:
+        """Reads of the files' bytes all ``partitions`` make, in reads of every file once."""
+        whole = sum(size for _name, size in self.files)
+        if self.cut + whole <= 0:
+            return 1.0
+        return round((self.cut + partitions * whole) / (self.cut + whole), 2)
+
+    def text(self) -> str:
+        """What every partition also reads, for ``plan.reason`` ("" when nothing)."""
+        named = [f"{name} ({size_text(size)})" if size else name for name, size in self.files]
+        named += self.tables
+        if not named:
+            return ""
+        unknown = " (of unknown size: plan.cost counts local files only)" if self.tables else ""
+        return f"; every partition also reads {', '.join(named)} whole{unknown}{self.larger}"
+
+
+def whole_reads(ctx: PlanContext) -> WholeReads:
+    """The tables every partition reads whole besides its piece of the chosen table."""
+    chosen: FileTable = ctx.memo[_MEMO + ":table"]
+    files, larger = [], ""
+    for table, why in _cuttable(ctx.parsed):
+        if table.position == chosen.position:
+            continue
+        size = table_bytes(ctx, table)
+        files.append((_name(table), size))
+        if why is not None and size > table_bytes(ctx, chosen) and not larger:
+            larger = f"; the larger table {_name(table)} cannot be cut: {why}"
+    ctes = {cte.alias_or_name for cte in ctx.parsed.tree.find_all(exp.CTE)}
+    positions = {t.position for t, _why in _cuttable(ctx.parsed)}
+    tables = [
+        ".".join(part for part in (node.catalog, node.db, node.name) if part)
+        for position, node in enumerate(ctx.parsed.tree.find_all(exp.Table))
+        if position not in positions
+        and isinstance(node.this, exp.Identifier)  # a table, not a table function
+        and not (not node.db and node.name in ctes)
+    ]
+    return WholeReads(table_bytes(ctx, chosen), files, tables, larger)
+
+
+def _name(table: FileTable) -> str:
+    first = table.patterns[0]
+    return first if len(table.patterns) == 1 else f"{first} (and {len(table.patterns) - 1} more)"
+
+
+def size_text(size: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
 
 
 def layout(ctx: PlanContext) -> FileLayout:

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlglot import exp
 
-from sqlfeed.plans import fileplan
+from sqlfeed.plans import fileplan, materialize
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.files import file_tables, table_problem
 from sqlfeed.plans.model import Partition
@@ -32,10 +32,12 @@ __all__ = [
     "FragmentInfo",
     "FragmentSource",
     "build",
+    "cost",
     "fragment_problem",
     "notes",
     "problem",
     "reason",
+    "rereads",
     "stored_rows",
     "view_reference",
 ]
@@ -93,7 +95,24 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
         why = fragment_problem(ctx.parsed, source.view)
     else:
         why = fileplan.problem(ctx)
+        if why is None and auto:
+            why = _rather_materialized(ctx)
     return None if why is None else f"strategy fragments: {why}"
+
+
+def _rather_materialized(ctx: PlanContext) -> str | None:
+    """For ``auto``: why a scratch table is cheaper than pieces of files (None: it is
+    not). When the tables every partition reads whole are no smaller than the table cut,
+    M partitions read more than twice the files' bytes from M = 3 on, while materialize
+    reads them once and its table once."""
+    extra = fileplan.whole_reads(ctx)
+    whole = sum(size for _name, size in extra.files)
+    if whole < max(extra.cut, 1) or materialize.problem(ctx, auto=True) is not None:
+        return None
+    return (
+        f"every partition would read {fileplan.size_text(whole)} of other tables whole, "
+        f"no less than the {fileplan.size_text(extra.cut)} it cuts"
+    )
 
 
 def reason(ctx: PlanContext, auto: bool = False) -> str:
@@ -109,12 +128,17 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
             "Parquet": "row groups",
             "ORC": "stripes",
         }.get(kind, "line-aligned byte ranges")
+        also = fileplan.whole_reads(ctx).text()  # the other tables, read whole
+        if also:
+            size = fileplan.table_bytes(ctx, found.table)
+            files += f" ({found.table.patterns[0]}, {fileplan.size_text(size)})"
         if auto:
+            once = "" if also else ": one read in all"
             return (
                 f"a row-by-row query over {files}, so each partition reads its own files "
-                f"(or {pieces} of one): one read in all"
+                f"(or {pieces} of one){once}{also}"
             )
-        return f"the {files}, whole or in {pieces}"
+        return f"the {files}, whole or in {pieces}{also}"
     if auto:
         return (
             "a row-by-row query over a shardset dataset, so each partition reads its "
@@ -123,9 +147,31 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
     return "the dataset's shard files, row groups and stripes"
 
 
-def notes(ctx: PlanContext) -> str:
-    """After :func:`build`: what it left whole and why (``; ...``), empty if nothing."""
-    return "" if _dataset(ctx) else fileplan.notes(ctx)
+def notes(ctx: PlanContext, partitions: int = 1, warn_above: float = 2.0) -> str:
+    """After :func:`build`: what it left whole and why (``; ...``), and a warning when
+    the ``partitions`` cost more than ``warn_above`` reads; empty if nothing."""
+    if _dataset(ctx):
+        return ""
+    spent = cost(ctx, partitions)
+    return fileplan.notes(ctx) + (rereads(ctx, spent) if spent > warn_above else "")
+
+
+def cost(ctx: PlanContext, partitions: int) -> float:
+    """What reading all ``partitions`` costs, in reads of the data once (``plan.cost``):
+    1 for a dataset's fragments; over plain files, the bytes every partition reads (its
+    piece, and every other table whole) over the bytes of all the files."""
+    return 1.0 if _dataset(ctx) else fileplan.whole_reads(ctx).cost(partitions)
+
+
+def rereads(ctx: PlanContext, cost: float) -> str:
+    """The warning ``plan.reason`` gets when the partitions read ``cost`` times the files."""
+    cut = fileplan.layout(ctx).table.patterns[0]
+    return (
+        f"; WARNING: the partitions read about {cost:g} times the bytes of the files, as "
+        f"each reads its piece of {cut} and the other tables whole: a scratch schema "
+        "(--strategy materialize --scratch SCHEMA) runs the query once into a table, "
+        "or fewer partitions read the other tables fewer times"
+    )
 
 
 def stored_rows(ctx: PlanContext) -> int:

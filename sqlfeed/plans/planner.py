@@ -135,12 +135,12 @@ def plan(
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
     reason += notes(ready.tiebreaks, sizing.capped, sizing.m, len(built), chosen, sizing.note)
     if chosen == "fragments":
-        reason += fragments.notes(context)  # what stayed whole, and why
+        reason += fragments.notes(context, len(built), REREAD_WARNING)  # whole reads, cost
     if renamed := renamed_columns(columns, schema):
         reason += "; " + renamed
-    cost = scan_cost(chosen, len(built))
+    cost = scan_cost(chosen, len(built), context)
     if strategy == "auto" and cost > REREAD_WARNING:
-        reason += rereads(cost)
+        reason += rereads(cost, chosen)
     return Plan(
         sql=parsed.sql,
         dialect=src.dialect.name,
@@ -180,20 +180,27 @@ def choose(ctx: PlanContext, strategy: str) -> tuple[str, str]:
     raise AssertionError("hash partitions every query")
 
 
-def scan_cost(strategy: str, partitions: int) -> float:
+def scan_cost(strategy: str, partitions: int, ctx: PlanContext | None = None) -> float:
     """What reading all the partitions costs, in reads of the whole query (estimated).
 
     ``hash`` partitions each re-run the query (M reads); ``materialize`` runs it once
-    into a scratch table and reads that once (2); the others read each row once (1:
-    ``range`` assuming an index or sorted data, as on a primary key).
+    into a scratch table and reads that once (2); ``fragments`` over plain files count
+    the bytes each partition reads, its piece and every other table whole (given the
+    plan's ``ctx``, see :func:`sqlfeed.plans.fragments.cost`); the others read each row
+    once (1: ``range`` assuming an index or sorted data, as on a primary key).
     """
+    if strategy == "fragments" and ctx is not None:
+        return fragments.cost(ctx, partitions)
     if strategy == "hash":
         return float(partitions)
     return 2.0 if strategy == "materialize" else 1.0
 
 
-def rereads(cost: float) -> str:
-    """The warning ``plan.reason`` gets when an auto plan reads the query ``cost`` times."""
+def rereads(cost: float, strategy: str = "hash") -> str:
+    """The warning ``plan.reason`` gets when an auto hash plan reads the query ``cost``
+    times (a fragments plan's is in :func:`sqlfeed.plans.fragments.notes`)."""
+    if strategy != "hash":
+        return ""
     return (
         f"; WARNING: this plan reads the whole query about {cost:g} times (every hash "
         "partition re-runs it): give a key column (range partitions), a scratch schema "
