@@ -32,6 +32,7 @@ from sqlfeed.cli.common import (
     validated_query,
     write_json,
 )
+from sqlfeed.cli.worker import Checkpoints, WaitReporter
 from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Lease, Worker, open_queue
 from sqlfeed.dispatch.folder import BatchFolder
 from sqlfeed.io import Source, redact_url
@@ -42,6 +43,10 @@ MAX_BATCH_ROWS = 2**31 - 1
 """The most rows in one batch (an Arrow record batch is not meant to hold more)."""
 MAX_JOB_TASKS = 1_000_000
 """The most tasks (partitions x epochs) ``sqlfeed job create`` puts in a queue."""
+DEFAULT_LEASE_TTL = 60.0
+"""The default of ``sqlfeed job create --lease-ttl``."""
+DEFAULT_CHECKPOINT_SECONDS = 60.0
+"""The default of ``sqlfeed worker --checkpoint-every``."""
 
 
 def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
@@ -98,7 +103,9 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
             "partition; with --out, write every batch to DIR/epoch=E/part-P-B.parquet and, "
             "once a partition is acknowledged, DIR/epoch=E/_manifest-P.json: the committed "
             "data is what the manifests list. SIGTERM: the leases are given back and the "
-            "worker exits 143, within 5 s."
+            "worker exits 143, within 5 s. A worker killed otherwise keeps its leases until "
+            "they expire (the job's --lease-ttl, default 60 s): meanwhile the other workers "
+            "wait for them, and say so once on stderr."
         ),
     )
     _add_job_target(worker)
@@ -110,6 +117,16 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     )
     worker.add_argument("--batch-size", type=int, metavar="N")
     worker.add_argument("--worker-id", metavar="ID", help="unique name (default host:pid:rand)")
+    worker.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=DEFAULT_CHECKPOINT_SECONDS,
+        metavar="SECONDS",
+        help="record in the job's ledger what this worker delivered, every SECONDS and when "
+        "it stops, under checkpoint id = the Unix time in seconds, for sqlfeed job rewind "
+        f"--to ID (default {DEFAULT_CHECKPOINT_SECONDS:g}; 0: never; not for --even-batches "
+        "jobs, which cannot be rewound)",
+    )
     worker.add_argument("--format", choices=("text", "json"), default="text")
     worker.set_defaults(handler=_cmd_worker)
     name_flags(worker)
@@ -127,7 +144,15 @@ def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None
     add_plan_options(create)
     create.add_argument("--epochs", type=int, default=1)
     create.add_argument("--seed", type=int, default=0)
-    create.add_argument("--lease-ttl", type=float, default=60.0, metavar="SECONDS")
+    create.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=DEFAULT_LEASE_TTL,
+        metavar="SECONDS",
+        help="a worker renews its leases while it reads; the partitions of one that stops "
+        "renewing them (killed, frozen, cut off) go to another worker this many seconds "
+        f"after its last renewal (default {DEFAULT_LEASE_TTL:g})",
+    )
     create.add_argument(
         "--order",
         choices=ORDERS,
@@ -257,9 +282,11 @@ def _create_job(args: argparse.Namespace, parsed: ParsedQuery, source: Source, o
 def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_name(args.job)
     check_queue_url(args.queue, must_exist=True)
-    status = open_queue(args.queue).status(args.job)
+    queue = open_queue(args.queue)
+    status = queue.status(args.job)
+    checkpoints = queue.checkpoints(args.job)  # for sqlfeed job rewind --to ID
     if args.format == "json":
-        write_json(out, status.to_dict(), indent=2)
+        write_json(out, status.to_dict() | {"checkpoints": checkpoints}, indent=2)
         return
     out.write(f"job {status.name}: {status.partitions} partitions, {status.epochs} epoch(s)"
               f"{', complete' if status.complete else ''}\n")  # fmt: skip
@@ -273,6 +300,10 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
         for w in status.workers:
             out.write(f"{w['worker'][:34]:<34} {w['batches']:>9} {w['rows']:>11} "
                       f"{w['rows_per_second']:>10.0f}\n")  # fmt: skip
+    if checkpoints:
+        shown = ", ".join(map(str, checkpoints[-5:]))
+        more = f" (the last 5 of {len(checkpoints)})" if len(checkpoints) > 5 else ""
+        out.write(f"checkpoints (sqlfeed job rewind --to ID): {shown}{more}\n")
 
 
 def _cmd_job_reset(args: argparse.Namespace, out: TextIO) -> None:
@@ -321,6 +352,10 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
         positive(args.batch_size, "--batch-size", most=MAX_BATCH_ROWS)
     if args.worker_id is not None and not args.worker_id.strip():
         raise InvalidArgumentError("--worker-id needs a name (or leave it out: host:pid:random)")
+    if not (math.isfinite(args.checkpoint_every) and args.checkpoint_every >= 0):
+        raise InvalidArgumentError(
+            f"--checkpoint-every must be a number of seconds >= 0, got {args.checkpoint_every}"
+        )
     target = check_output_folder(args.out, "--out") if args.out is not None else None
     dialect_for(args.db)
     check_queue_url(args.queue, must_exist=True)
@@ -336,10 +371,17 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
     try:
         with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
                     batch_size=args.batch_size, on_ack=acknowledged) as worker:  # fmt: skip
+            ledger = Checkpoints(worker, args.checkpoint_every)
+            waits = WaitReporter(open_queue(args.queue), args.job, worker.worker_id,
+                                 worker.spec.lease_ttl)  # fmt: skip
             try:
-                _work(worker, target)
+                with waits:
+                    _work(worker, target, ledger, waits)
             except SystemExit as exit_:  # SIGTERM: the leases are back; say what was done
                 stopped = exit_
+            finally:
+                waits.queue.close()
+            ledger.record()  # what was delivered since the last one (done, or stopped)
     except BaseException:
         if fresh and target is not None:
             _remove_if_unused(target)
@@ -421,13 +463,16 @@ def check_queue_url(url: str, *, must_exist: bool) -> None:
             )
 
 
-def _work(worker: Worker, target: Path | None) -> None:
+def _work(worker: Worker, target: Path | None, ledger: Checkpoints, waits: WaitReporter) -> None:
     """Read the job's partitions until it is done; with ``--out``, write every batch into
     a :class:`~sqlfeed.dispatch.folder.BatchFolder` (a batch the worker no longer holds
-    the lease of is refused, so it is neither written nor acknowledged)."""
+    the lease of is refused, so it is neither written nor acknowledged); record
+    checkpoints in the job's ledger as they fall due."""
     folder = None if target is None else _batch_folder(target, worker)
     worker.release_on_sigterm()
     for delivery in worker.deliveries():
+        waits.delivered()
+        ledger.due()
         if folder is None:
             continue
         try:

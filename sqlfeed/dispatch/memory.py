@@ -193,6 +193,16 @@ class MemoryQueue(LeaseQueue):
             workers = [worker_row(dict(w)) for w in self._workers[job].values()]
             return JobStatus(job, spec.epochs, spec.plan.num_partitions, per_epoch, workers)
 
+    def leases(self, job: str) -> list[tuple[str, int, float]]:
+        with self._lock:
+            self._job(job)
+            now = time.monotonic()
+            return [
+                (str(t.worker), e, t.expires - now)
+                for (e, _), t in self._tasks[job].items()
+                if t.state == "leased"
+            ]
+
     def completions(self, job: str) -> dict[tuple[int, int], int]:
         """How often each task was completed (always 1 for a done task)."""
         with self._lock:

@@ -274,6 +274,12 @@ class LeaseQueue:
         """The job's progress per epoch and per worker."""
         raise NotImplementedError
 
+    def leases(self, job: str) -> list[tuple[str, int, float]]:
+        """The job's leases now held: ``(worker, epoch, seconds until it expires)`` each,
+        by the queue's clock (negative: expired, not yet taken over). A live worker's
+        heartbeats keep pushing the expiry back; a dead one's runs out."""
+        raise NotImplementedError
+
     def reset(self, job: str) -> None:
         """Every task pending again, from offset 0."""
         raise NotImplementedError

@@ -482,6 +482,21 @@ class SQLQueue(LeaseQueue):
         ]
         return JobStatus(job, spec.epochs, spec.plan.num_partitions, per_epoch, rows)
 
+    def leases(self, job: str) -> list[tuple[str, int, float]]:
+        def read() -> list[tuple[str, int, float]]:
+            with self._tx(read_only=True) as c:
+                rows = c.execute(
+                    sa.text(
+                        f"SELECT worker, epoch, expires - {self._now} FROM sqlfeed_tasks "
+                        "WHERE job = :j AND state = 'leased'"
+                    ),
+                    {"j": job},
+                ).all()
+            return [(str(w), int(e), float(s)) for w, e, s in rows]
+
+        leased: list[tuple[str, int, float]] = self._retrying(read)
+        return leased
+
     def _progress(self, job: str) -> tuple[list[Any], list[Any]]:
         with self._tx(read_only=True) as c:
             counts = c.execute(
