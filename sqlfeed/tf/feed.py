@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, MissingDependencyError
+from dialects import InvalidArgumentError, MissingDependencyError, SqlfeedError
 from sqlfeed.dispatch import Feeder, Worker, default_worker_id
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans import Plan, drop_scratch_with
@@ -169,6 +169,8 @@ class Feed:
         """The job's name in job mode, else None."""
         self._iterations = itertools.count()
         self._restored_epoch, self._restored_rows = -1, 0
+        self._failure: str | None = None
+        """sqlfeed's error that ended the generator of the iteration (see :meth:`_build`)."""
         self.dataset: Any = self._build()
         """The ``tf.data.Dataset``."""
 
@@ -190,6 +192,43 @@ class Feed:
         if self._job is not None:
             return self._job.epoch_batches()
         return self.feeder.epoch(next(self._iterations))
+
+    def _failing(self, elements: Callable[[], Iterator[Any]]) -> Callable[[], Iterator[Any]]:
+        """``elements`` ending, on sqlfeed's own error (a NULL label, a value out of range,
+        the database's error), with the error noted for :meth:`_raise_failure` instead of
+        raised: tf.data would log the Python traceback of an exception raised in the
+        generator twice (at WARNING level) before the iterator raises it."""
+
+        def run() -> Iterator[Any]:
+            self._failure = None
+            try:
+                yield from elements()
+            except SqlfeedError as err:
+                self._failure = f"{type(err).__name__}: {err}"
+
+        return run
+
+    def _raise_failure(self, ds: Any, signature: Any) -> Any:
+        """``ds`` followed by the noted failure, if any, raised by a TensorFlow assertion
+        (one line, the error's message: no Python traceback logged)."""
+        tf = self.tf
+
+        def failures() -> Iterator[str]:
+            message, self._failure = self._failure, None
+            if message is not None:
+                yield message
+
+        def fail(message: Any) -> Any:
+            with tf.control_dependencies([tf.debugging.Assert(tf.equal(message, ""), [message])]):
+                return tf.nest.map_structure(
+                    lambda spec: tf.zeros([d or 0 for d in spec.shape.as_list()], spec.dtype),
+                    signature,
+                )
+
+        failed = tf.data.Dataset.from_generator(
+            failures, output_signature=tf.TensorSpec([], tf.string)
+        )
+        return ds.concatenate(failed.map(fail))
 
     def state_dict(self, steps: int | None = None) -> dict[str, Any]:
         """Where the feed stands after ``steps`` batches of the epoch being read.
@@ -253,7 +292,10 @@ class Feed:
                     if batch.num_rows:
                         yield tuple(convert(batch))
 
-            ds = tf.data.Dataset.from_generator(flat_batches, output_signature=signature)
+            ds = tf.data.Dataset.from_generator(
+                self._failing(flat_batches), output_signature=signature
+            )
+            ds = self._raise_failure(ds, signature)
 
             def assemble(*flat: Any) -> Any:
                 return self._structure(
@@ -272,7 +314,8 @@ class Feed:
                     if batch.num_rows:
                         yield self._structure(convert(batch))
 
-            ds = tf.data.Dataset.from_generator(batches, output_signature=signature)
+            ds = tf.data.Dataset.from_generator(self._failing(batches), output_signature=signature)
+            ds = self._raise_failure(ds, signature)
             if self._job is None:
                 # Python once per read batch (64K rows); tf.data cuts the training batches.
                 ds = ds.rebatch(self.batch_size, drop_remainder=self.drop_remainder)
