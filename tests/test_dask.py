@@ -174,7 +174,10 @@ def test_tasks_of_one_process_reuse_its_server_sessions(
     tagged = f"{url}{'&' if '?' in url else '?'}application_name={app}"
     sql = QUERY.format(keyed=engine.qualify("keyed"))
     frame = sqlfeed.dask.dataframe(sql, tagged, strategy="hash", partitions=12)
-    count_sql = f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}'"
+    count_sql = (  # the readers' sessions: not the frame's snapshot, held while it lives
+        f"SELECT pid FROM pg_stat_activity WHERE application_name = '{app}' "
+        "AND query NOT LIKE '%pg_export_snapshot%'"
+    )
     assert len(compute(frame, scheduler, request)) == 400
     first = {row[0] for row in engine.rows(count_sql)}
     assert 0 < len(first) < 12  # fewer sessions than the 12 tasks that read

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError
 from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.feed.snapshots import consistent_reads
 from sqlfeed.feed.textout import shown, shown_schema
 from sqlfeed.io import Source
 from sqlfeed.io.arrow import without_hints
@@ -117,6 +118,23 @@ def _write_file(
 
 
 def _write_folder(
+    plan: Plan,
+    source: Source,
+    folder: Path,
+    fmt: str,
+    schema: pa.Schema,
+    readers: int,
+    on_partition: Callable[[int, int], None] | None,
+) -> int:
+    """One file per partition, every partition read inside one snapshot (see
+    :mod:`sqlfeed.feed.snapshots`), held until the last is written."""
+    with consistent_reads(source, plan, plan.num_partitions) as reading:
+        return _write_parts(
+            plan, reading.source, folder, fmt, schema, reading.cap(readers), on_partition
+        )
+
+
+def _write_parts(
     plan: Plan,
     source: Source,
     folder: Path,

@@ -36,6 +36,7 @@ from sqlfeed.feed.batches import (
     shuffle_windows,
     skip_rows,
 )
+from sqlfeed.feed.snapshots import ConsistentRead, check_snapshot_option, consistent_reads
 from sqlfeed.feed.state import Cursor, Position, check_state, feed_state
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.io.arrow import without_hints
@@ -152,6 +153,18 @@ class Feeder:
             read_batch_rows`` rows, by the plan's estimates), so the readers still read
             at once. Same rows, same order, same ``state_dict``; False: one query per
             partition.
+        snapshot: every epoch reads its partitions inside one snapshot, so it is one
+            state of the data even while the tables are written (plans whose partitions
+            query live tables: hash, range, ctid; see :mod:`sqlfeed.feed.snapshots`).
+            PostgreSQL: a snapshot exported when the epoch starts and held until it ends,
+            shared by every reader connection. MySQL/MariaDB and SQLite cannot share one
+            across connections: the epoch's queries run in order on one connection inside
+            one consistent transaction (one reader). False: partitions are read on
+            ``readers`` connections at once, each seeing the data of its own time (only
+            for data that does not change meanwhile). A string: a PostgreSQL snapshot id
+            another session exported (``Source.export_snapshot()``) and holds open while
+            this feed reads (e.g. one snapshot for every rank or DataLoader worker).
+            A resumed epoch reads its rest in a snapshot of its own time.
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead
             of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
@@ -181,6 +194,7 @@ class Feeder:
         leased: Callable[[Plan, Source], LeasedPartitions] | None = None,
         state: Mapping[str, Any] | None = None,
         merge_reads: bool = True,
+        snapshot: bool | str = True,
         **plan_options: Any,
     ) -> None:
         _check_options(
@@ -219,6 +233,8 @@ class Feeder:
         self.read_batch_rows = read_batch_rows
         self.progress = progress
         self.merge_reads = merge_reads
+        check_snapshot_option(snapshot, self.plan.dialect)
+        self.snapshot = snapshot
         self.queries = 0
         """Partition queries this feeder ran (all epochs)."""
         self.read_schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
@@ -265,7 +281,24 @@ class Feeder:
             start, self._resume = self._resume, None
         cursor = Cursor(start, [p.index for p in order], self.shuffle_buffer or 1)
         self._cursor = cursor
-        units = self._units(order[start.partitions_done :])
+        rest = order[start.partitions_done :]
+        with consistent_reads(self.source, self.plan, len(rest), self.snapshot) as reading:
+            yield from self._read_epoch(epoch, start, cursor, len(order), rest, reading)
+        cursor.finished = True
+
+    def _read_epoch(
+        self,
+        epoch: int,
+        start: Position,
+        cursor: Cursor,
+        partitions: int,
+        rest: Sequence[Partition],
+        reading: ConsistentRead,
+    ) -> Iterator[Any]:
+        """The batches of ``rest`` (the epoch's partitions after ``start``) read inside
+        ``reading``'s snapshot; the read-ahead stops before the snapshot is let go."""
+        readers = reading.cap(self.readers)
+        units = self._units(rest, readers)
 
         def report(done: int, rows: int, partition: Partition) -> None:
             cursor.partition_read(rows, units[done - 1].count)
@@ -273,14 +306,14 @@ class Feeder:
             if self.progress is not None:
                 parts = start.partitions_done + cursor.counts[-1]
                 self.progress(
-                    Progress(epoch, parts, len(order), cursor.base + rows, partition, done)
+                    Progress(epoch, parts, partitions, cursor.base + rows, partition, done)
                 )
 
-        batches = read_ahead(
-            self.source,
+        batches = ahead = read_ahead(
+            reading.source,
             [unit.partition for unit in units],
             schema=self.read_schema,
-            readers=self.readers,
+            readers=readers,
             batch_rows=self.read_batch_rows,
             on_partition=report,
             ordered=True,
@@ -298,12 +331,16 @@ class Feeder:
             )
         if self.batch_size is not None:
             batches = rebatch(batches, self.batch_size, self.drop_remainder)
-        for batch in batches:
-            cursor.delivered += batch.num_rows
-            yield convert(batch, self.format)
-        cursor.finished = True
+        try:
+            for batch in batches:
+                cursor.delivered += batch.num_rows
+                yield convert(batch, self.format)
+        finally:
+            stop_reading = getattr(ahead, "close", None)  # a generator: its readers stop,
+            if stop_reading is not None:  # and leave the snapshot, before it is let go
+                stop_reading()
 
-    def _units(self, order: Sequence[Partition]) -> list[ReadUnit]:
+    def _units(self, order: Sequence[Partition], readers: int) -> list[ReadUnit]:
         """The queries that read ``order``: adjacent spans merged (``merge_reads``)."""
         if not self.merge_reads:
             return [ReadUnit(partition, 1) for partition in order]
@@ -311,7 +348,7 @@ class Feeder:
             return read_units(order, 1)
         # A reader reads its next query while the consumer takes the one before, so that
         # query must fit its read-ahead.
-        return read_units(order, self.readers, max_rows=READ_AHEAD_BATCHES * self.read_batch_rows)
+        return read_units(order, readers, max_rows=READ_AHEAD_BATCHES * self.read_batch_rows)
 
     # -- resuming -------------------------------------------------------------------------
 

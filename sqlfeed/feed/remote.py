@@ -27,14 +27,25 @@ import dataclasses
 import inspect
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, dialect_for
-from sqlfeed.io import DEFAULT_BATCH_ROWS, MEMORY, Source, connect, duckdb_file, redact_url
+from dialects import EngineError, InvalidArgumentError, dialect_for
+from sqlfeed.feed.snapshots import SnapshotWarning, check_snapshot_option, needs_snapshot, unshared
+from sqlfeed.io import (
+    DEFAULT_BATCH_ROWS,
+    MEMORY,
+    SnapshotHolder,
+    Source,
+    connect,
+    duckdb_file,
+    redact_url,
+)
 from sqlfeed.plans import Partition, Plan
 from sqlfeed.plans import plan as make_plan
 
@@ -179,7 +190,8 @@ class PartitionReader:
         url: the source's URL.
         schema: the plan's Arrow schema, serialized (IPC).
         batch_rows: rows per record batch read.
-        snapshot: a PostgreSQL snapshot id to read inside (see ``Source.export_snapshot``).
+        snapshot: a PostgreSQL snapshot id to read inside (see ``Source.export_snapshot``;
+            :func:`reader_for` exports one by default, held while this reader is alive).
     """
 
     url: str
@@ -222,19 +234,54 @@ class PartitionReader:
         return pa.Table.from_batches(list(self.batches([partition])), schema=self.arrow_schema())
 
 
-def reader_for(plan: Plan, url: str, batch_rows: int, snapshot: str | None) -> PartitionReader:
+def reader_for(
+    plan: Plan, url: str, batch_rows: int, snapshot: str | bool | None
+) -> PartitionReader:
     """The :class:`PartitionReader` of ``plan`` on ``url``, with its options checked.
+
+    ``snapshot``: None or True (the default of Ray's and Dask's readers): on PostgreSQL,
+    when the plan's partitions query live tables (:func:`~sqlfeed.feed.snapshots.needs_snapshot`),
+    a snapshot is exported here and every task reads inside it: the exporting
+    connection stays open in THIS process for as long as the returned reader is alive
+    (the dataset or DataFrame holds it), so keep the dataset until its tasks have read
+    (when the snapshot cannot be exported, a :class:`SnapshotWarning` says so).
+    MySQL/MariaDB and SQLite cannot share a snapshot with other processes: the tasks
+    read at different times, which a :class:`SnapshotWarning` says. A string: a
+    PostgreSQL snapshot id another session exported and holds. False: none.
 
     Raises:
         InvalidArgumentError: ``batch_rows`` is not a positive integer, ``snapshot`` is
-            given for an engine other than PostgreSQL, or the plan has no schema.
+            an id given for an engine other than PostgreSQL, or the plan has no schema.
     """
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InvalidArgumentError(f"read_batch_rows must be an integer >= 1, got {batch_rows!r}")
-    if snapshot is not None and plan.dialect != "postgres":
-        raise InvalidArgumentError(
-            f"snapshot= is a PostgreSQL snapshot id; {plan.dialect} cannot share a snapshot"
-        )
+    check_snapshot_option(True if snapshot is None else snapshot, plan.dialect)
     if plan.schema is None:
         raise InvalidArgumentError("the plan has no Arrow schema: plan it with a source")
-    return PartitionReader(url, plan.schema, batch_rows, snapshot)
+    if isinstance(snapshot, str):
+        return PartitionReader(url, plan.schema, batch_rows, snapshot)
+    if snapshot is False or not needs_snapshot(plan):
+        return PartitionReader(url, plan.schema, batch_rows)
+    if plan.dialect != "postgres":
+        why = f"{plan.dialect} cannot share a snapshot with the tasks' connections"
+        warnings.warn(unshared(plan, why), SnapshotWarning, stacklevel=3)
+        return PartitionReader(url, plan.schema, batch_rows)
+    source = open_for_reading(url)
+    try:
+        holder = source.export_snapshot()
+    except EngineError as err:
+        source.close()
+        why = f"PostgreSQL exported no snapshot: {err}"
+        warnings.warn(unshared(plan, why), SnapshotWarning, stacklevel=3)
+        return PartitionReader(url, plan.schema, batch_rows)
+    reader = PartitionReader(url, plan.schema, batch_rows, holder.snapshot)
+    weakref.finalize(reader, _let_go, holder, source)  # held while the reader is
+    return reader
+
+
+def _let_go(holder: SnapshotHolder, source: Source) -> None:
+    """Close an exported snapshot's transaction and its source (the reader is gone)."""
+    with contextlib.suppress(Exception):  # a connection lost meanwhile: nothing to end
+        holder.close()
+    with contextlib.suppress(Exception):
+        source.close()

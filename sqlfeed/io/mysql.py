@@ -13,6 +13,11 @@ query per distinct SQL. Every read, by
 either reader, runs :data:`MYSQL_SESSION` first: the hash of a row is taken over its
 text, so every worker must render ``TIMESTAMP`` values alike. connectorx and pymysql are
 optional and imported when used.
+
+MySQL/MariaDB cannot share a snapshot across connections: a read that must see one state
+of changing tables reads its queries in order on one connection inside ``START
+TRANSACTION WITH CONSISTENT SNAPSHOT`` (:meth:`MySQLSource.pin_session`,
+:mod:`sqlfeed.io.pinned`), by pymysql (connectorx opens connections of its own).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from sqlfeed.io.cxread import (
     readers_after,
     readers_from_environment,
 )
+from sqlfeed.io.pinned import PinnedReads
 from sqlfeed.sql import schema_sql
 
 __all__ = [
@@ -91,7 +97,7 @@ _MYSQL_DECIMAL = (0, 246)
 _MYSQL_UNSIGNED_FLAG = 32
 
 
-class MySQLSource(ConnectorxFirst):
+class MySQLSource(PinnedReads, ConnectorxFirst):
     """MySQL/MariaDB through SQLAlchemy, read with connectorx or pymysql's unbuffered cursor.
 
     Attributes:
@@ -104,6 +110,14 @@ class MySQLSource(ConnectorxFirst):
     session_settings = MYSQL_SESSION
     connectorx_session = MYSQL_SESSION
     engine_label = "mysql"
+    _session_begin = (
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+    )
+
+    def _session_connection(self) -> Any:
+        """A pooled connection for a pinned session (its session settings ran)."""
+        return self.engine.raw_connection()
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)

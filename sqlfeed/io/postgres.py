@@ -4,7 +4,10 @@ A read takes the first reader of :attr:`PostgresSource.readers` (``copy``: a CSV
 parsed by Arrow into the query's own types, :mod:`sqlfeed.io.pgcopy`; connectorx's Arrow
 stream; ADBC's binary COPY; then psycopg's server-side cursor) that is installed and
 carries every column type of the query (:mod:`sqlfeed.io.pgtypes`); psycopg carries them
-all, and is the only reader for a read inside an exported snapshot. ``copy`` and ADBC keep
+all. Every reader reads inside an exported snapshot when a read gives one
+(:meth:`PostgresSource.export_snapshot`): its transaction begins with
+:func:`snapshot_statements` (connectorx runs them first on its own connection), and a
+snapshot that is no longer held is one clear error. ``copy`` and ADBC keep
 one connection per reading thread, set up once and reused for every partition the thread
 reads (:mod:`sqlfeed.io.pgsessions`); connectorx opens one per partition, psycopg takes the
 engine's pooled connections. connectorx reports a
@@ -52,6 +55,7 @@ __all__ = [
     "READERS",
     "PostgresSource",
     "postgres_description_schema",
+    "snapshot_statements",
 ]
 
 # Session settings that fix the text form of values: the PostgreSQL hash of a row is taken
@@ -172,10 +176,9 @@ class PostgresSource(SQLAlchemySource):
         that is installed and carries every column type; else ``psycopg``.
 
         ``copy`` is chosen from the read's Arrow ``schema`` alone (derived when not given);
-        connectorx and ADBC from the columns' type OIDs (one ``LIMIT 0`` query).
+        connectorx and ADBC from the columns' type OIDs (one ``LIMIT 0`` query). Every
+        reader can read inside a ``snapshot``, so it does not change the choice.
         """
-        if snapshot is not None:
-            return "psycopg"
         names = self.readers
         if after in names:
             names = names[names.index(after) + 1 :]
@@ -207,7 +210,20 @@ class PostgresSource(SQLAlchemySource):
         rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         reader = self.reader_for(sql, snapshot=snapshot, schema=schema)
-        yield from self._read_with(reader, sql, schema, batch_rows, stop, ordered, snapshot)
+        reads = self._read_with(reader, sql, schema, batch_rows, stop, ordered, snapshot)
+        if snapshot is None:
+            yield from reads
+            return
+        try:
+            yield from reads
+        except Exception as err:
+            if "invalid snapshot identifier" not in str(err):
+                raise
+            raise EngineError(
+                f"postgres: the snapshot {snapshot} is no longer held (the session that "
+                "exported it ended, or it is another server's): keep its holder open until "
+                "every read of the plan is done"
+            ) from None
 
     def _read_with(
         self,
@@ -219,12 +235,20 @@ class PostgresSource(SQLAlchemySource):
         ordered: bool,
         snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
-        settings = [*POSTGRES_SESSION, *(POSTGRES_ORDERED if ordered else ())]
+        begin = snapshot_statements(snapshot)
+        settings = [
+            *snapshot_statements(snapshot, begin=True),
+            *POSTGRES_SESSION,
+            *(POSTGRES_ORDERED if ordered else ()),
+        ]
         local = [s.replace("SET ", "SET LOCAL ", 1) for s in POSTGRES_ORDERED] if ordered else []
+        local = [*begin, *local]
         if reader == "copy":
-            yield from self._read_copy(sql, schema, batch_rows, stop, ordered, local)
+            yield from self._read_copy(sql, schema, batch_rows, stop, ordered, local, snapshot)
         elif reader == "connectorx":
-            yield from self._read_connectorx(sql, schema, batch_rows, stop, ordered, settings)
+            yield from self._read_connectorx(
+                sql, schema, batch_rows, stop, ordered, settings, snapshot
+            )
         elif reader == "adbc":
             yield from self._read_adbc(sql, batch_rows, stop, local)
         else:
@@ -241,9 +265,8 @@ class PostgresSource(SQLAlchemySource):
                 cursor.adapters.register_loader(oid, TextLoader)
 
     def _begin_read(self, cursor: Any, ordered: bool, snapshot: str | None) -> None:
-        if snapshot is not None:  # the first statements of this transaction
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute(f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}")
+        for statement in snapshot_statements(snapshot):  # the first of this transaction
+            cursor.execute(statement)
         if ordered:
             for setting in POSTGRES_ORDERED:  # for this transaction only
                 cursor.execute(setting.replace("SET ", "SET LOCAL ", 1))
@@ -256,15 +279,24 @@ class PostgresSource(SQLAlchemySource):
         return cursor
 
     def export_snapshot(self) -> SnapshotHolder:
-        with self._errors("snapshot export"):
-            connection = self.engine.raw_connection()
-            cursor = connection.cursor()
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute("SELECT pg_export_snapshot()")
-            row = cursor.fetchone()
-            assert row is not None
-            snapshot = str(row[0])
-            cursor.close()
+        """A snapshot exported by a REPEATABLE READ transaction on a connection of its own,
+        held open (no idle-in-transaction time-out) until the holder is closed."""
+        connection = None
+        try:
+            with self._errors("snapshot export"):
+                connection = self.engine.raw_connection()
+                cursor = connection.cursor()
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+                cursor.execute("SELECT pg_export_snapshot()")
+                row = cursor.fetchone()
+                assert row is not None
+                snapshot = str(row[0])
+                cursor.close()
+        except BaseException:
+            if connection is not None:
+                connection.close()
+            raise
         return SnapshotHolder(snapshot, connection)
 
     def _read_adbc(
@@ -299,6 +331,7 @@ class PostgresSource(SQLAlchemySource):
         stop: threading.Event | None,
         ordered: bool,
         local: list[str],
+        snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
         """``COPY ... (FORMAT csv)`` on this thread's psycopg connection, parsed by Arrow.
 
@@ -325,7 +358,7 @@ class PostgresSource(SQLAlchemySource):
             finally:
                 _settle(kept, connections)
         after = self.reader_for(sql, after="copy", schema=schema)
-        yield from self._read_with(after, sql, schema, batch_rows, stop, ordered, None)
+        yield from self._read_with(after, sql, schema, batch_rows, stop, ordered, snapshot)
 
     def _read_connectorx(
         self,
@@ -335,7 +368,10 @@ class PostgresSource(SQLAlchemySource):
         stop: threading.Event | None,
         ordered: bool,
         settings: list[str],
+        snapshot: str | None,
     ) -> Iterator[pa.RecordBatch]:
+        """connectorx's Arrow stream; ``settings`` run first on its connection (a
+        snapshot's ``BEGIN`` among them: its query then reads inside the transaction)."""
         connectorx = _connectorx()
         url = self.engine.url.set(drivername="postgresql")
         yielded = False
@@ -357,9 +393,8 @@ class PostgresSource(SQLAlchemySource):
             if not is_connectorx_failure(err):
                 raise
             failure = str(err)
-        fallback = self._read_with(
-            self.reader_for(sql, after="connectorx"), sql, schema, batch_rows, stop, ordered, None
-        )
+        after = self.reader_for(sql, after="connectorx")
+        fallback = self._read_with(after, sql, schema, batch_rows, stop, ordered, snapshot)
         if not yielded:  # nothing delivered yet: the next reader's rows, or the real error
             yield from fallback
             return
@@ -369,6 +404,19 @@ class PostgresSource(SQLAlchemySource):
                 pass
             message = libpq_message(failure)
         raise EngineError(f"postgres failed running the partition query: {message}")
+
+
+def snapshot_statements(snapshot: str | None, *, begin: bool = False) -> list[str]:
+    """The first statements of a read's transaction inside ``snapshot`` (none without one).
+
+    ``begin``: open the transaction too (connectorx runs them on a connection outside one;
+    psycopg and ADBC connections are inside the transaction their driver began).
+    """
+    if snapshot is None:
+        return []
+    mode = "ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    first = f"BEGIN {mode}" if begin else f"SET TRANSACTION {mode}"
+    return [first, f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"]
 
 
 def _adbc_batches(

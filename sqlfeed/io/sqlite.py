@@ -21,6 +21,11 @@ REAL affinity (which stores no integers), as the schema's reader hints say
 (:data:`SQLITE_HINT`, set by :meth:`SQLiteSource.schema` for a plain single-table query);
 and its text is checked to be UTF-8 (a BLOB in a TEXT column). connectorx and ADBC are
 optional and imported when used.
+
+SQLite cannot share a snapshot across connections: a read that must see one state of a
+changing database reads its queries in order on one ``sqlite3`` connection inside one read
+transaction (:meth:`SQLiteSource.pin_session`, :mod:`sqlfeed.io.pinned`): in WAL mode
+writers go on meanwhile; in a rollback journal they wait until the read ends.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from sqlfeed.io.cxread import (
 )
 from sqlfeed.io.files import MEMORY
 from sqlfeed.io.pgsessions import ThreadConnections
+from sqlfeed.io.pinned import PinnedReads
 from sqlfeed.sql import ParsedQuery, single_table
 
 __all__ = [
@@ -75,7 +81,7 @@ _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
 """Paths connectorx's ``sqlite://`` URL takes as they are (others are read by sqlite3)."""
 
 
-class SQLiteSource(ConnectorxFirst):
+class SQLiteSource(PinnedReads, ConnectorxFirst):
     """A SQLite database through SQLAlchemy's pysqlite, read with ADBC, connectorx or ``sqlite3``.
 
     Attributes:
@@ -86,6 +92,13 @@ class SQLiteSource(ConnectorxFirst):
     """
 
     engine_label = "sqlite"
+    # BEGIN is deferred: the read of the schema starts the read transaction, which fixes
+    # the state every later read of the session sees (WAL) or holds the shared lock.
+    _session_begin = ("BEGIN", "SELECT count(*) FROM sqlite_master")
+
+    def _session_connection(self) -> Any:
+        """A pooled ``sqlite3`` connection for a pinned session (sqlfeed's functions in it)."""
+        return self.engine.raw_connection()
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)

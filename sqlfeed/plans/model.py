@@ -21,6 +21,15 @@ STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
 
 PLAN_FORMAT_VERSION = 1
 
+LIVE_STRATEGIES = frozenset({"hash", "range", "ctid"})
+"""Strategies whose partitions query the user's tables while they may change (a
+``materialize`` plan reads its own scratch copy, ``fragments`` read files): a read of
+their partitions must see one snapshot (see :mod:`sqlfeed.feed.snapshots`)."""
+
+SNAPSHOT_ENGINES = frozenset({"postgres", "mysql", "sqlite"})
+"""Engines whose tables other sessions write while a plan is read (a DuckDB file sqlfeed
+opens read-only cannot be written meanwhile)."""
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -52,7 +61,9 @@ class Plan:
     """A query, the strategy that split it, and its partitions.
 
     The partitions' rows add up to exactly the query's result (as a multiset), for
-    every strategy, as long as the data does not change while they are read.
+    every strategy, as long as the data does not change while they are read, or they
+    are read inside one snapshot, as every static read of a plan is by default (see
+    :mod:`sqlfeed.feed.snapshots`).
     """
 
     sql: str
