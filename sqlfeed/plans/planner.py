@@ -41,7 +41,7 @@ from sqlfeed.plans import fragments, materialize, physical
 from sqlfeed.plans import hash as hash_strategy
 from sqlfeed.plans import range as range_strategy
 from sqlfeed.plans.context import PlanContext, Strategy
-from sqlfeed.plans.model import STRATEGIES, Plan
+from sqlfeed.plans.model import LIVE_STRATEGIES, SNAPSHOT_ENGINES, STRATEGIES, Plan
 from sqlfeed.plans.prepare import deterministic_query, notes, partition_count
 from sqlfeed.sql import ParsedQuery, check_partition_count, check_stable, count_sql, sample_sql
 
@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_TARGET_ROWS",
     "REREAD_WARNING",
     "STRATEGY_MODULES",
+    "consistency",
     "plan",
     "rereads",
     "scan_cost",
@@ -134,18 +135,16 @@ def plan(
     if not built:
         raise AssertionError("a strategy built no partitions")  # every builder makes >= 1
     reason += notes(ready.tiebreaks, sizing.capped, sizing.m, len(built), chosen, sizing.note)
-    if chosen == "fragments":
-        reason += fragments.notes(context, len(built), REREAD_WARNING)  # whole reads, cost
+    reason += fragments.notes(context, len(built), REREAD_WARNING) if chosen == "fragments" else ""
     if renamed := renamed_columns(columns, schema):
         reason += "; " + renamed
     cost = scan_cost(chosen, len(built), context)
-    if strategy == "auto" and cost > REREAD_WARNING:
-        reason += rereads(cost, chosen)
+    reason += rereads(cost, chosen) if strategy == "auto" and cost > REREAD_WARNING else ""
     return Plan(
         sql=parsed.sql,
         dialect=src.dialect.name,
         strategy=chosen,
-        reason=reason,
+        reason=reason + consistency(chosen, src.dialect.name, len(built)),
         partitions=tuple(built),
         columns=tuple(columns),
         key=tuple(keys) if keys else None,
@@ -206,6 +205,28 @@ def rereads(cost: float, strategy: str = "hash") -> str:
         "partition re-runs it): give a key column (range partitions), a scratch schema "
         "(--scratch: materialize, one run), or write the rows as a shardset dataset "
         "(fragments) to read them once"
+    )
+
+
+def consistency(strategy: str, dialect: str, partitions: int) -> str:
+    """What ``plan.reason`` says of how a read of the plan sees one state of its tables
+    while they are written (see :mod:`sqlfeed.feed.snapshots`); nothing when the
+    partitions read a scratch copy, files, DuckDB, or are one query."""
+    if partitions < 2 or strategy not in LIVE_STRATEGIES or dialect not in SNAPSHOT_ENGINES:
+        return ""
+    if dialect == "postgres":
+        return (
+            "; every read of the plan (a Feeder epoch, export, tf, torch, Ray, Dask) runs "
+            "inside one exported snapshot: one state of the tables while they are written"
+        )
+    engine = "MySQL/MariaDB" if dialect == "mysql" else "SQLite"
+    return (
+        f"; {engine} cannot share a snapshot across connections, so a static read of the "
+        "plan (a Feeder epoch, export, tf, torch) runs its queries in order on ONE "
+        "connection inside one consistent snapshot: one state of the tables while they are "
+        "written, but one reader instead of several (snapshot=False reads on several "
+        "connections at once, only for data that does not change meanwhile; jobs, Ray "
+        "and Dask tasks read at different times)"
     )
 
 
