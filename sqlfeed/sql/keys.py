@@ -119,6 +119,7 @@ def order_is_total(
     width: int | None = None,
     table_keys: TableKeys | None = None,
     every_output: bool = True,
+    distinct_on: bool = True,
 ) -> bool:
     """Whether ``node``'s ORDER BY (for its LIMIT/OFFSET) leaves no two different rows tied.
 
@@ -130,6 +131,8 @@ def order_is_total(
         every_output: count an ORDER BY over every output column as total (rows tied on
             all of them are equal); False asks for a key proper, which also holds where
             the collation ties different strings (``'a' = 'A'``).
+        distinct_on: count the DISTINCT ON expressions as a key (its output rows); False
+            asks about the rows DISTINCT ON picks from (which of them it keeps).
     """
     if isinstance(node, exp.Select) and single_aggregate_row(node):
         return True
@@ -140,7 +143,8 @@ def order_is_total(
     if not isinstance(node, exp.Select):
         return False
     covered = {_norm(resolve_output(node, o.this), node) for o in order.expressions}
-    return any(key <= covered for key in _row_keys(node, table_keys, output_level=True))
+    keys = _row_keys(node, table_keys, output_level=distinct_on)
+    return any(key <= covered for key in keys)
 
 
 def window_is_total(window: exp.Window, select: exp.Select, table_keys: TableKeys | None) -> bool:

@@ -8,18 +8,25 @@ way: each run (each partition) may then see other rows. SQL allows any of those 
 user's own keys, ascending with NULLs first (said explicitly, so the engine's default does
 not matter):
 
-* a LIMIT's ORDER BY: the remaining output columns, by position (plus their binary form
+* a LIMIT's ORDER BY, and the ORDER BY that decides which row of each group a
+  ``DISTINCT ON`` keeps (one without ORDER BY gets one, starting with the DISTINCT ON
+  expressions): the remaining output columns, by position (plus their binary form
   where the collation holds ``'a' = 'A'``: MySQL), or, behind a ``*`` whose columns are not
   known, the hash of each source row where the engine has a whole-row hash;
 * a window's ORDER BY: the GROUP BY keys of a grouped SELECT, else the SELECT's other
   output expressions and the values its window functions read (or the whole-row hash);
   a window that had no ORDER BY and whose function reads its frame gets an explicit
   whole-partition ``ROWS`` frame, so its frame does not change;
-* an order-sensitive aggregate's ORDER BY: the aggregated value.
+* an order-sensitive aggregate's ORDER BY: the aggregated value (with DISTINCT, whose
+  ORDER BY may only name the aggregated values, an ORDER BY over all of them is total
+  already, and one over anything else cannot be completed).
 
-Orders that are provably total (:mod:`sqlfeed.sql.keys`) are left alone. What cannot be
-completed (a frame that ends at the last tie, a ``*`` with no whole-row hash) is reported,
-as is every order that may tie as written (the ``strict`` view).
+``FETCH ... WITH TIES`` keeps every row tied with the last one, so it needs nothing; after
+an OFFSET, which may skip either of two tied rows, a tie-breaker would change which rows
+tie, so it cannot be completed. Orders that are provably total (:mod:`sqlfeed.sql.keys`)
+are left alone. What cannot be completed (a frame that ends at the last tie, a ``*`` with
+no whole-row hash, an OFFSET before WITH TIES) is reported, as is every order that may
+tie as written (the ``strict`` view).
 """
 
 from __future__ import annotations
@@ -41,10 +48,24 @@ from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import (
     function_name,
     has_limit,
+    is_constant,
     is_star,
     item_names,
     projection,
     single_aggregate_row,
+)
+from sqlfeed.sql.windows import (
+    ORDER_SENSITIVE_AGGREGATE_CLASSES,
+    ORDER_SENSITIVE_AGGREGATES,
+    frame_problem,
+    inline_named,
+    order_sensitive_aggregate,
+    spec_only,
+    unwrap,
+    whole_partition,
+    whole_partition_frame,
+    window_candidates,
+    window_kind,
 )
 
 __all__ = [
@@ -53,28 +74,6 @@ __all__ = [
     "OrderCompletion",
     "complete_orders",
 ]
-
-ORDER_SENSITIVE_AGGREGATES = frozenset(
-    (
-        "string_agg listagg array_agg group_concat any_value first last arbitrary json_agg "
-        "jsonb_agg json_arrayagg json_group_array list first_value last_value collect_list "
-        "array_concat_agg xmlagg"
-    ).split()
-)
-"""Aggregates whose result depends on the order rows arrive in (lower-case names)."""
-
-ORDER_SENSITIVE_AGGREGATE_CLASSES: tuple[type[exp.Expr], ...] = (
-    exp.ArrayAgg,
-    exp.GroupConcat,
-    exp.AnyValue,
-    exp.First,
-    exp.Last,
-)
-"""The sqlglot classes of :data:`ORDER_SENSITIVE_AGGREGATES`."""
-# Window functions that number or pick rows, ignoring the frame (MariaDB refuses a frame).
-_ROW_FUNCTIONS: tuple[type[exp.Expr], ...] = (exp.RowNumber, exp.Lag, exp.Lead, exp.Ntile)
-# Window functions that pick a row of the frame.
-_VALUE_FUNCTIONS: tuple[type[exp.Expr], ...] = (exp.FirstValue, exp.LastValue, exp.NthValue)
 
 
 @dataclass(frozen=True)
@@ -116,6 +115,8 @@ def complete_orders(
     state = _Completion(parsed.dialect, tree, list(columns) if columns else None, table_keys)
     # Deepest nodes first, so tie-breakers copied from an expression are complete already.
     for node in reversed(list(tree.walk(bfs=True))):
+        if isinstance(node, exp.Select):
+            state.distinct_on(node)
         if isinstance(node, (exp.Select, exp.SetOperation)):
             state.limit(node)
         elif isinstance(node, exp.Window):
@@ -161,6 +162,19 @@ class _Completion:
         if order_is_total(node, order, width=width, table_keys=keys, every_output=False):
             return
         label = self._limit_label(node, order)
+        if _with_ties(node):
+            if order_is_total(node, order, width=width, table_keys=keys):
+                return  # rows tied on every output column look the same
+            # OFFSET, then FETCH ... WITH TIES: which tied rows the OFFSET skips is
+            # arbitrary, and a tie-breaker would change which rows tie (so drop the ties).
+            skips = f"{label} may skip either of the rows that tie on its ORDER BY"
+            self.ties.append(skips)
+            self.unfixable.append(
+                f"{skips} (sqlfeed cannot complete it: a tie-breaker would change which "
+                "rows WITH TIES keeps; order by a unique key, or filter on RANK() OVER "
+                "(ORDER BY ...) instead of OFFSET ... WITH TIES)"
+            )
+            return
         exact = self.engine.collation_tiebreak(exp.column("x")) is None
         reason = None
         found: tuple[list[exp.Ordered], str] | str
@@ -196,7 +210,9 @@ class _Completion:
 
     def _limit_label(self, node: exp.Expr, order: exp.Order | None) -> str:
         parts = [order] if order is not None else []
-        parts += [node.args[a] for a in ("limit", "offset", "fetch") if node.args.get(a)]
+        fetch = isinstance(node.args.get("limit"), exp.Fetch)  # written after the OFFSET
+        names = ("offset", "limit", "fetch") if fetch else ("limit", "offset", "fetch")
+        parts += [node.args[a] for a in names if node.args.get(a)]
         text = " ".join(self._sql(p) for p in parts)
         return text if order is not None else f"{text} (no ORDER BY)"
 
@@ -212,7 +228,7 @@ class _Completion:
             names = item_names(items)
             for position, (item, name) in enumerate(zip(items, names, strict=True), start=1):
                 value = item.unalias()
-                if position not in covered and not _constant(value):
+                if position not in covered and not is_constant(value):
                     keys.append(_ordered(exp.Literal.number(position)))
                     named.append(name.name if name is not None else self._sql(value))
             keys += self._collation_keys(node)
@@ -250,7 +266,7 @@ class _Completion:
         keys = []
         for item, name in zip(items, item_names(items), strict=True):
             extra = None if is_star(item) else self._collation(node, item.unalias(), name)
-            if extra is not None and not _constant(item.unalias()):
+            if extra is not None and not is_constant(item.unalias()):
                 keys.append(_ordered(extra))
         return keys
 
@@ -264,24 +280,67 @@ class _Completion:
         keys = [_ordered(self.engine.whole_row_hash(s)) for s in sources]
         return keys, "the hash of each row of " + ", ".join(s.name for s in sources)
 
+    # -- DISTINCT ON ------------------------------------------------------------------------
+
+    def distinct_on(self, node: exp.Select) -> None:
+        """Complete the ORDER BY that decides which row of each DISTINCT ON group is kept."""
+        distinct = node.args.get("distinct")
+        on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+        if on is None or distinct is None:
+            return
+        order = node.args.get("order")
+        keys = [o.copy() for o in order.expressions] if order is not None else []
+        present = {resolve_output(node, o.this).sql().casefold() for o in keys}
+        leading = [_ordered(e.copy()) for e in on.expressions]
+        leading = [
+            o for o in leading if resolve_output(node, o.this).sql().casefold() not in present
+        ]
+        whole = exp.Order(expressions=[*leading, *keys])
+        width = len(self.columns) if self.columns is not None and node is self.tree else None
+        if order_is_total(node, whole, width=width, table_keys=self.table_keys, distinct_on=False):
+            return
+        on_text = self._sql(distinct)
+        label = f"{on_text} {self._sql(order)}" if order is not None else on_text
+        if order is None:
+            reason = (
+                f"{on_text} without ORDER BY keeps an arbitrary row of each group; add an "
+                "ORDER BY that starts with the DISTINCT ON expressions"
+            )
+        else:
+            reason = f"{label} keeps either of the rows of a group that tie on its ORDER BY"
+        found = self._limit_tiebreakers(node, whole, width)
+        self.ties.append(reason)
+        if isinstance(found, str):
+            self.unfixable.append(f"{reason} (sqlfeed cannot complete it: {found})")
+            return
+        if order is None:
+            # The ORDER BY of a DISTINCT ON starts with its expressions (PostgreSQL).
+            order = exp.Order(expressions=[o.copy() for o in leading])
+            node.set("order", order)
+        have = {o.this.sql().casefold() for o in order.expressions}
+        for key in found[0]:
+            if key.this.sql().casefold() not in have:
+                order.append("expressions", key)
+        self.completed.append(f"{label} completed with {found[1] or 'its output columns'}")
+
     # -- windows ----------------------------------------------------------------------------
 
     def window(self, window: exp.Window) -> None:
         """Complete the ORDER BY of a window function that numbers or picks tied rows."""
-        function = _unwrap(window.this)
+        function = unwrap(window.this)
         select = window.find_ancestor(exp.Select)
         if isinstance(function, exp.Identifier) or select is None:
             return  # a named window's definition (judged where it is used)
-        if window.args.get("alias") is not None and not _inline_named(window, select):
+        if window.args.get("alias") is not None and not inline_named(window, select):
             return  # OVER w for a w not defined here: the engine reports it
-        kind = _window_kind(function, window.args.get("spec"))
+        kind = window_kind(function, window.args.get("spec"))
         if kind is None or window_is_total(window, select, self.table_keys):
             return
         tiebreakers = self._window_tiebreakers(window, select)
         if tiebreakers == []:
             return  # ordered on everything the window's rows show already
         order = window.args.get("order")
-        label = f"{_display(function)} OVER ({_spec_only(window, self.engine)})"
+        label = f"{_display(function)} OVER ({spec_only(window, self.engine)})"
         if order is None:
             reason = (
                 f"{label} without ORDER BY numbers or picks rows in an arbitrary order; "
@@ -296,15 +355,15 @@ class _Completion:
                 f"and {self.engine.name} cannot hash a whole row: list the columns)"
             )
             return
-        problem = _frame_problem(function, kind, window)
+        problem = frame_problem(function, kind, window)
         if problem:
             self.unfixable.append(f"{reason} (sqlfeed cannot complete it: {problem})")
             return
         if order is None:
             order = exp.Order(expressions=[])
             window.set("order", order)
-            if kind == "value" and _whole_partition(window.args.get("spec")):
-                window.set("spec", _whole_partition_frame())
+            if kind == "value" and whole_partition(window.args.get("spec")):
+                window.set("spec", whole_partition_frame())
         for key, _ in tiebreakers:
             order.append("expressions", key)
         described = ", ".join(text for _, text in tiebreakers if text)
@@ -325,7 +384,7 @@ class _Completion:
                 return None
             candidates = [self.engine.whole_row_hash(s) for s in sources]
         else:
-            candidates = _window_candidates(select)
+            candidates = window_candidates(select)
         order = window.args.get("order")
         present = {
             k.this.sql().casefold() if isinstance(k, exp.Ordered) else k.sql().casefold()
@@ -334,7 +393,7 @@ class _Completion:
         found: list[tuple[exp.Ordered, str]] = []
         for candidate in candidates:
             text = candidate.sql().casefold()
-            if text in present or _constant(candidate):
+            if text in present or is_constant(candidate):
                 continue
             present.add(text)
             found.append((_ordered(candidate), self._sql(candidate)))
@@ -349,13 +408,33 @@ class _Completion:
         """Complete ``string_agg(x ORDER BY k)``-like orders with the aggregated value."""
         value = order.this
         aggregate = order.parent
-        if value is None or aggregate is None or not _order_sensitive_aggregate(aggregate):
+        if value is None or aggregate is None or not order_sensitive_aggregate(aggregate):
             return
         keys = {o.this.sql().casefold() for o in order.expressions}
-        if value.sql().casefold() in keys or _constant(value):
-            return
         label = self._sql(aggregate)
-        self.ties.append(f"{label} concatenates values that tie on its ORDER BY in any order")
+        if isinstance(value, exp.Distinct):
+            # With DISTINCT the ORDER BY may only name the aggregated values; ordered on
+            # all of them, no two different values tie.
+            values = [v for v in value.expressions if not is_constant(v)]
+            if all(v.sql().casefold() in keys for v in values):
+                return
+            reason = (
+                f"{label} orders its DISTINCT values by other expressions, which rows "
+                "sharing a value may disagree on"
+            )
+            self.ties.append(reason)
+            self.unfixable.append(
+                f"{reason} (sqlfeed cannot complete it: with DISTINCT, order by the "
+                "aggregated values themselves)"
+            )
+            return
+        if value.sql().casefold() in keys or is_constant(value):
+            return
+        picks = isinstance(aggregate, (exp.First, exp.Last, exp.AnyValue)) or function_name(
+            aggregate
+        ) in ("first", "last", "any_value", "arbitrary")
+        what = "picks either of the values" if picks else "concatenates values in any order"
+        self.ties.append(f"{label} {what} that tie on its ORDER BY")
         order.append("expressions", _ordered(value.copy()))
         extra = self.engine.collation_tiebreak(value.copy())
         if extra is not None:
@@ -365,12 +444,6 @@ class _Completion:
 
 def _ordered(expr: exp.Expr) -> exp.Ordered:
     return exp.Ordered(this=expr, desc=False, nulls_first=True)
-
-
-def _constant(expr: exp.Expr) -> bool:
-    return isinstance(expr, (exp.Literal, exp.Null, exp.Boolean)) or (
-        isinstance(expr, exp.Paren) and _constant(expr.this)
-    )
 
 
 def _cuts_nothing(node: exp.Expr) -> bool:
@@ -384,6 +457,13 @@ def _cuts_nothing(node: exp.Expr) -> bool:
         options = limit.args.get("limit_options")
         return bool(options is not None and options.args.get("with_ties"))
     return False
+
+
+def _with_ties(node: exp.Expr) -> bool:
+    """Whether the query node ends in ``FETCH ... WITH TIES``."""
+    fetch = node.args.get("limit") or node.args.get("fetch")
+    options = fetch.args.get("limit_options") if isinstance(fetch, exp.Fetch) else None
+    return bool(options is not None and options.args.get("with_ties"))
 
 
 def _covered_positions(node: exp.Expr, order: exp.Order | None) -> set[int]:
@@ -422,136 +502,6 @@ def _source_names(select: exp.Select) -> list[exp.Identifier] | None:
         else:
             return None
     return names
-
-
-def _unwrap(function: exp.Expr) -> exp.Expr:
-    while isinstance(function, (exp.IgnoreNulls, exp.RespectNulls)):
-        function = function.this
-    return function
-
-
-def _order_sensitive_aggregate(node: exp.Expr | None) -> bool:
-    return node is not None and (
-        isinstance(node, ORDER_SENSITIVE_AGGREGATE_CLASSES)
-        or function_name(node) in ORDER_SENSITIVE_AGGREGATES
-    )
-
-
-def _window_kind(function: exp.Expr, spec: exp.Expr | None) -> str | None:
-    """``rows`` (numbers rows, ignores the frame), ``value`` (picks from its frame), or None
-    when ties in the window order cannot change the function's result."""
-    if isinstance(function, _ROW_FUNCTIONS) or function_name(function) in {
-        "row_number", "lag", "lead", "ntile"
-    }:  # fmt: skip
-        return "rows"
-    if isinstance(function, _VALUE_FUNCTIONS) or _order_sensitive_aggregate(function):
-        return "value"
-    rows_frame = isinstance(spec, exp.WindowSpec) and str(spec.args.get("kind")).upper() == "ROWS"
-    if isinstance(function, exp.AggFunc) and rows_frame:
-        return "value"  # a running aggregate over a ROWS frame: which rows it sums is order
-    return None
-
-
-def _frame_problem(function: exp.Expr, kind: str, window: exp.Window) -> str | None:
-    """Why completing the order would change a RANGE/GROUPS frame (its bounds follow ties)."""
-    if kind != "value" or window.args.get("order") is None:
-        return None
-    spec = window.args.get("spec")
-    mode = str(spec.args.get("kind") or "RANGE").upper() if spec is not None else "RANGE"
-    if mode == "ROWS":
-        return None
-    start = _bound(spec, "start", "UNBOUNDED PRECEDING")
-    end = _bound(spec, "end", "CURRENT ROW")
-    whole_start = start == "UNBOUNDED PRECEDING"
-    whole_end = end == "UNBOUNDED FOLLOWING"
-    if isinstance(function, exp.FirstValue) and whole_start:
-        return None
-    if isinstance(function, exp.LastValue) and whole_end:
-        return None
-    if whole_start and whole_end:
-        return None
-    return (
-        f"its {mode} frame ends among the tied rows; order the window by a unique key, or "
-        "give it a ROWS frame"
-    )
-
-
-def _bound(spec: exp.Expr | None, which: str, default: str) -> str:
-    if spec is None or spec.args.get(which) is None:
-        return default
-    value = spec.args[which]
-    text = value if isinstance(value, str) else value.sql()
-    side = spec.args.get(f"{which}_side")
-    return f"{text} {side}".strip().upper() if side else str(text).upper()
-
-
-def _whole_partition(spec: exp.Expr | None) -> bool:
-    """Whether a window without ORDER BY has the whole partition as its frame (the default)."""
-    return spec is None or str(spec.args.get("kind") or "").upper() in ("RANGE", "GROUPS")
-
-
-def _whole_partition_frame() -> exp.WindowSpec:
-    return exp.WindowSpec(
-        kind="ROWS",
-        start="UNBOUNDED",
-        start_side="PRECEDING",
-        end="UNBOUNDED",
-        end_side="FOLLOWING",
-    )
-
-
-def _inline_named(window: exp.Window, select: exp.Select) -> bool:
-    """Copy a named window's definition into ``OVER name``; False if it is not defined here."""
-    name = window.args["alias"].name.casefold()
-    for definition in select.args.get("windows") or []:
-        if isinstance(definition.this, exp.Identifier) and definition.this.name.casefold() == name:
-            for arg in ("partition_by", "order", "spec"):
-                if not window.args.get(arg) and definition.args.get(arg):
-                    value = definition.args[arg]
-                    window.set(
-                        arg, [v.copy() for v in value] if isinstance(value, list) else value.copy()
-                    )
-            window.set("alias", None)
-            return True
-    return False
-
-
-def _spec_only(window: exp.Window, engine: Dialect) -> str:
-    """The window's PARTITION BY / ORDER BY / frame as the engine writes it, for messages."""
-    dialect = engine.sqlglot_dialect
-    parts: list[str] = []
-    if window.args.get("partition_by"):
-        parts.append(
-            "PARTITION BY " + ", ".join(p.sql(dialect) for p in window.args["partition_by"])
-        )
-    for arg in ("order", "spec"):
-        if window.args.get(arg) is not None:
-            parts.append(window.args[arg].sql(dialect).strip())
-    text = " ".join(parts)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def _window_candidates(select: exp.Select) -> list[exp.Expr]:
-    """What tells the rows of a non-grouped SELECT apart for its windows: its output
-    expressions (window results aside), then what every window reads or orders by."""
-    candidates = [
-        item.unalias().copy() for item in select.expressions if item.find(exp.Window) is None
-    ]
-    for other in select.find_all(exp.Window):
-        if other.find_ancestor(exp.Select) is not select or isinstance(other.this, exp.Identifier):
-            continue
-        function = _unwrap(other.this)
-        for value in function.args.values():
-            for arg in value if isinstance(value, list) else [value]:
-                if isinstance(arg, exp.Expr) and not _constant(arg):
-                    candidates.append(arg.copy())
-        order = other.args.get("order")
-        candidates += [p.copy() for p in other.args.get("partition_by") or []]
-        candidates += [o.this.copy() for o in (order.expressions if order else [])]
-    group = select.args.get("group")
-    if group is not None:  # ROLLUP / CUBE / GROUPING SETS: their columns too
-        candidates += [c.copy() for c in group.find_all(exp.Column)]
-    return candidates
 
 
 def _display(function: exp.Expr) -> str:

@@ -16,7 +16,14 @@ from sqlglot import exp
 from sqlglot.errors import ParseError as SqlglotParseError
 from sqlglot.errors import TokenError
 
-from dialects import Dialect, ParseError, QueryError, UnsafeQueryError, get_dialect
+from dialects import (
+    Dialect,
+    ParseError,
+    QueryError,
+    UnsafeQueryError,
+    UnsupportedError,
+    get_dialect,
+)
 from sqlfeed.sql.syntax import ast_names, function_name, is_star, projection
 from sqlfeed.sql.wording import syntax_problem, unclosed
 
@@ -106,12 +113,16 @@ def parse(sql: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> ParsedQu
     tree = statements[0]
     while isinstance(tree, exp.Subquery) and not tree.alias and _only_this(tree):
         tree = tree.this
+    if isinstance(tree, exp.Pivot):
+        # DuckDB's PIVOT / UNPIVOT statement: a query, read as SELECT * FROM (PIVOT ...).
+        tree = exp.select("*").from_(exp.Subquery(this=tree))
     if not isinstance(tree, (exp.Query, exp.Values)):
         raise UnsafeQueryError(
             f"{_statement_kind(tree)} is not a query: sqlfeed only reads, give a SELECT "
             "(or WITH ... SELECT, UNION/INTERSECT/EXCEPT, VALUES)"
         )
     _refuse_unsafe_nodes(tree)
+    _refuse_lost_with_ties(tree, engine)
     return ParsedQuery(sql=sql, dialect=engine, tree=tree)
 
 
@@ -159,6 +170,23 @@ def _refuse_unsafe_nodes(tree: exp.Expr) -> None:
             raise UnsafeQueryError(
                 f"the query calls {name}(), which has side effects: sqlfeed runs partition "
                 "queries several times, so it refuses functions that change state"
+            )
+
+
+def _refuse_lost_with_ties(tree: exp.Expr, engine: Dialect) -> None:
+    """``FETCH ... WITH TIES`` where the engine's SQL, as sqlfeed writes it, cannot keep it
+    (sqlglot writes a plain LIMIT for DuckDB, which has no WITH TIES, and for MySQL)."""
+    for fetch in tree.find_all(exp.Fetch):
+        options = fetch.args.get("limit_options")
+        if options is None or not options.args.get("with_ties"):
+            continue
+        probe = exp.select("1").order_by("1")
+        probe.set("limit", fetch.copy())
+        if "WITH TIES" not in probe.sql(engine.sqlglot_dialect).upper():
+            raise UnsupportedError(
+                f"sqlfeed cannot keep FETCH ... WITH TIES in {engine.name}'s SQL (it would "
+                "become a plain LIMIT, which drops the tied rows): keep the rows with "
+                "RANK() OVER (ORDER BY ...) <= n in a subquery instead"
             )
 
 

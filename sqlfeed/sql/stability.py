@@ -3,9 +3,11 @@
 Partition queries each re-run the query (and a failed partition is re-run elsewhere), so
 only a stable query partitions consistently. Unstable are: volatile functions (random,
 now, uuid, ...), TABLESAMPLE without a seed, aggregates that concatenate or pick rows in
-arrival order without an ORDER BY of their own, and every ORDER BY that may tie where the
-order decides the rows: a LIMIT/OFFSET's, a window's (``ROW_NUMBER``, ``LAG``, ...), an
-ordered aggregate's.
+arrival order without an ORDER BY of their own (``string_agg``, ``array_agg``, ``list``,
+``GROUP_CONCAT``, ``json_agg``, ``first``, ...), and every ORDER BY that may tie where the
+order decides the rows: a LIMIT/OFFSET's, a ``DISTINCT ON``'s (which row of each group it
+keeps), an OFFSET's before ``FETCH ... WITH TIES``, a window's (``ROW_NUMBER``, ``LAG``,
+...), an ordered aggregate's. Functions are named as the user wrote them.
 
 The ORDER BYs need not be refused: :func:`sqlfeed.sql.order.complete_orders` completes them
 with tie-breakers, so the query returns one valid result every time. ``strict=False`` asks
@@ -15,8 +17,11 @@ query as it is written.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 
+import sqlglot
 from sqlglot import exp
 
 from dialects import Dialect, UnstableQueryError
@@ -99,16 +104,13 @@ def unstable_reasons(
     for node in parsed.tree.walk():
         name = function_name(node)
         if isinstance(node, _VOLATILE_CLASSES) or name in _VOLATILE_FUNCTIONS:
-            add(f"{_display_function(node)} returns a different value on every run")
+            add(f"{_display_function(node, parsed)} returns a different value on every run")
         elif name in _VOLATILE_WITHOUT_ARGS and not node.expressions and not node.this:
             add(f"{name}() without an argument is the current time")
         elif isinstance(node, exp.TableSample) and node.args.get("seed") is None:
             add("TABLESAMPLE without a seed (REPEATABLE) draws a different sample every run")
         elif _is_order_sensitive_aggregate(node):
-            add(
-                f"{_display_function(node)} without ORDER BY concatenates rows in an "
-                "arbitrary order; add ORDER BY inside the aggregate"
-            )
+            add(_aggregate_reason(node, parsed))
     if orders:
         completion = complete_orders(parsed, columns=columns, table_keys=table_keys)
         for reason in completion.ties if strict else completion.unfixable:
@@ -141,7 +143,13 @@ def check_stable(
         )
 
 
+_PICKING_AGGREGATES = frozenset({"any_value", "first", "last", "arbitrary"})
+"""Order-sensitive aggregates that pick one row's value rather than concatenate."""
+
+
 def _is_order_sensitive_aggregate(node: exp.Expr) -> bool:
+    """An aggregate whose value depends on the order rows arrive in, without an ORDER BY of
+    its own (one with an ORDER BY is completed or judged by ``complete_orders``)."""
     name = function_name(node)
     if not (
         isinstance(node, ORDER_SENSITIVE_AGGREGATE_CLASSES) or name in ORDER_SENSITIVE_AGGREGATES
@@ -151,16 +159,71 @@ def _is_order_sensitive_aggregate(node: exp.Expr) -> bool:
         return False  # judged as a window function
     if isinstance(node.parent, exp.WithinGroup):
         return False
-    if isinstance(node, (exp.AnyValue, exp.First, exp.Last)) or name in {
-        "any_value", "first", "last", "arbitrary", "first_value", "last_value"
-    }:  # fmt: skip
-        return True
-    return node.find(exp.Order) is None
+    nested = (exp.Query, exp.Subquery)
+    own = node.walk(prune=lambda n: n is not node and isinstance(n, nested))
+    return not any(isinstance(n, exp.Order) and n.parent is node for n in own)
 
 
-def _display_function(node: exp.Expr) -> str:
+def _aggregate_reason(node: exp.Expr, parsed: ParsedQuery) -> str:
+    """Why an order-sensitive aggregate without ORDER BY is unstable, and the fix."""
+    shown = _display_function(node, parsed)
+    name = function_name(node)
+    if name in ("any_value", "arbitrary"):
+        return (
+            f"{shown} picks the value of an arbitrary row; use MIN() or MAX(), or an "
+            "aggregate with an ORDER BY of its own"
+        )
+    if isinstance(node, (exp.First, exp.Last)) or name in _PICKING_AGGREGATES:
+        what = "picks the value of an arbitrary row"
+    else:
+        what = "concatenates rows in an arbitrary order"
+    fix = "add ORDER BY inside the aggregate"
+    if parsed.dialect.name == "sqlite":
+        fix += " (needs SQLite 3.44 or newer)"
+    return f"{shown} without ORDER BY {what}; {fix}"
+
+
+def _display_function(node: exp.Expr, parsed: ParsedQuery | None = None) -> str:
+    """The function as the user wrote it (``random()``, not sqlglot's ``RAND()``)."""
+    keyword = isinstance(node, exp.Func) and isinstance(node, _VOLATILE_CLASSES[2:])
+    if keyword and isinstance(node, exp.Func) and not node.this and not node.meta:
+        return str(node.sql_name())  # CURRENT_TIMESTAMP, written without parentheses
+    written = _written_name(node, parsed) if parsed is not None else None
+    if written is not None:
+        return f"{written}()"
     if isinstance(node, exp.Anonymous):
         return f"{node.name}()"
     if isinstance(node, exp.Func):
         return f"{node.sql_name()}()"
     return node.sql()
+
+
+def _written_name(node: exp.Expr, parsed: ParsedQuery) -> str | None:
+    """The name of a function call in the user's text: where the parser saw it, else the
+    first name called in the text that the dialect reads as the same function."""
+    sql = parsed.sql
+    start, end = node.meta.get("start"), node.meta.get("end")
+    if isinstance(start, int) and isinstance(end, int) and _NAME.fullmatch(sql[start : end + 1]):
+        return sql[start : end + 1]
+    for name in dict.fromkeys(m.group(1) for m in _CALL.finditer(sql)):
+        if type(node).__name__ in _function_classes(name, parsed.dialect.sqlglot_dialect):
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _function_classes(name: str, dialect: str) -> frozenset[str]:
+    """The sqlglot classes ``name(...)`` parses to in ``dialect`` (with 0 to 2 arguments)."""
+    found = set()
+    for args in ("", "x", "x, ','"):
+        try:
+            tree = sqlglot.parse_one(f"SELECT {name}({args})", read=dialect)
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+            continue
+        if isinstance(tree, exp.Select) and tree.expressions:
+            found.add(type(tree.expressions[0].unalias()).__name__)
+    return frozenset(found)
+
+
+_CALL = re.compile(r"(?<![\w.\"'`])([A-Za-z_]\w*)\s*\(")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")

@@ -16,6 +16,7 @@ __all__ = [
     "computes_aggregate",
     "function_name",
     "has_limit",
+    "is_constant",
     "is_star",
     "item_names",
     "projection",
@@ -48,8 +49,21 @@ def projection(tree: exp.Expr) -> list[exp.Expr] | None:
 
 
 def is_star(item: exp.Expr) -> bool:
-    """Whether an output item is ``*`` or ``t.*``, which hides the column names."""
-    return isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star)
+    """Whether an output item is ``*`` or ``t.*``, or DuckDB's ``COLUMNS(...)`` anywhere in
+    it (one output column per column it matches): either hides the column names."""
+    if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star):
+        return True
+    nested = (exp.Query, exp.Subquery)
+    for node in item.walk(prune=lambda n: n is not item and isinstance(n, nested)):
+        if isinstance(node, exp.Columns) and _expands(node):
+            return True
+    return False
+
+
+def _expands(node: exp.Columns) -> bool:
+    """Whether a ``COLUMNS(...)`` makes output columns (not ``*COLUMNS(...)`` unpacked
+    into a function's arguments)."""
+    return not (node.args.get("unpack") and isinstance(node.parent, exp.Func))
 
 
 def item_names(items: Sequence[exp.Expr]) -> list[exp.Identifier | None]:
@@ -91,6 +105,13 @@ def single_aggregate_row(select: exp.Select) -> bool:
         not select.args.get("group")
         and bool(select.expressions)
         and all(computes_aggregate(i) for i in select.expressions)
+    )
+
+
+def is_constant(expr: exp.Expr) -> bool:
+    """Whether ``expr`` is a literal (a number, string, NULL or boolean, maybe in parentheses)."""
+    return isinstance(expr, (exp.Literal, exp.Null, exp.Boolean)) or (
+        isinstance(expr, exp.Paren) and is_constant(expr.this)
     )
 
 
