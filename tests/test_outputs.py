@@ -140,6 +140,27 @@ def test_sample_and_worker_out_files_have_unique_names(
     assert rows == Counter(tuple(r) for r in engine.rows(_join(engine)))
 
 
+@pytest.mark.engine
+def test_tf_and_torch_features_of_a_join_keep_both_ids(server: tuple[Engine, str]) -> None:
+    """A dict of features keyed by name had one ``id`` for two columns."""
+    torch_data = pytest.importorskip("sqlfeed.torch")
+    tf_feed = pytest.importorskip("sqlfeed.tf")
+    engine, url = server
+    expected = Counter((r[0], r[2]) for r in engine.rows(_join(engine)))
+    loader = torch_data.SQLDataset(_join(engine), url, batch_size=7, partitions=2)
+    seen: Counter[tuple[int, int]] = Counter()
+    for batch in loader:
+        assert list(batch) == ["id", "x", "id_1", "y"]
+        seen.update(zip(batch["id"].tolist(), batch["id_1"].tolist(), strict=True))
+    assert seen == expected
+    data = tf_feed.dataset(_join(engine), url, batch_size=7, partitions=2)
+    assert list(data.element_spec) == ["id", "x", "id_1", "y"]
+    seen = Counter()
+    for batch in data:
+        seen.update(zip(batch["id"].numpy().tolist(), batch["id_1"].numpy().tolist(), strict=True))
+    assert seen == expected
+
+
 def test_duckdb_join_names_are_duckdbs_own(tmp_path: Path) -> None:
     """The names sqlfeed makes are those DuckDB gives a subquery's repeated names, and a
     name the query already has is never taken."""
