@@ -433,8 +433,12 @@ class _Completion:
         picks = isinstance(aggregate, (exp.First, exp.Last, exp.AnyValue)) or function_name(
             aggregate
         ) in ("first", "last", "any_value", "arbitrary")
-        what = "picks either of the values" if picks else "concatenates values in any order"
-        self.ties.append(f"{label} {what} that tie on its ORDER BY")
+        what = (
+            "picks either of the values that tie on its ORDER BY"
+            if picks
+            else "concatenates values that tie on its ORDER BY in any order"
+        )
+        self.ties.append(f"{label} {what}")
         order.append("expressions", _ordered(value.copy()))
         extra = self.engine.collation_tiebreak(value.copy())
         if extra is not None:
