@@ -253,6 +253,23 @@ def test_worker_processes_need_a_url(memory: Any) -> None:
         sqlfeed_torch.dataloader(dataset, batch_size=4)
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_dataloader_that_batches_again_is_refused_not_stacked(
+    tmp_path: Path, workers: int
+) -> None:
+    """A plain DataLoader (batch_size=1 by default) stacked whole batches: shape [4, 10]."""
+    path = tmp_path / "d.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(40)")
+    dataset = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", batch_size=10)
+    for options in ({"batch_size": 4}, {}):
+        loader = torch.utils.data.DataLoader(dataset, num_workers=workers, **options)
+        with pytest.raises(InvalidArgumentError, match="give the DataLoader batch_size=None"):
+            next(iter(loader))
+    plain = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    assert sorted(i for b in plain for i in b["id"].tolist()) == list(range(40))
+
+
 def test_importing_sqlfeed_does_not_import_torch() -> None:
     code = (
         "import sys, sqlfeed, sqlfeed.torch, sqlfeed.cli.main; "
