@@ -38,7 +38,8 @@ DDL = {
             (i % 4)::TINYINT AS tiny, (i % 4)::UBIGINT AS ubig, (i % 4)::HUGEINT AS huge,
             ((i % 4) * 0.5)::DECIMAL(6, 1) AS dec, ((i % 4) * 0.5)::FLOAT AS f4,
             ((i % 4) * 0.5)::DOUBLE AS f8, i % 2 = 0 AS flag, 'c' || (i % 4) AS txt,
-            ('b' || (i % 3))::BLOB AS bytes, DATE '2020-01-01' + (i % 5)::INTEGER AS day,
+            ('\\xFF\\x00b' || (i % 3))::BLOB AS bytes,
+            DATE '2020-01-01' + (i % 5)::INTEGER AS day,
             TIMESTAMP '2020-01-01' + to_hours((i % 5)::BIGINT) AS ts,
             TIMESTAMPTZ '2020-01-01 00:00:00+00' + to_hours((i % 5)::BIGINT) AS tstz,
             TIMESTAMP_NS '2020-01-01' + to_hours((i % 5)::BIGINT) AS ts_ns,
@@ -223,3 +224,24 @@ def test_vocabularies_are_the_values_the_torch_feed_gives(engine: Engine) -> Non
         else:
             vocabulary = {fed_value(v, kind or "", "us") for v in column.vocabulary}
         assert vocabulary <= fed, f"{name}: {vocabulary - fed} not fed (fed {sorted(fed)[:4]})"
+
+
+def test_saved_statistics_build_the_same_layers(engine: Engine, tmp_path: Any) -> None:
+    """A JSON round trip keeps what the layers need: binary values (base64, NUL and
+    non-UTF-8 bytes included), durations (microseconds), times and dates (ISO text), list
+    elements."""
+    source = engine.source()
+    query = typed_query(engine)
+    stats = statistics(source, query, "pushdown")
+    stats.save(str(tmp_path / "stats.json"))
+    loaded = sqlfeed.FeatureStats.load(str(tmp_path / "stats.json"))
+    schema = source.schema(source.parse(query))
+    taken, _ = fed_columns(schema)
+    batch = next(iter(sqlfeed.tf.dataset(query, source, features=taken, batch_size=10 * ROWS)))
+    for name in taken:
+        before, _ = layer_for(stats, name)
+        after, _ = layer_for(loaded, name)
+        assert after is not None, name
+        fed = batch[name]
+        assert flat(after(fed)).tolist() == flat(before(fed)).tolist(), name
+        check_layer(loaded[name], after, fed)
