@@ -23,9 +23,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from dialects import Dialect, InvalidArgumentError, dialect_names
-from sqlfeed import ParsedQuery, Plan, plan
+from sqlfeed import ParsedQuery, Plan, connect, plan
 from sqlfeed.cli.checks import db_url
 from sqlfeed.cli.parsing import CommandParser as CommandParser  # for the command modules
+from sqlfeed.cli.saved import add_plan_file, check_saved_plan, saved_plan
 from sqlfeed.io import Source
 from sqlfeed.plans import STRATEGIES
 from sqlfeed.plans.planner import REREAD_WARNING
@@ -62,9 +63,15 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
 
 
 def add_sql(parser: argparse.ArgumentParser) -> None:
-    """Add the positional ``SQL`` argument (see :func:`read_sql`)."""
+    """Add the positional ``SQL`` argument (see :func:`read_sql`); optional when the
+    command takes a saved plan instead (``--plan``, see :func:`add_plan_options`)."""
+    saved = "--plan" in parser._option_string_actions
     parser.add_argument(
-        "sql", metavar="SQL", help="the SELECT; '-' reads it from stdin, '@file.sql' from a file"
+        "sql",
+        metavar="SQL",
+        nargs="?" if saved else None,
+        help="the SELECT; '-' reads it from stdin, '@file.sql' from a file"
+        + (" (none with --plan)" if saved else ""),
     )
 
 
@@ -173,6 +180,7 @@ def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = 
         help="refuse an ORDER BY that may tie (a LIMIT's, a window's) instead of completing "
         "it with tie-breakers (the plan's reason says what was completed with what)",
     )
+    add_plan_file(parser)
 
 
 INT64_MAX = 2**63 - 1
@@ -219,6 +227,9 @@ def validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     Raises:
         SqlfeedError: bad SQL, an unstable query without ``--allow-unstable``, or a bad option.
     """
+    saved = saved_plan(args, engine)  # --plan FILE: its query, validated
+    if saved is not None:
+        return saved
     sql = read_sql(args.sql)
     args.key = flatten_keys(args.key)
     _check_plan_sizes(args)
@@ -269,7 +280,13 @@ def engine_columns(source: Source, parsed: ParsedQuery) -> list[str] | None:
 def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery, source: Source | None = None) -> Plan:
     """Plan ``parsed`` on ``source`` (default ``--db``) with the planning options (see
     :func:`add_plan_options`); one warning line on stderr when an auto plan re-reads the
-    query many times."""
+    query many times. With ``--plan FILE``: the saved plan, checked on the database."""
+    saved: Plan | None = getattr(args, "saved_plan", None)
+    if saved is not None:
+        if source is not None:
+            return check_saved_plan(saved, parsed, source, args.plan)
+        with connect(args.db) as own:
+            return check_saved_plan(saved, parsed, own, args.plan)
     planned = plan(
         parsed,
         args.db if source is None else source,

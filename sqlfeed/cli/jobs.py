@@ -32,6 +32,7 @@ from sqlfeed.cli.common import (
     validated_query,
     write_json,
 )
+from sqlfeed.cli.saved import add_plan_file, load_plan
 from sqlfeed.cli.worker import Checkpoints, WaitReporter
 from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Lease, Worker, open_queue
 from sqlfeed.dispatch.folder import BatchFolder
@@ -128,6 +129,7 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         "jobs, which cannot be rewound)",
     )
     worker.add_argument("--format", choices=("text", "json"), default="text")
+    add_plan_file(worker, job=True)
     worker.set_defaults(handler=_cmd_worker)
     name_flags(worker)
 
@@ -357,7 +359,7 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
             f"--checkpoint-every must be a number of seconds >= 0, got {args.checkpoint_every}"
         )
     target = check_output_folder(args.out, "--out") if args.out is not None else None
-    dialect_for(args.db)
+    saved = None if args.plan is None else load_plan(args.plan, dialect_for(args.db))
     check_queue_url(args.queue, must_exist=True)
     started = time.perf_counter()
     acked = {"batches": 0, "rows": 0}  # what the queue stored as acknowledged
@@ -371,6 +373,11 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
     try:
         with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
                     batch_size=args.batch_size, on_ack=acknowledged) as worker:  # fmt: skip
+            if saved is not None and worker.spec.plan.fingerprint != saved.fingerprint:
+                raise InvalidArgumentError(
+                    f"job {args.job} reads plan {worker.spec.plan.fingerprint}, not --plan "
+                    f"{args.plan} ({saved.fingerprint}): give the job made from it"
+                )
             ledger = Checkpoints(worker, args.checkpoint_every)
             waits = WaitReporter(open_queue(args.queue), args.job, worker.worker_id,
                                  worker.spec.lease_ttl)  # fmt: skip
