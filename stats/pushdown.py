@@ -10,6 +10,12 @@ Two statements, one scan of the query's rows each, covering every column at once
    means and population variances (around the means: exact where one pass of sums of
    squares would lose precision). No ``COUNT(DISTINCT)``, no sort of the rows.
 
+A list column is described by its elements (the values a feed puts in its ragged
+tensor): the same two statements over the query unnested (``UNNEST``; DuckDB flattens
+nested lists first), on PostgreSQL and DuckDB; elsewhere refused (``accumulate``
+flattens lists on any engine). The grouped statement's rows hold the columns' values:
+the caller's ``read`` returns them as the feeds read them.
+
 Exactness rules:
 
 * Boundary ``i`` of ``b`` buckets over ``n`` values is the value at position

@@ -49,9 +49,12 @@ def compute_stats(
     """Statistics of the query's columns.
 
     Methods:
-        ``pushdown``: aggregate SQL run by the engine over all rows (two scans; see
-            :mod:`stats.pushdown`), with the dialect's ``STATS_SETTINGS`` (PostgreSQL:
-            ``SET LOCAL work_mem``) in each statement's transaction.
+        ``pushdown``: aggregate SQL run by the engine over all rows (two scans, and two
+            per list column; see :mod:`stats.pushdown`): the first with the dialect's
+            ``STATS_SETTINGS`` (PostgreSQL: ``SET LOCAL work_mem``) in its transaction,
+            the grouped one, whose rows hold the columns' values, read by the feeds' own
+            readers, so that the values described are the values fed (a PostgreSQL
+            ``jsonb`` as its JSON text; ``json`` is grouped by its text).
         ``sample``: the same over the query's sample (``sample_rows`` and ``sample_method``
             ``limit`` / ``bernoulli`` / ``hash`` with ``fraction``), for large tables.
         ``accumulate``: the rows streamed partition by partition (plan options apply),
