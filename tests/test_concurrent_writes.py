@@ -360,3 +360,29 @@ def test_dask_reads_inside_the_snapshot_taken_when_it_was_built() -> None:
             break
         time.sleep(0.1)
     assert setup.engine.rows(holders) == []
+
+
+def test_a_snapshot_that_cannot_be_exported_is_said_not_silent() -> None:
+    """No connection for the exporting session (a pool of one, taken): the read goes on
+    without a snapshot and a SnapshotWarning says what that risks."""
+    import sqlalchemy
+
+    from sqlfeed.feed.snapshots import SnapshotWarning
+
+    setup = make_table("postgres")
+    url = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+    engine = sqlalchemy.create_engine(url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    try:
+        source = sqlfeed.connect(engine)
+        source.readers = ("copy",)  # its own connections, not the pool's
+        plan = _plan(setup, source, "ctid")
+        taken = engine.raw_connection()
+        try:
+            with pytest.warns(SnapshotWarning, match="exported no snapshot.*read twice"):
+                rows = sum(b.num_rows for b in sqlfeed.Feeder(plan, source))
+        finally:
+            taken.close()
+        assert rows == ROWS
+        source.close()
+    finally:
+        engine.dispose()

@@ -156,8 +156,9 @@ class Feeder:
         snapshot: every epoch reads its partitions inside one snapshot, so it is one
             state of the data even while the tables are written (plans whose partitions
             query live tables: hash, range, ctid; see :mod:`sqlfeed.feed.snapshots`).
-            PostgreSQL: a snapshot exported when the epoch starts and held until it ends,
-            shared by every reader connection. MySQL/MariaDB and SQLite cannot share one
+            PostgreSQL: a snapshot exported when the epoch starts and held until it ends
+            (its transaction holds back VACUUM meanwhile), shared by every reader
+            connection. MySQL/MariaDB and SQLite cannot share one
             across connections: the epoch's queries run in order on one connection inside
             one consistent transaction (one reader). False: partitions are read on
             ``readers`` connections at once, each seeing the data of its own time (only
