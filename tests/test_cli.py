@@ -331,6 +331,20 @@ def test_stats_writes_json_and_an_html_report(duck_file: str, tmp_path: Path) ->
     assert json.loads(out.read_text())["rows"] == 100
 
 
+def test_stats_writes_only_the_html_report(duck_file: str, tmp_path: Path) -> None:
+    html = tmp_path / "report.html"
+    run = run_cli(["stats", "--db", duck_file, "--html", str(html), "SELECT id, g, s FROM t"])
+    assert run.code == 0, run.err
+    assert run.out.endswith(f"written to {html}\n")
+    assert html.read_text().count("<img") == 3
+    assert not list(tmp_path.glob("*.json"))  # no statistics JSON was asked for
+    neither = run_cli(["stats", "--db", duck_file, "SELECT id FROM t"])
+    assert neither.code == 2
+    assert neither.err == (
+        "sqlfeed: error: give --out PATH (the statistics JSON), --html PATH (the report), or both\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

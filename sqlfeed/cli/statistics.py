@@ -44,8 +44,10 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         ),
     )
     add_target(parser, dialect=False)
-    parser.add_argument("--out", required=True, metavar="PATH", help="the statistics JSON")
-    parser.add_argument("--html", metavar="PATH", help="also write an HTML report here")
+    parser.add_argument("--out", metavar="PATH", help="write the statistics JSON here")
+    parser.add_argument(
+        "--html", metavar="PATH", help="write an HTML report here (with or without --out)"
+    )
     parser.add_argument("--sample", type=int, metavar="N", help="compute over N sampled rows")
     parser.add_argument(
         "--method",
@@ -87,10 +89,15 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
 
 def _check_stats_args(args: argparse.Namespace) -> None:
     """The output paths and the sampling options, before anything runs."""
-    check_output_file(args.out, "--out", overwrite=True)
+    if args.out is None and args.html is None:
+        raise InvalidArgumentError(
+            "give --out PATH (the statistics JSON), --html PATH (the report), or both"
+        )
+    if args.out is not None:
+        check_output_file(args.out, "--out", overwrite=True)
     if args.html is not None:
         check_output_file(args.html, "--html", overwrite=True)
-        if Path(args.html).resolve() == Path(args.out).resolve():
+        if args.out is not None and Path(args.html).resolve() == Path(args.out).resolve():
             raise InvalidArgumentError("--html and --out name the same file: give two names")
     if args.sample is not None:
         positive(args.sample, "--sample")
@@ -133,15 +140,17 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
     finally:
         steps.close()
     report = html_report(result) if args.html else None  # before any file is written
-    result.save(args.out)
+    if args.out is not None:
+        result.save(args.out)
     if args.html and report is not None:
         Path(args.html).write_text(report, encoding="utf-8")
     if args.format == "json":
         write_json(out, {"out": args.out, "html": args.html, "rows": result.rows,
                          "method": result.method, "columns": list(result.columns)})  # fmt: skip
     else:
+        written = " and ".join(path for path in (args.out, args.html) if path is not None)
         out.write(f"statistics of {len(result.columns)} columns over {result.rows} rows "
-                  f"({result.method}) written to {args.out}\n")  # fmt: skip
+                  f"({result.method}) written to {written}\n")  # fmt: skip
 
 
 def _check_named_columns(parsed: ParsedQuery, label: str | None, kinds: dict[str, str]) -> None:
