@@ -78,7 +78,7 @@ class FeederAdapter:
         return before, after
 
 
-FEEDER_CASES = [
+FEEDER_CASES: list[dict[str, Any]] = [
     {"batch_size": 50, "shuffle_buffer": 300, "seed": 3, "partitions": 6, "strategy": "range",
      "key": "id"},
     {"batch_size": 70, "shuffle_buffer": 250, "seed": 4, "partitions": 5, "strategy": "hash"},
@@ -91,6 +91,21 @@ def test_a_restored_feeder_is_the_uninterrupted_run(tmp_path: Path, options: Any
     url = make_table(tmp_path / "d.duckdb", ROWS)
     kills = kill_points(24, 50, boundaries=boundaries(300, 200), drawn=0)
     assert check(FeederAdapter(url, **options), kills, ROWS) == len(kills)
+
+
+def test_a_feeder_state_restored_into_another_world_size_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    url = make_table(tmp_path / "d.duckdb", ROWS)
+    options = FEEDER_CASES[0]
+    feeder = sqlfeed.Feeder(QUERY, url, **options)
+    batches = feeder.epoch(0)
+    next(batches)
+    state = feeder.state_dict()
+    for rank, world_size in ((0, 2), (1, 2)):
+        with pytest.raises(InvalidArgumentError, match="world_size: saved 1, here 2") as err:
+            sqlfeed.Feeder(QUERY, url, rank=rank, world_size=world_size, state=state, **options)
+        assert "\n" not in str(err.value)
 
 
 # -- torch -------------------------------------------------------------------------------

@@ -46,11 +46,14 @@ Splitting: the partitions are shared out across DDP ranks (``torch.distributed``
 rewind``.
 ``state_dict()``/``load_state_dict()`` follow ``torchdata``'s ``StatefulDataLoader``
 protocol: a restored loader delivers exactly the batches the uninterrupted one would
-have, in the same order (static mode).
+have, in the same order (static mode), from any point of the epoch; the loader of
+:func:`dataloader` refuses a state of another ``num_workers``, world size or rank
+(:mod:`sqlfeed.torch.loader`). A DataLoader that batches the items again is refused.
 
 Package layout: :mod:`sqlfeed.torch.types` (options and key names), :mod:`sqlfeed.torch.split`
-(who reads what), :mod:`sqlfeed.torch.convert` (record batch -> tensors) and
-:mod:`sqlfeed.torch.dataset` (:class:`SQLDataset`, :func:`dataloader`). torch is imported
+(who reads what), :mod:`sqlfeed.torch.convert` (record batch -> tensors),
+:mod:`sqlfeed.torch.dataset` (:class:`SQLDataset`) and :mod:`sqlfeed.torch.loader`
+(:func:`dataloader`). torch is imported
 when :class:`SQLDataset` or :func:`dataloader` is first used, never by ``import sqlfeed``;
 without it, :class:`~dialects.MissingDependencyError` names the extra
 (``pip install 'sqlfeed[torch]'``).
