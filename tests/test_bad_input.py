@@ -178,18 +178,18 @@ BAD_ARGUMENTS = {
         ],
         "--snapshot needs PostgreSQL",
     ),
-    "materialize_without_scratch": (
+    "materialize_without_scratch": (  # PostgreSQL and MySQL default to sqlfeed_scratch
         [
             "export",
             "--db",
-            UNREACHABLE,
+            "duckdb:///nosuch.duckdb",
             "--out",
             "/tmp/x.parquet",
             "--strategy",
             "materialize",
             "SELECT a FROM t",
         ],
-        "--strategy materialize needs --scratch",
+        "--strategy materialize needs --scratch SCHEMA on duckdb",
     ),
     "export_as_contradicts_file_name": (
         [

@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
 from dialects import InvalidArgumentError, SqlfeedError
 from tests.cli_helpers import run_cli
 from tests.conftest import get_engine
-from tests.engines import POSTGRES_URL
+from tests.engines import MYSQL_URL, POSTGRES_URL
 
 
 @pytest.fixture
@@ -121,3 +122,34 @@ def test_a_closed_source_says_so_as_a_sqlfeed_error() -> None:
         source.read_table("SELECT 1 AS x")
     with pytest.raises(SqlfeedError, match=r"sqlfeed\.connect"):
         list(source.read("SELECT 1 AS x"))
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", ["postgres", "mysql"])
+def test_materialize_without_scratch_uses_the_default_schema_as_auto_does(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    get_engine(name)  # skips (or fails under CI=true) when the server is down
+    monkeypatch.chdir(tmp_path)
+    url = _url(name)
+    sql = "SELECT 1 AS x UNION ALL SELECT 2 UNION ALL SELECT 2"
+    run = run_cli(["export", "--db", url, "--strategy", "materialize", "-m", "2", "--out",
+                   "o.parquet", sql])  # fmt: skip
+    assert run.code == 0, run.err
+    assert "materialize partitions" in run.out
+    assert sorted(pq.read_table("o.parquet")["x"].to_pylist()) == [1, 2, 2]
+
+
+def test_materialize_without_scratch_elsewhere_says_which_engines_default(db: str) -> None:
+    run = run_cli(["plan", "--db", db, "--strategy", "materialize", "SELECT id FROM t"])
+    assert run.code == 2
+    assert run.err == (
+        "sqlfeed: error: --strategy materialize needs --scratch SCHEMA on duckdb, a schema "
+        "sqlfeed may create a table in (PostgreSQL and MySQL default to sqlfeed_scratch)\n"
+    )
+
+
+def _url(name: str) -> str:
+    if name == "postgres":
+        return POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+    return MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)

@@ -111,7 +111,7 @@ def _edited(document: dict[str, object]) -> str:
         (["--plan", "p.json"], '{"a": 1}', "not a saved plan"),
         (["--plan", "p.json"], "not json", "not JSON"),
         (["--plan", "missing.json"], None, "--plan missing.json: cannot read it"),
-        ([], None, "give the SQL (or --plan FILE"),
+        ([], None, "the SQL argument is required (or --plan FILE"),
     ],
 )  # fmt: skip
 def test_a_saved_plan_that_does_not_fit_is_refused_before_anything_runs(

@@ -22,13 +22,14 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from dialects import Dialect, InvalidArgumentError, dialect_names
+from dialects import Dialect, InvalidArgumentError, dialect_for, dialect_names
 from sqlfeed import ParsedQuery, Plan, connect, plan
 from sqlfeed.cli.checks import db_url
 from sqlfeed.cli.parsing import CommandParser as CommandParser  # for the command modules
 from sqlfeed.cli.saved import add_plan_file, check_saved_plan, saved_plan
 from sqlfeed.io import Source
 from sqlfeed.plans import STRATEGIES
+from sqlfeed.plans.materialize import DEFAULT_SCRATCH
 from sqlfeed.plans.planner import REREAD_WARNING
 from sqlfeed.sql import check_partition_count, check_stable, parse
 
@@ -147,9 +148,9 @@ def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = 
     parser.add_argument(
         "--scratch",
         metavar="SCHEMA",
-        help="a schema sqlfeed may create a table in, for --strategy materialize (auto "
-        "materializes an expensive query on PostgreSQL and MySQL into sqlfeed_scratch, "
-        "created when allowed, without it)",
+        help="a schema sqlfeed may create a table in, for --strategy materialize (default "
+        "on PostgreSQL and MySQL: sqlfeed_scratch, created when allowed; auto materializes "
+        "an expensive query there)",
     )
     parser.add_argument(
         "--key",
@@ -182,6 +183,10 @@ def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = 
     )
     add_plan_file(parser)
 
+
+DEFAULT_SCRATCH_ON = ("postgres", "mysql", None)
+"""Where ``--strategy materialize`` needs no ``--scratch``: the engines whose scratch
+schema defaults to ``sqlfeed_scratch`` (None: no --db, refused by the command itself)."""
 
 INT64_MAX = 2**63 - 1
 """The largest count or seed a command takes (every engine holds it in a BIGINT)."""
@@ -253,9 +258,11 @@ def _check_plan_sizes(args: argparse.Namespace) -> None:
         positive(args.target_rows, "--target-rows")
         if not args.db:
             raise InvalidArgumentError("--target-rows needs --db to count the rows; or give -m")
-    if args.strategy == "materialize" and not args.scratch:
+    engine = dialect_for(args.db).name if args.db else None
+    if args.strategy == "materialize" and not args.scratch and engine not in DEFAULT_SCRATCH_ON:
         raise InvalidArgumentError(
-            "--strategy materialize needs --scratch SCHEMA, a schema sqlfeed may create a table in"
+            f"--strategy materialize needs --scratch SCHEMA on {engine}, a schema sqlfeed may "
+            f"create a table in (PostgreSQL and MySQL default to {DEFAULT_SCRATCH})"
         )
     if args.scratch is not None and not args.scratch.strip():
         raise InvalidArgumentError("--scratch needs a schema name")

@@ -114,7 +114,9 @@ def saved_plan(args: argparse.Namespace, engine: Dialect) -> ParsedQuery | None:
     path = getattr(args, "plan", None)
     if path is None:
         if args.sql is None:
-            raise InvalidArgumentError("give the SQL (or --plan FILE, a saved plan)")
+            raise InvalidArgumentError(
+                "the SQL argument is required (or --plan FILE, a saved plan)"
+            )
         return None
     if args.sql is not None:
         raise InvalidArgumentError(

@@ -64,15 +64,16 @@ _SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Without a scratch schema there is nowhere to write; ``auto`` also passes cheap
-    queries, and on PostgreSQL and MySQL/MariaDB uses :data:`DEFAULT_SCRATCH` when the user
-    may create tables there (see :func:`default_scratch`)."""
+    """Without a scratch schema there is nowhere to write: on PostgreSQL and MySQL/MariaDB
+    :data:`DEFAULT_SCRATCH` is used when the user may create tables there (see
+    :func:`default_scratch`), asked for or chosen by ``auto``; ``auto`` also passes cheap
+    queries."""
     if auto and not expensive(ctx.parsed):
         return "the query is cheap to run once per partition"
     unstorable = _unstorable(ctx)
     if unstorable:
         return unstorable
-    if ctx.scratch is None and auto and ctx.engine.name in ("postgres", "mysql"):
+    if ctx.scratch is None and ctx.engine.name in ("postgres", "mysql"):
         refused = default_scratch(ctx)
         if refused is None:
             return None
@@ -82,8 +83,9 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
         )
     if ctx.scratch is None:
         return (
-            "strategy materialize needs scratch=SCHEMA (--scratch), a schema sqlfeed may "
-            "create a table in"
+            f"strategy materialize needs scratch=SCHEMA (--scratch) on {ctx.engine.name}, a "
+            "schema sqlfeed may create a table in (PostgreSQL and MySQL default to "
+            f"{DEFAULT_SCRATCH})"
         )
     return None
 
