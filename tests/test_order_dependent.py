@@ -167,6 +167,14 @@ KEPT: list[Construct] = [
     Construct("qualify_first_per_group", on(("duckdb",), "SELECT g, x, s FROM {t} QUALIFY "
               "ROW_NUMBER() OVER (PARTITION BY g ORDER BY x DESC) = 1"),
               valid=first_per_group(descending=True)),
+    # DuckDB's GROUP BY ALL groups by every output item not aggregated; ORDER BY ALL
+    # orders by every output column (total: nothing to add).
+    Construct("group_by_all_limit", on(("duckdb",), "SELECT g, x, COUNT(*) AS n FROM {t} "
+              "GROUP BY ALL ORDER BY x LIMIT 4"),
+              valid=valid_by(TopN("SELECT g, x, COUNT(*) AS n FROM {t} GROUP BY g, x", (1,), 4))),
+    Construct("order_by_all_limit", on(("duckdb",), "SELECT x, s FROM {t} ORDER BY ALL LIMIT 10")),
+    Construct("order_by_all_star_limit", on(("duckdb",), "SELECT * FROM {t} ORDER BY ALL "
+              "LIMIT 10")),
     # A LIMIT inside a subquery or CTE that cuts between tied rows.
     Construct("limit_in_cte", on(ALL, "WITH top AS (SELECT x, g, s FROM {t} ORDER BY x "
               "LIMIT 7) SELECT x, g, s FROM top"),

@@ -23,7 +23,13 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from sqlfeed.sql.syntax import is_star, item_names, projection, single_aggregate_row
+from sqlfeed.sql.syntax import (
+    computes_aggregate,
+    is_star,
+    item_names,
+    projection,
+    single_aggregate_row,
+)
 
 __all__ = [
     "Key",
@@ -86,6 +92,10 @@ def group_expressions(select: exp.Select) -> list[exp.Expr] | None:
         return None
     if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets", "totals")):
         return None
+    if group.args.get("all"):  # DuckDB's GROUP BY ALL: every output item not aggregated
+        if any(is_star(item) for item in select.expressions):
+            return None
+        return [item.unalias() for item in select.expressions if not computes_aggregate(item)]
     resolved = []
     for expr in group.expressions:
         if isinstance(expr, (exp.Rollup, exp.Cube, exp.GroupingSets)):
@@ -159,6 +169,8 @@ def window_is_total(window: exp.Window, select: exp.Select, table_keys: TableKey
 
 def _covers_every_output(node: exp.Expr, order: exp.Order, width: int | None) -> bool:
     """Whether every output column is an ORDER BY key (by position, name or expression)."""
+    if any(_order_by_all(o) for o in order.expressions):
+        return True  # DuckDB's ORDER BY ALL: every output column, left to right
     items = projection(node)
     if items is None:
         return False
@@ -181,6 +193,12 @@ def _covers_every_output(node: exp.Expr, order: exp.Order, width: int | None) ->
         if not candidates & keys:
             return False
     return True
+
+
+def _order_by_all(ordered: exp.Expr) -> bool:
+    """Whether an ORDER BY item is DuckDB's ``ALL`` (every output column)."""
+    key = ordered.this if isinstance(ordered, exp.Ordered) else ordered
+    return isinstance(key, exp.Var) and key.name.upper() == "ALL"
 
 
 def _row_keys(select: exp.Select, table_keys: TableKeys | None, output_level: bool) -> list[Key]:
