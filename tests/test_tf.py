@@ -457,9 +457,12 @@ def test_a_mask_name_taken_by_a_column_is_refused(source: sqlfeed.Source) -> Non
                            masks=True)  # fmt: skip
 
 
-def test_repeated_column_names_are_refused(source: sqlfeed.Source) -> None:
-    with pytest.raises(InvalidArgumentError, match="more than one column named 'id'"):
-        sqlfeed_tf.dataset("SELECT id, g AS id FROM t", source, batch_size=4)
+def test_repeated_column_names_are_made_unique(source: sqlfeed.Source) -> None:
+    """As DuckDB does (id, id_1): the plan's schema has unique names (#24 item 6)."""
+    feed = sqlfeed_tf.Feed("SELECT id, g AS id FROM t", source, batch_size=1000)
+    assert [m.name for m in feed.mappings] == ["id", "id_1"]
+    (features, _), *_ = elements(feed.dataset)
+    assert [i % 7 for i in features["id"]] == features["id_1"]
 
 
 def test_plan_options_with_a_plan_are_refused(source: sqlfeed.Source) -> None:
