@@ -49,7 +49,8 @@ DDL = {
             json_object('v', i % 3) AS js, ('e' || (i % 3))::ENUM('e0', 'e1', 'e2') AS mood,
             ['t' || (i % 2), 't1'] AS tags, [i % 3, 7] AS nums,
             [['a' || (i % 2)], ['b']] AS nested, {{'x': i % 2}} AS rec,
-            MAP {{'k': i % 2}} AS mp
+            MAP {{'k': i % 2}} AS mp, [i % 2, 5]::INTEGER[2] AS pair,
+            union_value(num := i % 2)::UNION(num INTEGER, str VARCHAR) AS choice
         FROM range({ROWS}) r(i)"""
     ],
     "postgres": [
@@ -66,7 +67,10 @@ DDL = {
             json_build_object('v', i % 3, 'w', 'x') AS js,
             ARRAY['t' || (i % 2), 't1'] AS tags, ARRAY[i % 3, 7] AS nums,
             ARRAY[(i % 2) * 0.5, 1.5]::float8[] AS fnums,
-            ((i % 3)::numeric)::money AS cash, ('10.0.0.' || (i % 3))::inet AS ip
+            ((i % 3)::numeric)::money AS cash, ('10.0.0.' || (i % 3))::inet AS ip,
+            make_time(1, i % 5, 0)::timetz AS tz_time, ARRAY[i % 2 = 0] AS flags,
+            ARRAY[DATE '2020-01-01' + (i % 3)] AS days, ARRAY[((i % 3) * 0.5)::numeric(6, 1)]
+            AS decs, ARRAY[md5((i % 3)::text)::uuid] AS uids, xmlelement(name x, i % 2) AS doc
         FROM generate_series(0, {ROWS - 1}) i"""
     ],
     "mysql": [

@@ -54,7 +54,8 @@ def compute_stats(
             ``STATS_SETTINGS`` (PostgreSQL: ``SET LOCAL work_mem``) in its transaction,
             the grouped one, whose rows hold the columns' values, read by the feeds' own
             readers, so that the values described are the values fed (a PostgreSQL
-            ``jsonb`` as its JSON text; ``json`` is grouped by its text).
+            ``jsonb`` as its JSON text; ``json``, ``xml``, ``uuid`` and other types read as
+            text are grouped by their text).
         ``sample``: the same over the query's sample (``sample_rows`` and ``sample_method``
             ``limit`` / ``bernoulli`` / ``hash`` with ``fraction``), for large tables.
         ``accumulate``: the rows streamed partition by partition (plan options apply),
@@ -78,15 +79,15 @@ def compute_stats(
     schema = src.schema(parsed)
     if method == "accumulate":
         return _accumulate(parsed, src, schema, spec, readers, progress, plan_options)
-    relation = _json_as_text(src, relation_sql(parsed, columns=columns), columns)
+    relation = _as_text(src, relation_sql(parsed, columns=columns), schema)
     sampled = None
     if method == "sample":
         if sample_rows is None and fraction is None:
             raise InvalidArgumentError("method='sample' needs sample_rows and/or fraction")
-        relation = _json_as_text(src, sample_sql(
+        relation = _as_text(src, sample_sql(
             parsed, sample_rows, method=sample_method, fraction=fraction, seed=seed,
             columns=columns,
-        ), columns)  # fmt: skip
+        ), schema)  # fmt: skip
         sampled = sample_rows
     result = compute_pushdown(
         relation,
@@ -103,27 +104,45 @@ def compute_stats(
     return result
 
 
-_JSON_TYPES = frozenset({114, 199})
-"""PostgreSQL ``json`` and ``json[]``: no equality operator, so no GROUP BY."""
+_STRING_TYPES = frozenset({25, 1042, 1043, 19})
+"""PostgreSQL text, char(n), varchar and name: grouped as they are."""
+_STRING_ARRAYS = frozenset({1009, 1014, 1015})
+"""PostgreSQL text[], char(n)[] and varchar[]."""
 
 
-def _json_as_text(src: Source, relation: str, columns: list[str]) -> str:
-    """The relation with PostgreSQL ``json`` columns as their text (exactly the text the
-    feeds give for them, as psycopg's text loader reads it), which can be grouped."""
+def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
+    """The relation with each PostgreSQL column the feeds read as its text (``json``,
+    ``xml``, ``money``, ``inet``, ``uuid``, ...: an Arrow string that is no string type)
+    as the text PostgreSQL prints for it (``format('%s', x)``), and each such array as
+    ``text[]``: what the feeds give, and what can be grouped where the type itself cannot
+    (``json`` and ``xml`` have no equality)."""
     if src.dialect.name != "postgres":
         return relation
     types = src.column_types(relation)  # type: ignore[attr-defined]
-    if not set(types) & _JSON_TYPES:
+    casts: dict[str, str] = {}
+    for field, oid in zip(schema, types, strict=True):
+        strings = pa.types.is_list(field.type) and pa.types.is_string(field.type.value_type)
+        if pa.types.is_string(field.type) and oid not in _STRING_TYPES:
+            casts[field.name] = "text"
+        elif strings and oid not in _STRING_ARRAYS:
+            casts[field.name] = "array"
+    if not casts:
         return relation
     inner = exp.Subquery(
         this=exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect),
-        alias=exp.TableAlias(this=exp.to_identifier("_stats_json")),
+        alias=exp.TableAlias(this=exp.to_identifier("_stats_text")),
     )
     outputs = []
-    for name, oid in zip(columns, types, strict=True):
+    for name in schema.names:
         column: exp.Expr = exp.column(exp.to_identifier(name, quoted=True))
-        if oid in _JSON_TYPES:
-            column = exp.cast(column, exp.DataType.Type.TEXT)
+        if casts.get(name) == "array":  # each element by its output
+            column = exp.cast(column, exp.DataType.build("TEXT[]", dialect="postgres"))
+        elif name in casts:  # the type's output function (a cast to text may differ:
+            # inet's adds the netmask), NULL kept
+            printed = exp.Anonymous(this="format", expressions=[exp.Literal.string("%s"),
+                                                                column.copy()])  # fmt: skip
+            null = exp.Is(this=column.copy(), expression=exp.null())
+            column = exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=printed)
         outputs.append(column.as_(exp.to_identifier(name, quoted=True)))
     return src.dialect.sql(exp.select(*outputs).from_(inner))
 
