@@ -133,3 +133,28 @@ def test_a_database_table_read_whole_is_named_with_its_size_unknown(
     assert plan["strategy"] == "fragments"
     assert "every partition also reads dim whole (of unknown size" in plan["reason"]
     assert plan["cost"] == 1.0  # the only file table is cut; dim's bytes are not counted
+
+
+def test_a_dataset_joined_to_files_counts_the_files_read_whole(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    """The shards of a dataset are cut; the CSV joined to them is read by every partition
+    (plan.cost said 1.0 and nothing in the reason)."""
+    folder = tmp_path / "users"
+    users = f"SELECT * FROM read_parquet('{files['small']}')"
+    made = run_cli(["reshard", "--db", "duckdb://", "--out", str(folder), "--shuffle", "1",
+                    "--shard-rows", "4000", users])  # fmt: skip
+    assert made.code == 0, made.err
+    source = sqlfeed.connect(f"dataset:///{folder}")  # an absolute path: four slashes
+    sql = (
+        f"SELECT u.id, e.e FROM dataset AS u JOIN read_csv('{files['large']}') AS e ON u.id = e.id"
+    )
+    plan = sqlfeed.plan(sql, source, partitions=5)
+    assert plan.strategy == "fragments"
+    shards = sum(os.path.getsize(p) for p in folder.glob("shard.*"))
+    assert plan.cost == _cost(shards, os.path.getsize(files["large"]), plan.num_partitions)
+    assert f"every partition also reads {files['large']}" in plan.reason
+    assert "WARNING" in plan.reason
+    got = Counter(tuple(r.values()) for b in Feeder(plan, source, format="arrow")
+                  for r in b.to_pylist())  # fmt: skip
+    assert got == _rows(source, sql)

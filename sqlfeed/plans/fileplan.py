@@ -60,6 +60,7 @@ __all__ = [
     "layout",
     "notes",
     "problem",
+    "reads_besides",
     "size_text",
     "stored_rows",
     "table_bytes",
@@ -208,16 +209,25 @@ class WholeReads:
 def whole_reads(ctx: PlanContext) -> WholeReads:
     """The tables every partition reads whole besides its piece of the chosen table."""
     chosen: FileTable = ctx.memo[_MEMO + ":table"]
+    return reads_besides(ctx, chosen.position, table_bytes(ctx, chosen), "")
+
+
+def reads_besides(ctx: PlanContext, cut: int, cut_bytes: int, cut_instead: str) -> WholeReads:
+    """The tables every partition reads whole when the partitions cut the table reference
+    at position ``cut`` (of ``cut_bytes`` bytes). ``cut_instead``: why a larger file table
+    that can be cut is not (empty: it would be, see :func:`chosen_table`)."""
     files, larger = [], ""
     for table, why in _cuttable(ctx.parsed):
-        if table.position == chosen.position:
+        if table.position == cut:
             continue
         size = table_bytes(ctx, table)
         files.append((_name(table), size))
-        if why is not None and size > table_bytes(ctx, chosen) and not larger:
+        if size > cut_bytes and not larger and why is not None:
             larger = f"; the larger table {_name(table)} cannot be cut: {why}"
+        elif size > cut_bytes and not larger and cut_instead:
+            larger = f"; the larger table {_name(table)} is read whole: {cut_instead}"
     ctes = {cte.alias_or_name for cte in ctx.parsed.tree.find_all(exp.CTE)}
-    positions = {t.position for t, _why in _cuttable(ctx.parsed)}
+    positions = {t.position for t, _why in _cuttable(ctx.parsed)} | {cut}
     tables = [
         ".".join(part for part in (node.catalog, node.db, node.name) if part)
         for position, node in enumerate(ctx.parsed.tree.find_all(exp.Table))
@@ -225,7 +235,7 @@ def whole_reads(ctx: PlanContext) -> WholeReads:
         and isinstance(node.this, exp.Identifier)  # a table, not a table function
         and not (not node.db and node.name in ctes)
     ]
-    return WholeReads(table_bytes(ctx, chosen), files, tables, larger)
+    return WholeReads(cut_bytes, files, tables, larger)
 
 
 def _name(table: FileTable) -> str:

@@ -17,6 +17,7 @@ the union of the query over fragments.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +42,8 @@ __all__ = [
     "stored_rows",
     "view_reference",
 ]
+
+_BUILT = "fragments:built"
 
 
 class FragmentInfo(Protocol):
@@ -150,22 +153,40 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
 def notes(ctx: PlanContext, partitions: int = 1, warn_above: float = 2.0) -> str:
     """After :func:`build`: what it left whole and why (``; ...``), and a warning when
     the ``partitions`` cost more than ``warn_above`` reads; empty if nothing."""
-    if _dataset(ctx):
-        return ""
     spent = cost(ctx, partitions)
-    return fileplan.notes(ctx) + (rereads(ctx, spent) if spent > warn_above else "")
+    warning = rereads(ctx, spent) if spent > warn_above else ""
+    if _dataset(ctx):
+        return _whole(ctx).text() + warning  # a dataset's reason is said before it is cut
+    return fileplan.notes(ctx) + warning
 
 
 def cost(ctx: PlanContext, partitions: int) -> float:
     """What reading all ``partitions`` costs, in reads of the data once (``plan.cost``):
-    1 for a dataset's fragments; over plain files, the bytes every partition reads (its
-    piece, and every other table whole) over the bytes of all the files."""
-    return 1.0 if _dataset(ctx) else fileplan.whole_reads(ctx).cost(partitions)
+    the bytes every partition reads (its piece, and every other table whole) over the
+    bytes of all the files (a dataset's shards, or the files a query reads)."""
+    return _whole(ctx).cost(partitions)
+
+
+def _whole(ctx: PlanContext) -> fileplan.WholeReads:
+    """What every partition reads whole besides its fragment."""
+    if not _dataset(ctx):
+        return fileplan.whole_reads(ctx)
+    if not isinstance(ctx.source, fileplan.FileSource):
+        return fileplan.WholeReads(1, [], [], "")
+    assert isinstance(ctx.source, FragmentSource)
+    view = ctx.source.view
+    position = next(
+        i for i, t in enumerate(ctx.parsed.tree.find_all(exp.Table)) if _is_view(t, view)
+    )
+    built: Sequence[Partition] = ctx.memo.get(_BUILT, ())
+    shards = {p.file for p in built if p.file and os.path.isfile(p.file)}
+    stored = sum(os.path.getsize(f) for f in shards)
+    return fileplan.reads_besides(ctx, position, stored, "partitions cut the dataset's shards")
 
 
 def rereads(ctx: PlanContext, cost: float) -> str:
     """The warning ``plan.reason`` gets when the partitions read ``cost`` times the files."""
-    cut = fileplan.layout(ctx).table.patterns[0]
+    cut = "the dataset" if _dataset(ctx) else fileplan.layout(ctx).table.patterns[0]
     return (
         f"; WARNING: the partitions read about {cost:g} times the bytes of the files, as "
         f"each reads its piece of {cut} and the other tables whole: a scratch schema "
@@ -190,10 +211,12 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     assert isinstance(ctx.source, FragmentSource)
     target = max(1, -(-max(stored_rows(ctx), 1) // m))
     built = ctx.source.fragment_partitions(ctx.parsed, target)
-    return [
+    out = [
         Partition(index, sql, fragment.rows, fragment.label, file=fragment.file)
         for index, (sql, fragment) in enumerate(built)
-    ], None
+    ]
+    ctx.memo[_BUILT] = out  # their shard files: the bytes plan.cost counts
+    return out, None
 
 
 def fragment_problem(parsed: ParsedQuery, view: str) -> str | None:
