@@ -222,6 +222,9 @@ class KerasAdapter:
         self.name = f"keras fit(epochs={epochs}, {options})"
         self.runs = 0
 
+    def _feed_options(self, backup: Path) -> dict[str, Any]:
+        return self.options
+
     def _fit(self, backup: Path, log: list[Batches], crash: Kill | None) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         import keras
@@ -229,7 +232,7 @@ class KerasAdapter:
 
         import sqlfeed.tf
 
-        feed = sqlfeed.tf.Feed(QUERY, self.url, label="x", **self.options)
+        feed = sqlfeed.tf.Feed(QUERY, self.url, label="x", **self._feed_options(backup))
 
         class Logged(keras.Model):  # type: ignore[misc]
             def __init__(self) -> None:
@@ -266,6 +269,7 @@ class KerasAdapter:
             warnings.simplefilter("ignore")
             with contextlib.suppress(Crash):
                 model.fit(feed.dataset, epochs=self.epochs, verbose=0, callbacks=callbacks)
+        feed.close()  # a job's worker gives its lease back (the process died)
 
     def full(self) -> list[Batches]:
         log = empty(self.epochs)
@@ -292,6 +296,27 @@ def test_a_restored_keras_fit_of_several_epochs_is_the_uninterrupted_run(
                            partitions=6, strategy="hash")  # fmt: skip
     # mid-epoch (the later epochs were cut to its rest), right after its last batch
     assert check(adapter, [Kill(0, 5), Kill(0, 12)], ROWS) == 2
+
+
+class KerasJobAdapter(KerasAdapter):
+    """Keras on a job's feed: FeedCheckpoint records checkpoints in the job's ledger and
+    the restore rewinds the job (each run its own job, one queue per backup folder)."""
+
+    ordered = False
+
+    def _feed_options(self, backup: Path) -> dict[str, Any]:
+        queue = f"sqlite:///{backup.parent / (backup.name + '-queue.db')}"
+        return {**self.options, "job": "j", "queue": queue, "epochs": self.epochs}
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_restored_keras_fit_on_a_rewound_job_is_each_epoch_exactly_once(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("tensorflow")
+    url = make_table(tmp_path / "d.duckdb", ROWS)
+    adapter = KerasJobAdapter(url, tmp_path, batch_size=100, partitions=6, seed=3)
+    assert check(adapter, [Kill(0, 4), Kill(1, 2)], ROWS) == 2
 
 
 # -- elastic job with rewind -------------------------------------------------------------
