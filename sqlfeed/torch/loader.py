@@ -110,10 +110,15 @@ def check_loader_state(dataset: Any, state: Any, num_workers: int) -> None:
         return  # the loader's "start afresh"
     saved, datasets = _worker_states(state)
     if saved != num_workers:
+        why = (
+            "a job's progress is in its queue (rewind the job, and skip loading this state)"
+            if dataset.job is not None
+            else "each worker reads its own share of the partitions"
+        )
         raise InvalidArgumentError(
             f"the DataLoader state was saved with num_workers={saved}, this loader has "
-            f"num_workers={num_workers}: each worker reads its own share of the partitions, "
-            f"so restore it into a loader with num_workers={saved}"
+            f"num_workers={num_workers}: {why}; restore it into a loader with "
+            f"num_workers={saved}"
         )
     for worker, dataset_state in enumerate(datasets):
         if not isinstance(dataset_state, Mapping) or "shards" not in dataset_state:
