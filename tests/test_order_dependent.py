@@ -10,6 +10,7 @@ line that says why. The hash or range filter never goes inside such a query.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -92,6 +93,28 @@ def same_elements(base_sql: str) -> Callable[[Engine, Rows], str | None]:
     return check
 
 
+def same_json(base_sql: str) -> Callable[[Engine, Rows], str | None]:
+    """A valid JSON aggregate per group ``g``: an array of the values ``base_sql`` gives
+    for the group (``g, value`` rows) in some order, or the object of its ``g, key, value``
+    rows."""
+
+    def check(engine: Engine, rows: Rows) -> str | None:
+        base: dict[Any, list[Any]] = {}
+        for g, *value in engine.rows(base_sql.format(t=TABLE)):
+            base.setdefault(g, []).append(value)
+        for g, text in rows.elements():
+            found = json.loads(text)
+            if isinstance(found, dict):
+                wanted: Any = {k: v for k, v in base.get(g, [])}
+            else:
+                found, wanted = sorted(found), sorted(v for (v,) in base.get(g, []))
+            if found != wanted:
+                return f"group {g}: {found} is not made of the query's values {wanted}"
+        return None
+
+    return check
+
+
 def valid_by(spec: TopN | Numbering) -> Callable[[Engine, Rows], str | None]:
     def check(engine: Engine, rows: Rows) -> str | None:
         return invalid_result(spec, rows, multiset(engine.rows(spec.base.format(t=TABLE))))
@@ -160,6 +183,13 @@ KEPT: list[Construct] = [
               "last(x ORDER BY s) AS l FROM {t} GROUP BY g")),
     Construct("json_agg_ordered", on(("postgres",), "SELECT g, json_agg(s ORDER BY id)::text "
               "AS v FROM {t} GROUP BY g")),
+    Construct("jsonb_agg_ties", on(("postgres",), "SELECT g, jsonb_agg(s ORDER BY x)::text "
+              "AS v FROM {t} GROUP BY g"), valid=same_json("SELECT g, s FROM {t}")),
+    Construct("json_object_agg_ties", on(("postgres",), "SELECT g, json_object_agg(s, x "
+              "ORDER BY x)::text AS v FROM {t} GROUP BY g"),
+              valid=same_json("SELECT g, s, x FROM {t}")),
+    Construct("json_arrayagg_ties", on(("mysql",), "SELECT g, JSON_ARRAYAGG(s ORDER BY x) "
+              "AS v FROM {t} GROUP BY g"), valid=same_json("SELECT g, s FROM {t}")),
     # Windows over an order that ties: completed with the other values they show.
     Construct("row_number_ties", on(ALL, "SELECT x, g, s, ROW_NUMBER() OVER (PARTITION BY g "
               "ORDER BY x) AS rn FROM {t}"),

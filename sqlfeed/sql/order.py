@@ -121,7 +121,9 @@ def complete_orders(
             state.limit(node)
         elif isinstance(node, exp.Window):
             state.window(node)
-        elif isinstance(node, exp.Order) and isinstance(node.parent, exp.AggFunc):
+        elif isinstance(node, exp.Order) and (
+            isinstance(node.parent, exp.AggFunc) or order_sensitive_aggregate(node.parent)
+        ):
             state.aggregate(node)
     done = ParsedQuery(sql=parsed.sql, dialect=parsed.dialect, tree=tree)
     return OrderCompletion(
@@ -428,7 +430,11 @@ class _Completion:
                 "aggregated values themselves)"
             )
             return
-        if value.sql().casefold() in keys or is_constant(value):
+        # The aggregated value, and the other values it shows (json_object_agg's keys).
+        others = [a for a in aggregate.expressions if a is not order]
+        values = [v for v in [value, *others] if isinstance(v, exp.Expr) and not is_constant(v)]
+        missing = [v for v in values if v.sql().casefold() not in keys]
+        if not missing:
             return
         picks = isinstance(aggregate, (exp.First, exp.Last, exp.AnyValue)) or function_name(
             aggregate
@@ -439,11 +445,13 @@ class _Completion:
             else "concatenates values that tie on its ORDER BY in any order"
         )
         self.ties.append(f"{label} {what}")
-        order.append("expressions", _ordered(value.copy()))
-        extra = self.engine.collation_tiebreak(value.copy())
-        if extra is not None:
-            order.append("expressions", _ordered(extra))
-        self.completed.append(f"{label} completed with {self._sql(value)} (NULLS FIRST)")
+        for missed in missing:
+            order.append("expressions", _ordered(missed.copy()))
+            extra = self.engine.collation_tiebreak(missed.copy())
+            if extra is not None:
+                order.append("expressions", _ordered(extra))
+        shown = ", ".join(self._sql(m) for m in missing)
+        self.completed.append(f"{label} completed with {shown} (NULLS FIRST)")
 
 
 def _ordered(expr: exp.Expr) -> exp.Ordered:
