@@ -4,7 +4,8 @@ Hypothesis builds command lines from the parser itself (every command and every 
 its flags), with valid and invalid values: SQL that is fine, wrong, unsafe or unstable;
 sizes, counts and durations in and out of range; paths that exist, are files, or lie in
 missing folders; a DuckDB file that exists and one that does not, and PostgreSQL and
-MySQL servers that nothing listens on (so nothing slow happens). ``SQLFEED_DEBUG=1``
+MySQL servers that nothing listens on (so nothing slow happens); saved plans (``--plan``)
+that fit, belong to another query, were edited, or are no plan at all. ``SQLFEED_DEBUG=1``
 makes the command line re-raise an unexpected exception instead of printing its one
 "internal error" line, so a bug fails the test with its traceback.
 
@@ -18,6 +19,7 @@ more examples than the default 150.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -70,6 +72,11 @@ POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "@query.sql",
             "-",
             "SELECT id, CASE WHEN id % 5 = 0 THEN NULL ELSE id * 0.5 END AS f FROM t",
+            "SELECT * FROM t AS a JOIN t AS b ON a.id = b.id",  # repeated names: id_1
+            # lists, structs, intervals, blobs: JSON/ISO/hex text in CSV; Parquet refuses
+            # the interval before anything runs
+            "SELECT id, [id, g] AS l, {'a': id, 'b': s} AS st, to_days(id::INT) AS d, "
+            "s::BLOB AS b FROM t",
         ),
         (
             "SELECT a* FROM t",
@@ -110,6 +117,11 @@ POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "int": (("1", "2", "3", "7", "100"), ("-1", "0", "x", "", "99999999999999999999")),
     "float": (("0.5", "1", "0.1", "2"), ("0", "-1", "nan", "inf", "x")),
     "lease_ttl": (("1", "2"), ("0", "-1", "nan", "x")),  # a lease left behind expires soon
+    "plan": (  # plan.json: the saved plan job j was made from; the others do not fit
+        ("plan.json", "plan.json", "other.json"),
+        ("missing.json", "query.sql", "edited.json", "sketch.json", "dir", ""),
+    ),
+    "seconds": (("0", "0.5", "60"), ("-1", "nan", "inf", "x")),
     "other": (("x", "1"), ("",)),
 }
 DEST_POOL = {
@@ -118,6 +130,7 @@ DEST_POOL = {
     "sort": "column", "group_by": "column", "label": "column", "uid": "column", "kind": "kind",
     "tar": "tar", "shard_size": "size", "memory_limit": "size", "older_than": "duration",
     "scratch": "schema", "schema": "schema", "dialect": "dialect", "lease_ttl": "lease_ttl",
+    "plan": "plan", "checkpoint_every": "seconds",
 }  # fmt: skip
 SCRATCH_NAMES = ("sqlfeed_1_ab", "t", "sqlfeed_x", "")
 
@@ -167,6 +180,9 @@ def command_lines(draw: st.DrawFn) -> list[str]:
         if not action.option_strings:
             if action.dest == "names":
                 argv += draw(st.lists(st.sampled_from(SCRATCH_NAMES), max_size=2))
+            elif action.dest == "sql" and "--plan" in argv:  # the plan carries its query
+                if draw(st.integers(0, 3)) == 0:
+                    argv.append(value(draw, action))
             elif draw(st.integers(0, 19)) > 0:  # a positional is now and then left out
                 argv.append(value(draw, action))
             continue
@@ -204,13 +220,29 @@ def template() -> Iterator[Path]:
         previous = Path.cwd()
         os.chdir(base)
         try:
+            _save_plans(base)
             made = run_cli(["job", "create", "--queue", "sqlite:///queue.db", "--job", "j",
-                            "--db", "duckdb:///data.duckdb", "-m", "2", "--lease-ttl", "2",
-                            "SELECT id, g FROM t"])  # fmt: skip
+                            "--db", "duckdb:///data.duckdb", "--lease-ttl", "2",
+                            "--plan", "plan.json"])  # fmt: skip
         finally:
             os.chdir(previous)
         assert made.code == 0, made.err
         yield base
+
+
+def _save_plans(base: Path) -> None:
+    """Saved plans: job j's, another query's, an edited one and one made without --db."""
+    for name, argv in (
+        ("plan.json", ["--db", "duckdb:///data.duckdb", "-m", "2", "SELECT id, g FROM t"]),
+        ("other.json", ["--db", "duckdb:///data.duckdb", "-m", "3", "SELECT id FROM t"]),
+        ("sketch.json", ["--dialect", "duckdb", "SELECT id FROM t"]),
+    ):
+        saved = run_cli(["plan", *argv])
+        assert saved.code == 0, saved.err
+        (base / name).write_text(saved.out, encoding="utf-8")
+    edited = json.loads((base / "plan.json").read_text())
+    edited["partitions"][0]["sql"] = "SELECT id, g FROM t"  # reads every row: refused
+    (base / "edited.json").write_text(json.dumps(edited), encoding="utf-8")
 
 
 def listing(folder: Path) -> set[str]:
