@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 
@@ -71,3 +72,24 @@ def test_a_postgres_error_mid_stream_is_one_stderr_line_from_the_console_script(
     assert run.stderr.splitlines() == [
         "sqlfeed: engine error: postgres failed running the partition query: division by zero"
     ]
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["pty", "pipe"])
+def test_the_terminal_is_found_before_the_filter_replaces_stderr(terminal: bool) -> None:
+    """Progress bars draw on the terminal stderr was; the filter's pipe is none."""
+    script = (
+        "import os, sys\n"
+        "from sqlfeed.cli.native import filter_native_stderr\n"
+        "found = filter_native_stderr()\n"
+        "print(found is not None and found.isatty(), os.isatty(2))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SQLFEED_DEBUG"}
+    leader, follower = pty.openpty() if terminal else os.pipe()  # (ours, the child's)
+    try:
+        run = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             stderr=follower, text=True, env=env, timeout=60)  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert run.returncode == 0
+    assert run.stdout.split() == [str(terminal), "False"]  # fd 2 itself is the filter's pipe
