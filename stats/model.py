@@ -27,7 +27,9 @@ __all__ = [
     "StatsSpec",
 ]
 
-STATS_FORMAT_VERSION = 1
+STATS_FORMAT_VERSION = 2
+"""2: a binary column's values are base64 text (1, still read: their UTF-8 text, lossy)."""
+_READ_VERSIONS = (1, 2)
 DEFAULT_TOP_K = 1000
 """Vocabulary size by default: enough for most categorical features (a Keras embedding of
 1,000 rows is small), few enough for an HTML report and a JSON file; cut to 20 before, which
@@ -181,14 +183,14 @@ class FeatureStats:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeatureStats:
-        if data.get("version") != STATS_FORMAT_VERSION:
+        version = data.get("version")
+        if version not in _READ_VERSIONS:
             raise InvalidArgumentError(
-                f"statistics format version {data.get('version')!r} is not "
+                f"statistics format version {version!r} is not "
                 f"{STATS_FORMAT_VERSION}; recompute them with this sqlfeed"
             )
-        columns = {
-            name: ColumnStats(**_binary(c, decode_binary)) for name, c in data["columns"].items()
-        }
+        decode = decode_binary if version == STATS_FORMAT_VERSION else (lambda v: v)
+        columns = {name: ColumnStats(**_binary(c, decode)) for name, c in data["columns"].items()}
         return cls(
             columns=columns,
             rows=data["rows"],
