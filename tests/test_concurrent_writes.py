@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import multiprocessing
 import random
 import sqlite3
 import threading
@@ -31,16 +32,15 @@ import pytest
 
 import sqlfeed
 from sqlfeed.feed.export import export
+from tests.concurrent_writer import DEADLINE, ROWS, Transactions, write_sqlite
 from tests.conftest import get_engine
 from tests.engines import MYSQL_URL, POSTGRES_URL, Engine
 
-ROWS = 3_000
 START = 100
 TOTAL = ROWS * START
 PARTITIONS = 12
 READ_BATCH = 64
 WRITES_DURING_READ = 40
-_DEADLINE = 60.0
 
 
 class Writer(threading.Thread):
@@ -49,16 +49,14 @@ class Writer(threading.Thread):
     def __init__(self, connect: Callable[[], Any], table: str, seed: int) -> None:
         super().__init__(daemon=True, name="concurrent-writer")
         self.connect, self.table = connect, table
-        self.rng = random.Random(seed)
+        self.writes = Transactions(table, seed)
         self.commits = 0
         self.error: BaseException | None = None
         self.stop = threading.Event()
         self.changed = threading.Condition()
-        self.pairs: list[tuple[int, int]] = []
-        self.next_id = 10 * ROWS
 
     def run(self) -> None:
-        deadline = time.monotonic() + _DEADLINE
+        deadline = time.monotonic() + DEADLINE
         try:
             connection = self.connect()
             try:
@@ -75,25 +73,7 @@ class Writer(threading.Thread):
                 self.changed.notify_all()
 
     def one(self, connection: Any) -> None:
-        cursor = connection.cursor()
-        t = self.table
-        roll = self.rng.random()
-        if roll < 0.15 or (roll < 0.3 and not self.pairs):
-            a, self.next_id = self.next_id, self.next_id + 2
-            value = self.rng.randint(1, 50)
-            cursor.execute(f"INSERT INTO {t} VALUES ({a}, {value}, 0, '{'n' * 150}')")
-            cursor.execute(f"INSERT INTO {t} VALUES ({a + 1}, {-value}, 0, '{'n' * 150}')")
-            self.pairs.append((a, a + 1))
-        elif roll < 0.3:
-            a, b = self.pairs.pop(self.rng.randrange(len(self.pairs)))
-            cursor.execute(f"DELETE FROM {t} WHERE id IN ({a}, {b})")
-        else:
-            a, b = self.rng.sample(range(ROWS), 2)
-            amount = self.rng.randint(1, 9)
-            cursor.execute(f"UPDATE {t} SET val = val - {amount}, ver = ver + 1 WHERE id = {a}")
-            cursor.execute(f"UPDATE {t} SET val = val + {amount}, ver = ver + 1 WHERE id = {b}")
-        cursor.close()
-        connection.commit()
+        self.writes.one(connection)
 
     def wait_commits(self, count: int) -> None:
         """Block until ``count`` more transactions committed (the read is in flight)."""
@@ -103,6 +83,43 @@ class Writer(threading.Thread):
                 self.changed.wait(timeout=1.0)
         assert self.error is None, f"the writer failed: {self.error!r}"
         assert self.commits >= target, "the writer stopped before the read was done"
+
+
+class ProcessWriter:
+    """A :class:`Writer` in another process, for SQLite: ADBC's driver has a SQLite library
+    of its own, and two SQLite libraries writing and reading one file in one process break
+    each other's POSIX locks (https://www.sqlite.org/howtocorrupt.html, 2.2.1)."""
+
+    def __init__(self, path: str, table: str, seed: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.commits = context.Value("i", 0)
+        self.stop = context.Event()
+        self._errors = context.Queue()
+        self._failure: str | None = None
+        args = (path, table, seed, self.commits, self.stop, self._errors)
+        self.process = context.Process(target=write_sqlite, args=args, daemon=True)
+
+    def start(self) -> None:
+        self.process.start()
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+    @property
+    def error(self) -> str | None:
+        if self._failure is None and not self._errors.empty():
+            self._failure = self._errors.get()
+        return self._failure
+
+    def wait_commits(self, count: int) -> None:
+        """Block until ``count`` more transactions committed (the read is in flight)."""
+        target = self.commits.value + count
+        deadline = time.monotonic() + DEADLINE
+        while self.commits.value < target and self.error is None and time.monotonic() < deadline:
+            assert self.process.is_alive() or self.commits.value >= target, "the writer ended"
+            time.sleep(0.005)
+        assert self.error is None, f"the writer failed: {self.error}"
+        assert self.commits.value >= target, "the writer stopped before the read was done"
 
 
 def check_one_state(table: pa.Table, what: str) -> None:
@@ -197,12 +214,15 @@ def make_table(name: str) -> Setup:
 
 
 @pytest.fixture
-def writing() -> Iterator[Callable[[Setup], Writer]]:
+def writing() -> Iterator[Callable[[Setup], Any]]:
     """Start a writer on a table; stopped (and checked) at the end of the test."""
-    started: list[Writer] = []
+    started: list[Any] = []
 
-    def start(setup: Setup) -> Writer:
-        writer = Writer(setup.connect, setup.table, seed=len(started) + 1)
+    def start(setup: Setup) -> Any:
+        seed = len(started) + 1
+        writer: Any = Writer(setup.connect, setup.table, seed)
+        if setup.engine.name == "sqlite":
+            writer = ProcessWriter(setup.engine.path, setup.table, seed)  # type: ignore[attr-defined]
         writer.start()
         started.append(writer)
         writer.wait_commits(5)
@@ -215,7 +235,7 @@ def writing() -> Iterator[Callable[[Setup], Writer]]:
         assert writer.error is None, f"the writer failed: {writer.error!r}"
 
 
-def feed_all(batches: Iterator[Any], writer: Writer) -> pa.Table:
+def feed_all(batches: Iterator[Any], writer: Any) -> pa.Table:
     """All batches of a read; after its first one, the writer commits meanwhile."""
     got: list[pa.RecordBatch] = []
     for batch in batches:
@@ -240,7 +260,7 @@ def _plan(setup: Setup, source: Any, strategy: str) -> sqlfeed.Plan:
 
 @pytest.mark.parametrize(("name", "strategy"), CASES)
 def test_static_feeder_reads_one_state(
-    name: str, strategy: str, writing: Callable[[Setup], Writer]
+    name: str, strategy: str, writing: Callable[[Setup], Any]
 ) -> None:
     setup = make_table(name)
     with setup.engine.source() as source:
@@ -255,7 +275,7 @@ def test_static_feeder_reads_one_state(
 
 @pytest.mark.parametrize("reader", ["copy", "connectorx", "adbc", "psycopg"])
 def test_every_postgres_reader_reads_one_state(
-    reader: str, writing: Callable[[Setup], Writer]
+    reader: str, writing: Callable[[Setup], Any]
 ) -> None:
     setup = make_table("postgres")
     with setup.engine.source() as source:
@@ -269,7 +289,7 @@ def test_every_postgres_reader_reads_one_state(
 @pytest.mark.parametrize("name", ["postgres", "mysql", "sqlite"])
 @pytest.mark.parametrize("out", ["rows.parquet", "folder"])
 def test_export_writes_one_state(
-    name: str, out: str, tmp_path: Path, writing: Callable[[Setup], Writer]
+    name: str, out: str, tmp_path: Path, writing: Callable[[Setup], Any]
 ) -> None:
     setup = make_table(name)
     with setup.engine.source() as source:
@@ -309,7 +329,7 @@ def test_a_lost_snapshot_is_an_error_not_a_silent_read() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "tf"])
-def test_tf_and_torch_read_one_state(framework: str, writing: Callable[[Setup], Writer]) -> None:
+def test_tf_and_torch_read_one_state(framework: str, writing: Callable[[Setup], Any]) -> None:
     setup = make_table("postgres")
     with setup.engine.source() as source:
         plan = _plan(setup, source, "ctid")

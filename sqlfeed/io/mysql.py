@@ -17,7 +17,8 @@ optional and imported when used.
 MySQL/MariaDB cannot share a snapshot across connections: a read that must see one state
 of changing tables reads its queries in order on one connection inside ``START
 TRANSACTION WITH CONSISTENT SNAPSHOT`` (:meth:`MySQLSource.pin_session`,
-:mod:`sqlfeed.io.pinned`), by pymysql (connectorx opens connections of its own).
+:mod:`sqlfeed.io.pinned`), by pymysql (connectorx opens connections of its own: such a
+read is several times slower).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from sqlfeed.io.cxread import (
     readers_after,
     readers_from_environment,
 )
-from sqlfeed.io.pinned import PinnedReads
+from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
 from sqlfeed.sql import schema_sql
 
 __all__ = [
     "CONNECTORX_TYPES",
+    "MYSQL_CONSISTENT",
     "MYSQL_HINT",
     "MYSQL_SESSION",
     "READERS",
@@ -51,6 +53,13 @@ __all__ = [
 MYSQL_SESSION = ("SET time_zone = '+00:00'",)
 """Run on every connection a read uses: ``TIMESTAMP`` values (and their text, which hash
 partitions hash) in UTC, whatever the server's own time zone."""
+
+MYSQL_CONSISTENT = (
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+)
+"""What begins a consistent read session: every query of its transaction (InnoDB tables)
+sees the state of its start."""
 
 READERS = ("connectorx", "pymysql")
 """The MySQL/MariaDB readers, fastest first (the default order of :attr:`MySQLSource.readers`)."""
@@ -110,14 +119,16 @@ class MySQLSource(PinnedReads, ConnectorxFirst):
     session_settings = MYSQL_SESSION
     connectorx_session = MYSQL_SESSION
     engine_label = "mysql"
-    _session_begin = (
-        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-        "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
-    )
 
-    def _session_connection(self) -> Any:
-        """A pooled connection for a pinned session (its session settings ran)."""
-        return self.engine.raw_connection()
+    def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
+        """A consistent read session (:mod:`sqlfeed.io.pinned`): a pooled connection (its
+        session settings ran) in ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, read by
+        the driver's unbuffered cursor."""
+        return (
+            self.engine.raw_connection(),
+            MYSQL_CONSISTENT,
+            cursor_batches(self._streaming_cursor),
+        )
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)

@@ -26,13 +26,25 @@ import pyarrow as pa
 from dialects import EngineError
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS, conform, empty_batch, iterate_rows, without_hints
 
-__all__ = ["CLOSE_WAIT", "SESSION_PREFIX", "PinnedReads", "PinnedSession", "SessionRegistry"]
+__all__ = [
+    "CLOSE_WAIT",
+    "SESSION_PREFIX",
+    "Batches",
+    "PinnedReads",
+    "PinnedSession",
+    "SessionRegistry",
+    "cursor_batches",
+]
 
 CLOSE_WAIT = 30.0
 """Seconds closing a session waits for a read on it to stop."""
 
 SESSION_PREFIX = "sqlfeed-session-"
 """How a pinned session's token starts (PostgreSQL snapshot ids never do)."""
+
+Batches = Callable[[Any, str, pa.Schema, int, "threading.Event | None"], Iterator[pa.RecordBatch]]
+"""How a session reads a query on its connection: ``(connection, sql, schema, batch_rows,
+stop)`` to record batches."""
 
 
 class PinnedSession:
@@ -46,16 +58,23 @@ class PinnedSession:
     readers = 1
 
     def __init__(
-        self, connection: Any, begin: Sequence[str], on_close: Callable[[PinnedSession], None]
+        self,
+        connection: Any,
+        begin: Sequence[str],
+        batches: Batches,
+        on_close: Callable[[PinnedSession], None],
     ) -> None:
         self.snapshot = SESSION_PREFIX + uuid.uuid4().hex
         self._connection: Any = connection
+        self._batches = batches
         self._lock = threading.Lock()
         self._on_close = on_close
         cursor = connection.cursor()
         try:
             for statement in begin:
                 cursor.execute(statement)
+                if cursor.description is not None:
+                    cursor.fetchall()
         finally:
             cursor.close()
 
@@ -66,30 +85,15 @@ class PinnedSession:
         self.close()
 
     def read(
-        self,
-        cursor_for: Callable[[Any], Any],
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
+        self, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
     ) -> Iterator[pa.RecordBatch]:
-        """The rows of ``sql`` read in this session's transaction (one read at a time).
-
-        Args:
-            cursor_for: the streaming cursor of a connection (the source's own).
-            sql, schema, batch_rows, stop: as :meth:`sqlfeed.io.Source.read` has them.
-        """
+        """The rows of ``sql`` read in this session's transaction (one read at a time)."""
         with self._lock:
             connection = self._connection
             if connection is None:
                 raise EngineError("the read's consistent session was closed before the read")
             try:
-                cursor = cursor_for(connection)
-                try:
-                    cursor.execute(sql)
-                    yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
-                finally:
-                    cursor.close()  # an unbuffered cursor reads what is left of its result
+                yield from self._batches(connection, sql, schema, batch_rows, stop)
             except EngineError:
                 raise
             except Exception as err:
@@ -102,7 +106,7 @@ class PinnedSession:
                 ) from None
 
     def close(self) -> None:
-        """End the transaction (rolled back: it only read) and give the connection back.
+        """End the transaction (rolled back: it only read) and close the connection.
 
         Waits for a read still running to stop (at most :data:`CLOSE_WAIT` seconds)."""
         locked = self._lock.acquire(timeout=CLOSE_WAIT)
@@ -120,6 +124,23 @@ class PinnedSession:
             connection.close()
 
 
+def cursor_batches(cursor_for: Callable[[Any, int], Any]) -> Batches:
+    """A session's reads through a DB-API cursor (``cursor_for(connection, batch_rows)``,
+    the source's streaming one) and ``fetchmany``."""
+
+    def batches(
+        connection: Any, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
+    ) -> Iterator[pa.RecordBatch]:
+        cursor = cursor_for(connection, batch_rows)
+        try:
+            cursor.execute(sql)
+            yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
+        finally:
+            cursor.close()  # an unbuffered cursor reads what is left of its result
+
+    return batches
+
+
 class SessionRegistry:
     """The pinned sessions of one source, by token, open until closed."""
 
@@ -127,11 +148,11 @@ class SessionRegistry:
         self._sessions: dict[str, PinnedSession] = {}
         self._lock = threading.Lock()
 
-    def open(self, connection: Any, begin: Sequence[str]) -> PinnedSession:
+    def open(self, connection: Any, begin: Sequence[str], batches: Batches) -> PinnedSession:
         """A session on ``connection`` (handed over: the session closes it), begun with
-        ``begin``; registered until it closes."""
+        ``begin``, reading by ``batches``; registered until it closes."""
         try:
-            session = PinnedSession(connection, begin, self._forget)
+            session = PinnedSession(connection, begin, batches, self._forget)
         except BaseException:
             connection.close()
             raise
@@ -164,12 +185,10 @@ class PinnedReads:
     """What a source (a :class:`~sqlfeed.io.Source` subclass) gets from pinned sessions:
     :meth:`pin_session`, and :meth:`read` of a session's token on its connection.
 
-    The source provides ``_session_connection()`` (a new DB-API connection, its session
-    set up), ``_session_begin`` (the statements that begin the transaction),
-    ``_streaming_cursor(connection, batch_rows)``, ``_errors(what)`` and ``schema(sql)``.
+    The source provides ``_session_for()`` (a new connection, its session set up; the
+    statements that begin the transaction; how a query is read on it),
+    ``_errors(what)`` and ``schema(sql)``.
     """
-
-    _session_begin: tuple[str, ...] = ()
 
     def pin_session(self) -> PinnedSession:
         """A transaction on a connection of its own whose reads (``read(snapshot=its
@@ -180,7 +199,8 @@ class PinnedReads:
         """
         source: Any = self
         with source._errors("consistent snapshot"):
-            return self._sessions().open(source._session_connection(), self._session_begin)
+            connection, begin, batches = source._session_for()
+            return self._sessions().open(connection, begin, batches)
 
     def _sessions(self) -> SessionRegistry:
         registry: SessionRegistry | None = self.__dict__.get("_pinned_sessions")
@@ -224,8 +244,7 @@ class PinnedReads:
         out = without_hints(schema)
         delivered = False
         with source._errors("partition query"):
-            cursor_for = lambda connection: source._streaming_cursor(connection, batch_rows)  # noqa: E731
-            for batch in session.read(cursor_for, sql, schema, batch_rows, stop):
+            for batch in session.read(sql, schema, batch_rows, stop):
                 if batch.num_rows:
                     delivered = True
                     yield conform(batch, out)

@@ -52,7 +52,7 @@ from sqlfeed.io.cxread import (
 )
 from sqlfeed.io.files import MEMORY
 from sqlfeed.io.pgsessions import ThreadConnections
-from sqlfeed.io.pinned import PinnedReads
+from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
 from sqlfeed.sql import ParsedQuery, single_table
 
 __all__ = [
@@ -92,13 +92,17 @@ class SQLiteSource(PinnedReads, ConnectorxFirst):
     """
 
     engine_label = "sqlite"
-    # BEGIN is deferred: the read of the schema starts the read transaction, which fixes
-    # the state every later read of the session sees (WAL) or holds the shared lock.
-    _session_begin = ("BEGIN", "SELECT count(*) FROM sqlite_master")
 
-    def _session_connection(self) -> Any:
-        """A pooled ``sqlite3`` connection for a pinned session (sqlfeed's functions in it)."""
-        return self.engine.raw_connection()
+    def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
+        """A consistent read session's connection (:mod:`sqlfeed.io.pinned`): a pooled
+        ``sqlite3`` one (sqlfeed's functions in it), not ADBC's, whose driver has a SQLite
+        library of its own (two in one process break each other's POSIX locks, see
+        https://www.sqlite.org/howtocorrupt.html 2.2.1, while a read holds its
+        transaction). ``BEGIN`` is deferred: the read of the schema starts the read
+        transaction, which fixes the state every later read of the session sees (WAL) or
+        holds the shared lock (rollback journal)."""
+        begin = ("BEGIN", "SELECT count(*) FROM sqlite_master")
+        return self.engine.raw_connection(), begin, cursor_batches(self._streaming_cursor)
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
