@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -263,3 +264,25 @@ def test_statistics_saved_by_format_1_still_load(tmp_path: Any) -> None:
     old = {**saved, "version": 1, "columns": {"b": {**saved["columns"]["b"],
                                                       "vocabulary": ["ab", "cd"]}}}  # fmt: skip
     assert sqlfeed.FeatureStats.from_dict(old)["b"].vocabulary == ["ab", "cd"]
+
+
+@pytest.mark.parametrize("time_unit", ["us", "s"])
+def test_time_columns_described_as_categories_look_up_their_fed_ticks(time_unit: str) -> None:
+    """Dates, timestamps and times of day as categories: vocabularies of the int64 the feed
+    gives (days; ticks of ``time_unit``), and a float column's lookup refused in one line."""
+    connection = duckdb.connect()
+    source = sqlfeed.connect(connection)
+    for sql in DDL["duckdb"]:
+        connection.execute(sql)
+    names = ["day", "ts", "tstz", "tod", "tiny"]
+    query = f"SELECT {', '.join(names)}, f8 FROM {TABLE}"
+    kinds = dict.fromkeys([*names, "f8"], "categorical")
+    stats = sqlfeed.compute_stats(query, source, spec=StatsSpec(kinds=kinds))
+    batch = next(iter(sqlfeed.tf.dataset(query, source, batch_size=10 * ROWS, time_unit=time_unit)))
+    layers = to_keras(stats, names, time_unit=time_unit)
+    for name in names:
+        out = flat(layers[name](batch[name]))
+        assert (out > 0).all(), name
+    with pytest.raises(InvalidArgumentError, match="'f8' is fed as a float number") as refused:
+        to_keras(stats, ["f8"])
+    assert "\n" not in str(refused.value)
