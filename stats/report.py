@@ -378,8 +378,9 @@ def _fmt(value: Any) -> str:
         return value.isoformat(sep=" ")
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+    if isinstance(value, bytes):  # control characters and non-UTF-8 bytes as \xNN
+        text = value.decode("utf-8", "backslashreplace")
+        return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
     return str(value)
 
 

@@ -309,3 +309,11 @@ def test_the_top_values_chart_draws_the_top_values_and_says_the_rest() -> None:
     assert "NULL: 50 of 1,000, 5.0%" in note
     stats = FeatureStats(columns={"c": column}, rows=1000, method="pushdown")
     assert html.escape(note) in html_report(stats)
+
+
+def test_binary_values_are_labelled_with_their_bytes_escaped() -> None:
+    column = ColumnStats(
+        "b", "categorical", "binary", count=3, distinct=2, vocabulary=[b"\xff\x00b", b"ok"],
+        vocabulary_counts=[2, 1],
+    )  # fmt: skip
+    assert top_bars(column)[0] == ["\\xff\\x00b", "ok"]
