@@ -327,6 +327,57 @@ def test_a_lost_snapshot_is_an_error_not_a_silent_read() -> None:
             list(sqlfeed.Feeder(plan, source, snapshot=holder.snapshot))
 
 
+def _written_after(setup: Setup, transactions: int = 60) -> None:
+    """Commit transfers and pairs now (after a snapshot was taken)."""
+    writes = Transactions(setup.table, seed=7)
+    connection = setup.connect()
+    for _ in range(transactions):
+        writes.one(connection)
+    connection.close()
+
+
+def test_a_plan_carries_its_snapshot_to_every_read(tmp_path: Path) -> None:
+    """A plan with a snapshot id (another session's) is read inside it by every read,
+    wherever the plan goes (JSON, other processes); once its holder closes, an error."""
+    setup = make_table("postgres")
+    with setup.engine.source() as source:
+        plan = _plan(setup, source, "ctid")
+        holder = source.export_snapshot()
+        carried = dataclasses.replace(plan, snapshot=holder.snapshot)
+        again = sqlfeed.Plan.from_json(carried.to_json())
+        assert again.snapshot == holder.snapshot
+        assert again.fingerprint == plan.fingerprint  # the same rows, read in one state
+        _written_after(setup)
+        fed = pa.Table.from_batches(list(sqlfeed.Feeder(again, source, readers=3)))
+        export(again, source, tmp_path / "parts", readers=3)
+        exported = pq.read_table(tmp_path / "parts")
+        for table, what in ((fed, "Feeder"), (exported, "export")):
+            check_one_state(table, what)
+            assert sorted(table.column("id").to_pylist()) == list(range(ROWS)), what
+        holder.close()
+        with pytest.raises(sqlfeed.EngineError, match=r"snapshot .* is no longer held"):
+            list(sqlfeed.Feeder(again, source))
+
+
+@pytest.mark.slow
+def test_dataloader_workers_read_the_snapshot_their_plan_carries() -> None:
+    import sqlfeed.torch
+
+    setup = make_table("postgres")
+    url = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+    with setup.engine.source() as source:
+        plan = _plan(setup, source, "ctid")
+        with source.export_snapshot() as holder:
+            carried = dataclasses.replace(plan, snapshot=holder.snapshot)
+            _written_after(setup)
+            dataset = sqlfeed.torch.SQLDataset(carried, url, batch_size=100)
+            loader = sqlfeed.torch.dataloader(dataset, num_workers=2, stateful=False)
+            got = [pa.record_batch({k: v.numpy() for k, v in b.items()}) for b in loader]
+    table = pa.Table.from_batches(got)
+    check_one_state(table, "DataLoader workers")
+    assert sorted(table.column("id").to_pylist()) == list(range(ROWS))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_tf_and_torch_read_one_state(framework: str, writing: Callable[[Setup], Any]) -> None:
@@ -360,11 +411,7 @@ def test_dask_reads_inside_the_snapshot_taken_when_it_was_built() -> None:
         plan = _plan(setup, source, "ctid")
     app = f"sqlfeed_snap_{random.randrange(16**8):08x}"
     frame = sqlfeed.dask.dataframe(plan, f"{url}?application_name={app}")
-    writer = Writer(setup.connect, setup.table, seed=9)
-    connection = setup.connect()
-    for _ in range(60):  # transfers and pairs committed after the frame was built
-        writer.one(connection)
-    connection.close()
+    _written_after(setup)  # transfers and pairs committed after the frame was built
     table = pa.Table.from_pandas(frame.compute(scheduler="threads"), preserve_index=False)
     check_one_state(table, "dask")
     assert sorted(table.column("id").to_pylist()) == list(range(ROWS))  # as when built

@@ -164,7 +164,8 @@ class Feeder:
             ``readers`` connections at once, each seeing the data of its own time (only
             for data that does not change meanwhile). A string: a PostgreSQL snapshot id
             another session exported (``Source.export_snapshot()``) and holds open while
-            this feed reads (e.g. one snapshot for every rank or DataLoader worker).
+            this feed reads (e.g. one snapshot for every rank or DataLoader worker);
+            a plan that carries one (:attr:`Plan.snapshot`) is read inside it.
             A resumed epoch reads its rest in a snapshot of its own time.
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead

@@ -239,7 +239,8 @@ def reader_for(
 ) -> PartitionReader:
     """The :class:`PartitionReader` of ``plan`` on ``url``, with its options checked.
 
-    ``snapshot``: None or True (the default of Ray's and Dask's readers): on PostgreSQL,
+    ``snapshot``: None or True (the default of Ray's and Dask's readers): the plan's
+    :attr:`~sqlfeed.plans.model.Plan.snapshot` when it carries one; else on PostgreSQL,
     when the plan's partitions query live tables (:func:`~sqlfeed.feed.snapshots.needs_snapshot`),
     a snapshot is exported here and every task reads inside it: the exporting
     connection stays open in THIS process for as long as the returned reader is alive
@@ -255,6 +256,8 @@ def reader_for(
     """
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise InvalidArgumentError(f"read_batch_rows must be an integer >= 1, got {batch_rows!r}")
+    if snapshot in (None, True) and plan.snapshot is not None:
+        snapshot = plan.snapshot  # the plan carries one, held by the session that made it
     check_snapshot_option(True if snapshot is None else snapshot, plan.dialect)
     if plan.schema is None:
         raise InvalidArgumentError("the plan has no Arrow schema: plan it with a source")

@@ -18,11 +18,12 @@ tables (``hash``, ``range``, ``ctid``; a ``materialize`` plan reads its own scra
   reason states); ``snapshot=False`` reads on several connections at once, for data that
   does not change.
 
-Reads in other processes (Ray, Dask tasks; DataLoader workers) share a PostgreSQL
-snapshot by its id, carried in their read options; the exporting connection must stay
-open in the process that made them until every task has read (see
-:func:`sqlfeed.feed.remote.reader_for`). MySQL/MariaDB and SQLite cannot: such reads say
-so (:class:`SnapshotWarning`).
+Reads in other processes (Ray, Dask tasks; DataLoader workers; ranks) share a PostgreSQL
+snapshot by its id, carried in the plan (:attr:`Plan.snapshot
+<sqlfeed.plans.model.Plan.snapshot>`) or their read options; the exporting connection must
+stay open until every read is done (Ray and Dask datasets export one and hold it in the
+process that made them while they live, see :func:`sqlfeed.feed.remote.reader_for`).
+MySQL/MariaDB and SQLite cannot: such reads say so (:class:`SnapshotWarning`).
 """
 
 from __future__ import annotations
@@ -111,10 +112,13 @@ def consistent_reads(
         source: the plan's source.
         plan: the plan read.
         reads: how many queries read it (merged partitions count once).
-        snapshot: True (default): a snapshot when :func:`needs_snapshot`; False: none
-            (each query sees the data of its own time); a PostgreSQL snapshot id another
-            session exported and holds.
+        snapshot: True (default): the plan's own :attr:`~Plan.snapshot` when it carries
+            one, else a snapshot when :func:`needs_snapshot`; False: none (each query sees
+            the data of its own time); a PostgreSQL snapshot id another session exported
+            and holds.
     """
+    if snapshot is True and plan.snapshot is not None:
+        snapshot = plan.snapshot  # exported by another session for every read of the plan
     check_snapshot_option(snapshot, plan.dialect)
     if isinstance(snapshot, str):
         yield ConsistentRead(InSnapshot(source, snapshot), snapshot)

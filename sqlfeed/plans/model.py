@@ -96,6 +96,12 @@ class Plan:
     MySQL/MariaDB ``information_schema.tables.table_rows``, SQLite's rowid span), an upper
     bound when the query filters the table or groups its rows (ranges of a grouping key).
     None when neither is known (``partitions`` given)."""
+    snapshot: str | None = None
+    """A PostgreSQL snapshot id (``Source.export_snapshot()``) every read of the plan
+    reads inside, in whichever process reads it (DataLoader workers, ranks, Ray and Dask
+    tasks): the plan carries it; not part of the fingerprint. The session that exported
+    it must stay open until every read is done (a read after it closed is an error).
+    None: each read takes a snapshot of its own (see :mod:`sqlfeed.feed.snapshots`)."""
 
     @property
     def rows_estimated(self) -> bool:
@@ -153,6 +159,7 @@ class Plan:
             "sample_sql": self.sample_sql,
             "scratch_table": self.scratch_table,
             "cost": self.cost,
+            "snapshot": self.snapshot,
             "schema": base64.b64encode(self.schema).decode() if self.schema else None,
             "partitions": [
                 {
@@ -190,6 +197,7 @@ class Plan:
             sample_sql=data.get("sample_sql", ""),
             scratch_table=data.get("scratch_table"),
             cost=data.get("cost"),
+            snapshot=data.get("snapshot"),
             schema=base64.b64decode(data["schema"]) if data.get("schema") else None,
             partitions=tuple(
                 Partition(
