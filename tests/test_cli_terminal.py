@@ -74,3 +74,23 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
+
+
+def test_reshard_draws_one_bar_per_phase(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "d.duckdb")) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(300000)")
+    command = (
+        f"env -u SQLFEED_DEBUG {shlex.quote(str(SQLFEED))} reshard --db duckdb:///d.duckdb "
+        "--out rs --shuffle 3 --shard-rows 100000 'SELECT id FROM t'"
+    )
+    lines = _screen(command, tmp_path)
+    bars = [line for line in lines if line.startswith("━")]
+    expected = [
+        r"━{30} 100% extract \d+:\d\d:\d\d",
+        r"━{30} 100% sort \d+:\d\d:\d\d",
+        r"━{30} 300000/300000 rows written  [\d.]+[kMG]? rows/s \d+:\d\d:\d\d",
+    ]
+    assert len(bars) == len(expected), lines
+    for bar, pattern in zip(bars, expected, strict=True):
+        assert re.fullmatch(pattern, bar), lines
+    assert lines[len(bars)].startswith("wrote 300000 rows shuffled (seed 3) to rs"), lines

@@ -28,10 +28,19 @@ class ProgressBar:
         what: what a step is, shown after the count.
         stream: where to draw (default: the terminal, if there is one; a stream that is
             not a terminal: no bar).
+        show_rows: show the rows so far beside the count (False when a step is a row).
     """
 
-    def __init__(self, total: int, what: str = "partitions", stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        what: str = "partitions",
+        stream: TextIO | None = None,
+        *,
+        show_rows: bool = True,
+    ) -> None:
         self.what = what
+        self.show_rows = show_rows
         self.stream = terminal() if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         self.enabled = isatty is not None and bool(isatty())
@@ -77,7 +86,7 @@ class ProgressBar:
         self._progress.update(
             self._task,
             completed=done,
-            rows=f"{human(rows)} rows" if rows else "",
+            rows=f"{human(rows)} rows" if rows and self.show_rows else "",
             rate=f"{human(rows / elapsed)} rows/s" if rows else "",
         )
 

@@ -267,7 +267,8 @@ class _PhaseBars:
             if total == 100 and phase != "write":
                 bar = PercentBar(100, what=phase)
             else:
-                bar = ProgressBar(total, what=f"rows {_PHASE_WORDS.get(phase, phase)}")
+                what = f"rows {_PHASE_WORDS.get(phase, phase)}"
+                bar = ProgressBar(total, what=what, show_rows=False)
             self.bars[phase] = bar
         if isinstance(bar, PercentBar):
             bar.update(100 * done // total if total else 0, 0)
