@@ -96,6 +96,10 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         sub.set_defaults(handler=handler)
         name_flags(sub)
 
+    _register_worker(commands)
+
+
+def _register_worker(commands: argparse._SubParsersAction[CommandParser]) -> None:
     worker = commands.add_parser(
         "worker",
         help="pull a job's partitions and read them (joins and leaves at any time)",
