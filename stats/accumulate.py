@@ -244,8 +244,8 @@ class _Numeric:
 
     def _add_moments(self, values: np.ndarray) -> None:
         """Moments of the finite values (time columns in their own ticks until the result)."""
-        if self.temporal and self.unit is None:
-            return  # times of day and durations have no moments
+        if pa.types.is_interval(self.arrow_type):
+            return  # months and days of unequal lengths: no moments
         if self.floating:
             finite = np.isfinite(values)
             self.infinities += int(len(values) - finite.sum())
@@ -290,7 +290,8 @@ class _Numeric:
             return stats
         stats.min, stats.max = self._back(self.low), self._back(self.high)
         mean, variance = self.moments.result(self.finite_low, self.finite_high)
-        if mean is not None and variance is not None and pa.types.is_timestamp(self.arrow_type):
+        ticked = self.temporal and not pa.types.is_date(self.arrow_type)
+        if mean is not None and variance is not None and ticked:  # timestamps, times, durations
             per_tick = PER_SECOND["us"] / PER_SECOND[self.arrow_type.unit]  # to microseconds
             mean, variance = mean * per_tick, variance * per_tick * per_tick
         stats.mean, stats.variance = mean, variance

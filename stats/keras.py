@@ -32,7 +32,7 @@ import numpy as np
 from dialects import InvalidArgumentError, MissingDependencyError
 from stats.fed import NUMBER_KINDS, TICK_KINDS, fed_kind, fed_value
 from stats.model import ColumnStats, FeatureStats
-from stats.units import PER_SECOND, unit_of
+from stats.units import PER_SECOND
 
 __all__ = ["to_keras"]
 
@@ -117,12 +117,11 @@ def _numeric_layer(
         )
     if column.mean is None or column.variance is None:
         raise InvalidArgumentError(
-            f"column {column.name!r} has no mean/variance (all NULL or non-finite, a time of "
-            "day or duration, or a time column whose engine cannot average it): use "
-            "numeric='discretize' or leave it out"
+            f"column {column.name!r} has no mean/variance (all NULL or non-finite, or a time "
+            "column whose engine cannot average it): use numeric='discretize' or leave it out"
         )
-    factor = 1.0  # from the statistics' unit (microseconds) to the fed one
-    if unit_of(column.arrow_type) is not None and kind == "timestamp":
+    factor = 1.0  # from the statistics' microseconds to the fed time_unit (dates: days)
+    if kind in TICK_KINDS and kind != "date":
         factor = PER_SECOND[time_unit] / PER_SECOND["us"]
     return layers.Normalization(
         mean=column.mean * factor,

@@ -108,7 +108,8 @@ class ColumnStats:
     min: Any = None
     max: Any = None
     mean: float | None = None
-    """The mean of the finite values (of a date or timestamp column: in ``unit``)."""
+    """The mean of the finite values (of a date or timestamp column: in ``unit``; of a time
+    of day or a duration: in microseconds, since midnight or long)."""
     variance: float | None = None
     """Population variance of the finite values (of a time column: in ``unit`` squared)."""
     unit: str | None = None

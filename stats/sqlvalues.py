@@ -99,11 +99,15 @@ def finite(column: exp.Expr, engine: Dialect) -> exp.Expr:
 
 
 def epoch_units(column: exp.Expr, arrow_type: pa.DataType, engine: Dialect) -> exp.Expr | None:
-    """A date as days, a timestamp as microseconds since 1970 (an integer or exact number).
+    """A date as days, a timestamp as microseconds since 1970 (an integer or exact number);
+    a time of day as microseconds since midnight, a duration as microseconds (the int64
+    the feeds give with ``time_unit="us"``).
 
     None for other types, and on engines where sqlfeed does not know the arithmetic (the
     statistics then have no mean or variance for the column).
     """
+    if pa.types.is_time(arrow_type) or pa.types.is_duration(arrow_type):
+        return _clock_units(column, bool(pa.types.is_time(arrow_type)), engine)
     unit = unit_of(arrow_type)
     if unit is None:
         return None
@@ -131,4 +135,42 @@ def epoch_units(column: exp.Expr, arrow_type: pa.DataType, engine: Dialect) -> e
                 column.copy(),
             ],
         )
+    return None
+
+
+_US = {"HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
+
+
+def _clock_units(column: exp.Expr, clock: bool, engine: Dialect) -> exp.Expr | None:
+    """A time of day (``clock``: microseconds since midnight) or a duration (microseconds)."""
+    if engine.name == "duckdb":  # TIME (a DuckDB INTERVAL is no duration: not fed)
+        return exp.Anonymous(this="epoch_us", expressions=[column.copy()]) if clock else None
+    if engine.name == "postgres" and clock:  # an exact numeric (PostgreSQL 14+)
+        seconds = exp.Extract(this=exp.var("EPOCH"), expression=column.copy())
+        return exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000))
+    if engine.name == "postgres":  # time, or interval as the feeds read it: a year 365
+        # days, a month 30 (EXTRACT(EPOCH ...) would count 365.25 and 30)
+        def part(field: str, factor: int) -> exp.Expr:
+            extract = exp.Extract(this=exp.var(field), expression=column.copy())
+            return exp.Mul(this=extract, expression=exp.Literal.number(factor))
+
+        total: exp.Expr = part("HOUR", _US["HOUR"])
+        for field, factor in (("MINUTE", _US["MINUTE"]), ("SECOND", _US["SECOND"])):
+            total = exp.Add(this=total, expression=part(field, factor))
+        days = exp.Add(
+            this=exp.Add(this=part("YEAR", 365), expression=part("MONTH", 30)),
+            expression=part("DAY", 1),
+        )
+        day = exp.Literal.number(86_400_000_000)
+        return exp.Add(this=exp.Mul(this=exp.paren(days), expression=day), expression=total)
+    if engine.name == "mysql":  # TIME, a duration (HOUR() and the others are unsigned)
+        parts: exp.Expr = exp.Anonymous(this="MICROSECOND", expressions=[column.copy()])
+        for field, factor in _US.items():
+            value = exp.Anonymous(this=field, expressions=[column.copy()])
+            scaled = exp.Mul(this=value, expression=exp.Literal.number(factor))
+            parts = exp.Add(this=parts, expression=scaled)
+        negative = exp.LT(this=column.copy(), expression=exp.Literal.string("00:00:00"))
+        sign = exp.Case(ifs=[exp.If(this=negative, true=exp.Literal.number(-1))],
+                        default=exp.Literal.number(1))  # fmt: skip
+        return exp.Mul(this=sign, expression=exp.paren(parts))
     return None

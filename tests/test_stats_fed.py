@@ -286,3 +286,41 @@ def test_time_columns_described_as_categories_look_up_their_fed_ticks(time_unit:
     with pytest.raises(InvalidArgumentError, match="'f8' is fed as a float number") as refused:
         to_keras(stats, ["f8"])
     assert "\n" not in str(refused.value)
+
+
+CLOCKS = {
+    "duckdb": """SELECT TIME '00:00:00' + to_microseconds(i * 7_919_000_017 % 86_400_000_000)
+        AS clock FROM range(200) r(i)""",
+    "postgres": """SELECT make_time(0, 0, 0) + make_interval(secs => (i * 7919.000017) % 86400)
+        AS clock, make_interval(years => i % 3 - 1, months => i % 5 - 2, days => i - 100,
+        secs => i * 0.25 - 20) AS span FROM generate_series(0, 199) i""",
+    "mysql": """SELECT CAST(CONCAT(IF(seq % 4 = 0, '-', ''), seq * 3, ':', seq % 60, ':',
+        seq % 60, '.', LPAD(seq * 37 % 1000000, 6, '0')) AS TIME(6)) AS span
+        FROM seq_0_to_199""",
+}
+"""Times of day and durations (PostgreSQL intervals with years and months, negative and
+fractional MariaDB TIMEs), whose moments are in the microseconds the feeds give."""
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_times_of_day_and_durations_have_moments_in_fed_microseconds(
+    engine: Engine, method: str
+) -> None:
+    if engine.name not in CLOCKS:
+        pytest.skip("SQLite has no time types")
+    source = engine.source()
+    query = CLOCKS[engine.name]
+    stats = statistics(source, query, method)
+    batch = next(iter(sqlfeed.tf.dataset(query, source, batch_size=1000, time_unit="us")))
+    for name, column in stats.columns.items():
+        fed = np.asarray(batch[name]).tolist()
+        exact_mean = sum(fed) / len(fed)  # as float: the ints are exact below 2**53
+        variance = sum((v - exact_mean) ** 2 for v in fed) / len(fed)
+        assert column.mean == pytest.approx(exact_mean, rel=1e-12), name
+        assert column.variance == pytest.approx(variance, rel=1e-9), name
+        for unit, scale in (("us", 1), ("ms", 1000)):
+            layer = to_keras(stats, [name], time_unit=unit)[name]
+            ticks = np.array([v // scale for v in fed], dtype=np.int64)
+            out = np.asarray(layer(ticks[:, None])).reshape(-1)
+            assert abs(float(out.mean())) < 1e-3, (name, unit)
+            assert abs(float(out.std()) - 1) < 1e-3, (name, unit)
