@@ -32,6 +32,7 @@ import sqlalchemy as sa
 
 from dialects import EngineError
 from sqlfeed.dispatch.queue import QueueBusyError
+from sqlfeed.io.faults import connection_lost
 
 __all__ = [
     "IDLE_TRANSACTION_SECONDS",
@@ -68,8 +69,8 @@ SQLITE_CAVEAT = (
 )
 """What a SQLite queue cannot guarantee (said by ``job create`` and the README)."""
 
-_PG_TRANSIENT = ("40001", "40P01", "55P03", "25P03", "57P01", "57014")
-_MYSQL_TRANSIENT = (1205, 1213, 2006, 2013, 4031, 1927)
+_PG_TRANSIENT = ("40001", "40P01", "55P03", "25P03", "57014")
+_MYSQL_TRANSIENT = (1205, 1213, 4031)
 
 
 def create_queue_engine(url: str) -> sa.Engine:
@@ -133,8 +134,11 @@ def _sqlite_sessions(engine: sa.Engine) -> None:
 
 
 def transient(err: BaseException) -> bool:
-    """A lock time-out, deadlock, serialization failure or lost connection: run it again."""
-    if getattr(err, "connection_invalidated", False):
+    """A lock time-out, deadlock, serialization failure or lost connection: run it again.
+
+    A lost connection is what :func:`sqlfeed.io.faults.connection_lost` says it is (one
+    classification for the queue and the readers)."""
+    if connection_lost(err):
         return True
     inner = getattr(err, "orig", err)
     code = getattr(inner, "sqlstate", None) or getattr(inner, "pgcode", None) or ""
@@ -148,7 +152,6 @@ def transient(err: BaseException) -> bool:
         or "database table is locked" in text
         or "deadlock" in text
         or "idle-in-transaction timeout" in text
-        or "server closed the connection" in text
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import EngineError, InvalidArgumentError, SqlfeedError
+from sqlfeed.io.source import connection_lost
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 
 __all__ = [
@@ -159,7 +160,8 @@ def read_with_fallback(
     Raises:
         EngineError: the fast reader failed after it had delivered batches (the next
             reader reads the query to the end first: its own error, if it has one, is
-            raised).
+            raised; not after a lost connection, which :meth:`sqlfeed.io.Source.read`
+            reconnects and resumes).
     """
     yielded = False
     try:
@@ -174,8 +176,9 @@ def read_with_fallback(
         if not failure(err):
             raise
         if yielded:  # the next reader raises the error connectorx hid, in its own words
-            for _ in fallback():
-                pass
+            if not connection_lost(err):  # a lost connection hides nothing: no re-read
+                for _ in fallback():
+                    pass
             raise EngineError(
                 f"{engine} failed running the partition query: {_first_line(str(err))}"
             ) from None

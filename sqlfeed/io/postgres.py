@@ -45,7 +45,7 @@ from sqlfeed.io.pgtypes import (
     panic_database_message,
     postgres_description_schema,
 )
-from sqlfeed.io.source import SnapshotHolder
+from sqlfeed.io.source import SnapshotHolder, connection_lost
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 from sqlfeed.sql import schema_sql
 
@@ -392,14 +392,14 @@ class PostgresSource(SQLAlchemySource):
         except BaseException as err:  # a Rust panic is a BaseException: caught by its name
             if not is_connectorx_failure(err):
                 raise
-            failure = str(err)
+            failure, lost = str(err), connection_lost(err)
         after = self.reader_for(sql, after="connectorx")
         fallback = self._read_with(after, sql, schema, batch_rows, stop, ordered, snapshot)
         if not yielded:  # nothing delivered yet: the next reader's rows, or the real error
             yield from fallback
             return
         message = panic_database_message(failure)
-        if message is None:
+        if message is None and not lost:  # a lost connection hides nothing: no re-read
             for _ in fallback:  # the error connectorx hid, raised by the next reader
                 pass
             message = libpq_message(failure)

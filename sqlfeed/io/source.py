@@ -10,8 +10,10 @@ one-line :class:`~dialects.EngineError` (:func:`driver_message`). This module al
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,10 +30,27 @@ from sqlfeed.io.arrow import (
     unique_names,
     without_hints,
 )
+from sqlfeed.io.faults import (
+    SECONDS_VARIABLE,
+    TRIES_VARIABLE,
+    Losses,
+    Reconnect,
+    connection_lost,
+)
 from sqlfeed.io.pgtypes import libpq_message
 from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
-__all__ = ["SCHEMA_SAMPLE_ROWS", "SnapshotHolder", "Source", "driver_message", "redact_url"]
+__all__ = [
+    "SCHEMA_SAMPLE_ROWS",
+    "Reconnect",
+    "SnapshotHolder",
+    "Source",
+    "connection_lost",
+    "driver_message",
+    "redact_url",
+]
+
+_log = logging.getLogger("sqlfeed.io")
 
 SCHEMA_SAMPLE_ROWS = 1_000
 """Rows read to infer the Arrow types a driver does not report."""
@@ -47,6 +66,11 @@ class Source:
     all its threads). A static Feeder then merges adjacent partitions into queries of any
     size; otherwise into queries no larger than its read-ahead holds, so its readers read
     at once (a server engine runs each query on one core)."""
+
+    reconnect: Reconnect | None = None
+    """How a read that lost its connection reconnects and resumes (None: the defaults,
+    with the ``SQLFEED_RECONNECT_TRIES`` and ``SQLFEED_RECONNECT_SECONDS`` environment
+    variables; see :class:`~sqlfeed.io.faults.Reconnect`)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
@@ -141,7 +165,10 @@ class Source:
 
         Memory stays within a few batches, whatever the result's size. With ``ordered``,
         the engine is asked to return the rows in the same order on every read (for
-        resuming a partition after its acknowledged batches). With ``snapshot`` (a
+        resuming a partition after its acknowledged batches). A connection lost mid-read
+        (:func:`~sqlfeed.io.faults.connection_lost`) is reconnected with jittered pauses
+        and the read resumed after the rows it delivered (:attr:`reconnect`); an unordered
+        PostgreSQL read that delivered rows cannot resume, and fails. With ``snapshot`` (a
         PostgreSQL snapshot id, see :meth:`export_snapshot`), the rows are read inside it.
         ``rows``: the planner's estimate of the rows (:attr:`Partition.estimated_rows`), a
         hint: a reader may read a result estimated small at once instead of streaming it
@@ -154,21 +181,58 @@ class Source:
         out = without_hints(schema)
         if snapshot is not None and self.dialect.name != "postgres":
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
+        losses = Losses(self.reconnect or Reconnect.from_environment())
+        resume = _Resume(ordered or self.dialect.name != "postgres")
         with self._errors("partition query"):
-            yielded = False
-            try:
-                reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
-                for batch in reads:
-                    if batch.num_rows:
-                        yielded = True
-                        yield conform(batch, out)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
-                raise EngineError(
-                    f"{self.dialect.name} returned a value that does not fit its column's "
-                    f"Arrow type ({driver_message(err)}): cast the column in the query"
-                ) from None
-            if not yielded:
+            while True:
+                try:
+                    reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
+                    for batch in resume.rest(reads, out):
+                        losses.progressed()
+                        yield batch
+                    break
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+                    raise EngineError(
+                        f"{self.dialect.name} returned a value that does not fit its column's "
+                        f"Arrow type ({driver_message(err)}): cast the column in the query"
+                    ) from None
+                except Exception as err:
+                    if not connection_lost(err):
+                        raise
+                    if stop is not None and stop.is_set():
+                        return  # the caller stopped the read: no rows are missing
+                    if not self._reconnect(err, losses, resume, stop):
+                        return
+            if not resume.delivered:
                 yield empty_batch(out)
+
+    def _reconnect(
+        self, err: Exception, losses: Losses, resume: _Resume, stop: threading.Event | None
+    ) -> bool:
+        """After a lost connection: wait the pause before reconnecting (False: a stop came
+        meanwhile), or raise the one-line error that gives up."""
+        engine, why = self.dialect.name, driver_message(err)
+        if resume.delivered and not resume.resumable:
+            raise EngineError(
+                f"{engine} lost the connection after {resume.delivered} rows of an unordered "
+                f"read, which cannot resume exactly: {why}"
+            ) from None
+        pause = losses.next_pause()
+        if pause is None:
+            raise EngineError(
+                f"{engine} lost the connection reading a partition and could not resume it "
+                f"({losses.spent()}): {why}; allow more with {TRIES_VARIABLE} or "
+                f"{SECONDS_VARIABLE}"
+            ) from None
+        _log.warning(
+            "%s lost the connection after %d rows of a partition (%s): reconnecting in "
+            "%.1fs (try %d of %d)", engine, resume.delivered, why, pause, losses.count,
+            losses.policy.tries,
+        )  # fmt: skip
+        if stop is not None:
+            return not stop.wait(pause)
+        time.sleep(pause)
+        return True
 
     def arrow(self, sql: str, *, what: str = "query", settings: tuple[str, ...] = ()) -> pa.Table:
         """A small result (aggregates, catalog look-ups) as a table, types from its values.
@@ -239,6 +303,53 @@ class Source:
             raise EngineError(
                 f"{self.dialect.name} failed running the {what}: {driver_message(err)}"
             ) from None
+
+
+class _Resume:
+    """What one read delivered, so that a re-read after a lost connection resumes after it.
+
+    The re-read's first :attr:`delivered` rows are dropped; the last of them must equal
+    the last row delivered (compared by value), else the engine returned the rows in
+    another order and the read fails instead of repeating or losing rows.
+    """
+
+    def __init__(self, resumable: bool) -> None:
+        self.resumable = resumable
+        """Whether the engine returns the rows in the same order on every read."""
+        self.delivered = 0
+        self._last = ""
+
+    def rest(self, reads: Iterator[pa.RecordBatch], out: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The batches of ``reads`` (conformed to ``out``) after the rows delivered before."""
+        skip = self.delivered
+        for batch in reads:
+            if not batch.num_rows:
+                continue
+            if skip:
+                if skip >= batch.num_rows:
+                    skip -= batch.num_rows
+                    if not skip:
+                        self._check(conform(batch.slice(batch.num_rows - 1), out))
+                    continue
+                self._check(conform(batch.slice(skip - 1, 1), out))
+                batch, skip = batch.slice(skip), 0
+            batch = conform(batch, out)
+            self.delivered += batch.num_rows
+            self._last = repr(batch.slice(batch.num_rows - 1).to_pylist())
+            yield batch
+        if skip:
+            raise EngineError(
+                f"a partition returned {self.delivered - skip} rows after reconnecting, "
+                f"fewer than the {self.delivered} it delivered before: the data changed "
+                "meanwhile (read inside a snapshot, or from a table that does not change)"
+            )
+
+    def _check(self, row: pa.RecordBatch) -> None:
+        if repr(row.to_pylist()) != self._last:
+            raise EngineError(
+                f"after reconnecting, a partition's rows came back in another order (or "
+                f"changed): it cannot resume after the {self.delivered} rows it delivered"
+            )
 
 
 class SnapshotHolder:

@@ -20,9 +20,18 @@ import sqlalchemy
 from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
 from sqlfeed.io.arrow import iterate_rows
 from sqlfeed.io.files import MEMORY, require_file
-from sqlfeed.io.source import Source, driver_message, redact_url
+from sqlfeed.io.source import Source, connection_lost, driver_message, redact_url
 
-__all__ = ["SQLAlchemySource", "create_engine", "driver_hint", "install_session_hooks"]
+__all__ = [
+    "SQLAlchemySource",
+    "create_engine",
+    "dead",
+    "discard",
+    "driver_hint",
+    "install_session_hooks",
+    "release",
+    "statement",
+]
 
 
 class SQLAlchemySource(Source):
@@ -76,57 +85,51 @@ class SQLAlchemySource(Source):
 
     @contextlib.contextmanager
     def _raw(self) -> Iterator[Any]:
+        """A pooled DB-API connection, back to the pool after use; a dead one (lost
+        mid-use) is invalidated instead (:func:`release`)."""
         connection = self.engine.raw_connection()
+        failed: BaseException | None = None
         try:
             yield connection
+        except BaseException as err:
+            failed = err
+            raise
         finally:
-            connection.close()
+            release(connection, failed)
+
+    @contextlib.contextmanager
+    def _query(self) -> Iterator[Any]:
+        """A cursor on a pooled connection (:meth:`_raw`); its transaction committed at
+        the end, or, after an error, the cursor discarded (:func:`discard`) and the error
+        raised as it is."""
+        with self._raw() as connection, statement(connection) as cursor:
+            yield cursor
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
-        with self._raw() as connection:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql)
-                return [tuple(row) for row in cursor.fetchall()]
-            finally:
-                cursor.close()
-                connection.commit()
+        with self._query() as cursor:
+            cursor.execute(sql)
+            return [tuple(row) for row in cursor.fetchall()]
 
     def _rows_with_names(
         self, sql: str, settings: tuple[str, ...] = ()
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        with self._raw() as connection:
-            cursor = connection.cursor()
-            try:
-                for setting in settings:  # SET LOCAL: ends with this transaction
-                    cursor.execute(setting)
-                cursor.execute(sql)
-                names = [d[0] for d in cursor.description]
-                return names, [tuple(row) for row in cursor.fetchall()]
-            finally:
-                cursor.close()
-                connection.commit()
+        with self._query() as cursor:
+            for setting in settings:  # SET LOCAL: ends with this transaction
+                cursor.execute(setting)
+            cursor.execute(sql)
+            names = [d[0] for d in cursor.description]
+            return names, [tuple(row) for row in cursor.fetchall()]
 
     def _execute(self, sql: str) -> None:
-        with self._raw() as connection:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql)
-            finally:
-                cursor.close()
-            connection.commit()
+        with self._query() as cursor:
+            cursor.execute(sql)
 
     def _describe(self, sql: str) -> tuple[list[str], pa.Schema | None]:
-        with self._raw() as connection:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql)
-                names = [d[0] for d in cursor.description]
-                typed = self._description_schema(cursor)
-                cursor.fetchall()
-            finally:
-                cursor.close()
-                connection.commit()
+        with self._query() as cursor:
+            cursor.execute(sql)
+            names = [d[0] for d in cursor.description]
+            typed = self._description_schema(cursor)
+            cursor.fetchall()
         return names, typed
 
     def _description_schema(self, cursor: Any) -> pa.Schema | None:
@@ -144,17 +147,12 @@ class SQLAlchemySource(Source):
         rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         with self._raw() as connection:
-            setup = connection.cursor()
-            self._begin_read(setup, ordered, snapshot)
-            setup.close()
-            cursor = self._streaming_cursor(connection, batch_rows)
-            try:
+            with statement(connection, commit=False) as setup:
+                self._begin_read(setup, ordered, snapshot)
+            with statement(connection, self._streaming_cursor(connection, batch_rows)) as cursor:
                 self._prepare_cursor(cursor, sql, schema)
                 cursor.execute(sql)
                 yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
-            finally:
-                cursor.close()
-                connection.commit()
 
     def _begin_read(self, cursor: Any, ordered: bool, snapshot: str | None) -> None:
         """The first statements of a read's transaction, before its query (none here)."""
@@ -165,6 +163,69 @@ class SQLAlchemySource(Source):
 
     def _prepare_cursor(self, cursor: Any, sql: str, schema: pa.Schema) -> None:
         """Set up a read's cursor before it runs ``sql`` (nothing here)."""
+
+
+@contextlib.contextmanager
+def statement(connection: Any, cursor: Any = None, *, commit: bool = True) -> Iterator[Any]:
+    """``cursor`` (default: a new one) of the pooled ``connection``, closed at the end and
+    the transaction committed (with ``commit``). After an error (a consumer closing a
+    read early included) the cursor is discarded (:func:`discard`) and nothing is
+    committed: the error raised is the one the body raised, never a failure to clean up
+    after it on a connection that is gone."""
+    cursor = connection.cursor() if cursor is None else cursor
+    try:
+        yield cursor
+    except BaseException:
+        discard(cursor, connection)
+        raise
+    cursor.close()
+    if commit:
+        connection.commit()
+
+
+def discard(cursor: Any, connection: Any) -> None:
+    """Close ``cursor`` after a failure, quietly. On a live connection it is closed as
+    usual (pymysql's unbuffered cursor reads the rest of its rows); where that fails, or
+    the connection is gone, nothing is read from it any more (pymysql would raise, also
+    later from its finalizers) and the connection is invalidated."""
+    if not dead(connection):
+        try:
+            cursor.close()
+            return
+        except Exception:
+            pass
+    result: Any = getattr(cursor, "_result", None)
+    if hasattr(result, "unbuffered_active"):
+        result.unbuffered_active = False  # pymysql: no rows left to read from a dead socket
+    with contextlib.suppress(Exception):
+        cursor.close()
+    with contextlib.suppress(Exception):
+        connection.invalidate()
+
+
+def dead(connection: Any) -> bool:
+    """Whether a pooled connection's DB-API connection was closed or lost (psycopg:
+    ``closed``, pymysql: not ``open``), or invalidated already."""
+    driver = getattr(connection, "driver_connection", None)
+    if driver is None:
+        return True
+    closed = getattr(driver, "closed", False)
+    if isinstance(closed, bool | int) and closed:
+        return True
+    return getattr(driver, "open", True) is False
+
+
+def release(connection: Any, failed: BaseException | None = None) -> None:
+    """Give a pooled connection back: to the pool (its transaction rolled back), or, when
+    it is gone (``failed`` by a lost connection, or :func:`dead`), invalidated without
+    that rollback, which would fail and log a traceback ("Exception during reset")."""
+    if getattr(connection, "dbapi_connection", None) is None:
+        return  # invalidated already (:func:`discard`): back in the pool
+    if (failed is not None and connection_lost(failed)) or dead(connection):
+        with contextlib.suppress(Exception):
+            connection.invalidate()
+        return
+    connection.close()
 
 
 def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:

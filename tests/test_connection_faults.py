@@ -1,0 +1,508 @@
+"""Lost database connections during reads: the reading connections killed again and again
+(PostgreSQL ``pg_terminate_backend``, MariaDB ``KILL CONNECTION``) and, opt-in, the server
+restarted, while a static Feeder reads and while a job runs on 2 worker processes.
+
+What a user relies on: no worker exits, every row is delivered exactly once (compared
+with the table), and stderr carries at most one warning line per reconnection, never a
+traceback. The figures (faults injected, reconnections, recovery time) are printed: run
+with ``-s`` to see them.
+
+The server restart (``pg_ctlcluster ... restart``) stops every other test using the
+server meanwhile, so it runs only with ``SQLFEED_TEST_RESTART_SERVER=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.util
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+import sqlfeed
+from sqlfeed.dispatch.queue import JobSpec
+from sqlfeed.dispatch.sqlqueue import SQLQueue
+from sqlfeed.io.faults import connection_lost
+from tests.engines import MYSQL_URL, POSTGRES_URL
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
+
+ROWS = 24_000
+PAD = 400
+"""Characters of padding per row: a partition's rows outgrow the socket buffers, so a
+kill lands while the server is still sending."""
+RESTART = os.environ.get("SQLFEED_TEST_RESTART_SERVER", "") == "1"
+ROOT = Path(__file__).resolve().parents[1]
+_READER_VARIABLES = {"postgres": "SQLFEED_POSTGRES_READERS", "mysql": "SQLFEED_MYSQL_READERS"}
+_READER_MODULES = {"connectorx": "connectorx", "adbc": "adbc_driver_postgresql"}
+
+
+class Server:
+    """A table of ``ROWS`` rows in a schema (database) of its own, a sqlfeed URL whose
+    connections can be told apart, and a way to kill them."""
+
+    def __init__(self, name: str, rows: int = ROWS, pad: int = PAD) -> None:
+        self.name = name
+        self.tag = f"sqlfeed_cf_{uuid.uuid4().hex[:10]}"
+        self.table = f"{self.tag}.t"
+        self.query = f"SELECT id, pad FROM {self.table}"
+        if name == "postgres":
+            import psycopg
+
+            try:
+                self.admin: Any = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+            except psycopg.OperationalError as err:
+                pytest.skip(f"PostgreSQL unreachable: {err}")
+            base = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+            self.url = f"{base}?application_name={self.tag}"
+            self._run(f"CREATE SCHEMA {self.tag}")
+            self._run(
+                f"CREATE TABLE {self.table} AS SELECT g AS id, repeat(chr(65 + g % 26), {pad}) "
+                f"AS pad FROM generate_series(0, {rows - 1}) g"
+            )
+            self._run(f"ALTER TABLE {self.table} ADD PRIMARY KEY (id)")
+        else:
+            import pymysql
+
+            url = urlparse(MYSQL_URL)
+            try:
+                self.admin = pymysql.connect(host=url.hostname or "127.0.0.1",
+                    port=url.port or 3306, user=url.username or "root",
+                    password=url.password or "", autocommit=True, connect_timeout=5)  # fmt: skip
+            except pymysql.err.OperationalError as err:
+                pytest.skip(f"MariaDB unreachable: {err}")
+            netloc = url.netloc or "root@127.0.0.1:3306"
+            self.url = f"mysql+pymysql://{netloc}/{self.tag}"
+            self._run(f"CREATE DATABASE {self.tag}")
+            self._run(f"CREATE TABLE {self.table} (id INT PRIMARY KEY, pad TEXT)")
+            self._run(  # MariaDB's sequence engine
+                f"INSERT INTO {self.table} SELECT seq, REPEAT(CHAR(65 + seq % 26), {pad}) "
+                f"FROM {self.tag}.seq_0_to_{rows - 1}"
+            )
+
+    def _run(self, sql: str) -> list[tuple[Any, ...]]:
+        cursor = self.admin.cursor()
+        try:
+            cursor.execute(sql)
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            cursor.close()
+
+    def ids(self) -> list[int]:
+        """The table's ids, read by the test's own connection."""
+        return sorted(int(row[0]) for row in self._run(f"SELECT id FROM {self.table}"))
+
+    def kill(self, active: bool = False) -> int:
+        """End every connection sqlfeed opened on the table (a PostgreSQL snapshot's
+        holder aside: a read cannot outlive it), or only those running a query
+        (``active``); how many were ended."""
+        if self.name == "postgres":
+            running = " AND state = 'active'" if active else ""
+            rows = self._run(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                f"'{self.tag}' AND query NOT ILIKE '%pg_export_snapshot%'{running}"
+            )
+            done = [self._run(f"SELECT pg_terminate_backend({pid})") for (pid,) in rows]
+            return sum(1 for answer in done if answer and answer[0][0])
+        running = " AND command IN ('Query', 'Execute')" if active else ""
+        rows = self._run(
+            "SELECT id FROM information_schema.processlist WHERE db = "
+            f"'{self.tag}' AND id <> CONNECTION_ID(){running}"
+        )
+        killed = 0
+        for (pid,) in rows:
+            with contextlib.suppress(Exception):  # it ended meanwhile
+                self._run(f"KILL CONNECTION {pid}")
+                killed += 1
+        return killed
+
+    def drop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.admin.close()
+        admin = Server.__new__(Server)
+        for _ in range(50):  # after a restart the server may still be starting
+            try:
+                if self.name == "postgres":
+                    import psycopg
+
+                    admin.admin = psycopg.connect(POSTGRES_URL, autocommit=True)
+                    admin._run(f"DROP SCHEMA IF EXISTS {self.tag} CASCADE")
+                else:
+                    import pymysql
+
+                    url = urlparse(MYSQL_URL)
+                    admin.admin = pymysql.connect(host=url.hostname or "127.0.0.1",
+                        port=url.port or 3306, user=url.username or "root",
+                        password=url.password or "", autocommit=True)  # fmt: skip
+                    admin._run(f"DROP DATABASE IF EXISTS {self.tag}")
+                admin.admin.close()
+                return
+            except Exception:
+                time.sleep(0.2)
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[..., Server]]:
+    made: list[Server] = []
+
+    def make(name: str, rows: int = ROWS, pad: int = PAD) -> Server:
+        made.append(Server(name, rows, pad))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.drop()
+
+
+class Killer:
+    """Kills the server's reading connections every ``low``-``high`` seconds, in a thread,
+    and records when."""
+
+    def __init__(
+        self, server: Server, low: float, high: float, seed: int = 5, first: bool = False
+    ) -> None:
+        self.server = server
+        self._first = first
+        """Kill the first query as soon as it runs (a fast reader may finish in 0.2 s)."""
+        self.times: list[float] = []
+        self.kills = 0
+        self._rng = random.Random(seed)
+        self._range = (low, high)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="killer")
+
+    def start(self) -> Killer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while self._first and not self._stop.wait(0.005):
+            ended = self.server.kill(active=True)
+            if ended:
+                self.kills += ended
+                self.times.append(time.time())
+                break
+        while not self._stop.wait(self._rng.uniform(*self._range)):
+            ended = self.server.kill()
+            if ended:
+                self.kills += ended
+                self.times.append(time.time())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def _recovery(kills: list[float], streams: list[list[float]]) -> str:
+    """Seconds from each kill until every stream (a Feeder, a worker) that delivers again
+    did: median and max over the kills."""
+    gaps = []
+    for at in kills:
+        later = [min(t for t in times if t > at) for times in streams if times and times[-1] > at]
+        if later:
+            gaps.append(max(later) - at)
+    if not gaps:
+        return "no delivery after a kill"
+    return f"recovery median {statistics.median(gaps):.2f}s max {max(gaps):.2f}s"
+
+
+def _readers(monkeypatch: pytest.MonkeyPatch, engine: str, readers: str) -> None:
+    module = _READER_MODULES.get(readers)
+    if module is not None and importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+    monkeypatch.setenv(_READER_VARIABLES[engine], readers)
+
+
+def _no_traceback(err: str, readers: str = "") -> None:
+    assert "Traceback" not in err, err[-3000:]
+    assert "Exception ignored" not in err, err[-3000:]
+    assert "Exception during reset" not in err, err[-3000:]
+    if readers != "connectorx":  # Rust prints connectorx's panics itself (documented)
+        assert "panicked" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("engine", "readers"),
+    [("postgres", "copy"), ("postgres", "psycopg"), ("postgres", "adbc"), ("mysql", "pymysql")],
+)
+def test_a_static_feed_survives_killed_connections(
+    engine: str,
+    readers: str,
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Feeder (2 readers, 8 partitions) while its connections are killed every
+    0.2-0.5 s: every row once, each kill survived, no traceback."""
+    db = server(engine)
+    _readers(monkeypatch, engine, readers)
+    # MariaDB cannot share a snapshot: its default consistent read is one connection whose
+    # loss cannot resume (sqlfeed.io.pinned); a table that does not change needs none.
+    options: dict[str, Any] = {"snapshot": False} if engine == "mysql" else {}
+    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
+                            readers=2, batch_size=250, read_batch_rows=250, **options)  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="sqlfeed.io")
+    ids: list[int] = []
+    delivered: list[float] = []
+    killer = Killer(db, 0.2, 0.5)
+    for batch in feeder:
+        if not delivered:
+            killer.start()
+        ids += batch.column("id").to_pylist()
+        delivered.append(time.time())
+        time.sleep(0.03)  # a consumer doing some work
+    killer.stop()
+    reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
+    print(f"\n{engine}/{readers} static feed: {killer.kills} connections killed, "
+          f"{len(reconnects)} reads reconnected, rows {len(ids)}/{ROWS}, "
+          f"{_recovery(killer.times, [delivered])}")  # fmt: skip
+    assert reconnects, "no read lost its connection: the test did not test anything"
+    assert Counter(ids) == Counter(db.ids())  # every row exactly once
+    _no_traceback(capfd.readouterr().err, readers)
+
+
+@pytest.mark.parametrize("engine", ["postgres", "mysql"])
+def test_a_connectorx_stream_survives_killed_connections(
+    engine: str,
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """connectorx reads a partition estimated small at once (a kill lands between reads,
+    see the Feeder test); a read of unknown size streams, and survives kills mid-stream.
+    (Rust prints connectorx's panics itself: stderr is not checked here.)"""
+    db = server(engine, rows=150_000, pad=300)
+    _readers(monkeypatch, engine, "connectorx")
+    source = sqlfeed.connect(db.url)
+    caplog.set_level(logging.WARNING, logger="sqlfeed.io")
+    killer = Killer(db, 0.3, 1.0, first=True).start()  # connectorx reads fast
+    ids: list[int] = []
+    try:
+        for batch in source.read(db.query, batch_rows=2000, ordered=True):
+            ids += batch.column("id").to_pylist()
+            time.sleep(0.01)
+    finally:
+        killer.stop()
+        source.close()
+    reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
+    print(f"\n{engine}/connectorx stream: {killer.kills} connections killed, "
+          f"{len(reconnects)} reads reconnected, rows {len(ids)}/{len(set(ids))}")  # fmt: skip
+    assert reconnects, "no read lost its connection: the test did not test anything"
+    assert Counter(ids) == Counter(db.ids())
+
+
+@pytest.mark.parametrize(("engine", "readers"), [("mysql", "pymysql"), ("postgres", "psycopg")])
+def test_a_read_that_cannot_reconnect_fails_in_one_line_without_traceback(
+    engine: str,
+    readers: str,
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With reconnecting off, a killed read (pymysql's unbuffered cursor, psycopg's
+    server-side cursor) ends in sqlfeed's one-line error naming the lost connection: not
+    pymysql's ``AttributeError`` from closing the cursor on the dead connection, and no
+    "Exception during reset" or finalizer traceback on stderr."""
+    db = server(engine)
+    _readers(monkeypatch, engine, readers)
+    monkeypatch.setenv("SQLFEED_RECONNECT_TRIES", "0")
+    unraisable: list[Any] = []  # what Python prints as "Exception ignored in ..."
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    caplog.set_level(logging.WARNING)
+    source = sqlfeed.connect(db.url)
+    killer = Killer(db, 0.3, 0.6, first=True).start()
+
+    def read_all() -> None:
+        for _ in source.read(db.query, batch_rows=100, ordered=True):
+            time.sleep(0.01)
+
+    try:
+        with pytest.raises(sqlfeed.EngineError, match="lost the connection") as caught:
+            read_all()
+    finally:
+        killer.stop()
+        source.close()
+    gc.collect()  # pymysql's finalizers run here: they must not print either
+    assert not unraisable, [u.exc_value for u in unraisable]
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]  # SQLAlchemy's pool
+    assert not tracebacks, tracebacks
+    assert "\n" not in str(caught.value)
+    assert "SQLFEED_RECONNECT_TRIES" in str(caught.value)
+    _no_traceback(capfd.readouterr().err)
+
+
+def _start_worker(
+    queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "tests.fault_worker", queue, job, source,
+            str(logs / f"{name}.log"), name, "--batch-size", "100", "--consume", "0.01",
+            "--ack-interval", "0.05"]  # fmt: skip
+    err = open(logs / f"{name}.err", "wb")  # noqa: SIM115 (closed when the test ends)
+    return subprocess.Popen(argv, cwd=ROOT, stderr=err, env=env)
+
+
+def _run_job(
+    db: Server, tmp_path: Path, during: Callable[[SQLQueue, str], None], epochs: int = 2
+) -> tuple[list[int], list[str], list[list[list[str]]]]:
+    """A job of ``epochs`` over the table on 2 worker processes (a SQLite queue), with
+    ``during(queue, job)`` run once they deliver; the workers' exit codes, stderr and
+    log lines (split), per worker."""
+    plan = sqlfeed.plan(db.query, db.url, partitions=12, strategy="range", key="id")
+    queue = SQLQueue(f"sqlite:///{tmp_path / 'queue.db'}")
+    job = f"cf-{uuid.uuid4().hex[:8]}"
+    queue.create_job(JobSpec(job, plan, epochs=epochs, seed=3, lease_ttl=10))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if db.name == "mysql":
+        env["SQLFEED_MYSQL_READERS"] = "pymysql"  # the reader of item 10 (forked: no connectorx)
+    workers = [_start_worker(queue.url, job, db.url, logs, f"w{i}", env) for i in (1, 2)]
+    try:
+        until = time.monotonic() + 120
+        while not any((logs / f"w{i}.log").exists() and "\nD " in
+                      (logs / f"w{i}.log").read_text() for i in (1, 2)):  # fmt: skip
+            assert time.monotonic() < until, "no worker delivered"
+            assert all(w.poll() is None for w in workers), "a worker exited before delivering"
+            time.sleep(0.05)
+        during(queue, job)
+        codes = [w.wait(timeout=max(1.0, until + 120 - time.monotonic())) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        queue.close()
+    errors = [(logs / f"w{i}.err").read_text() for i in (1, 2)]
+    logged = [[line.split() for line in (logs / f"w{i}.log").read_text().splitlines()]
+              for i in (1, 2)]  # fmt: skip
+    return codes, errors, logged
+
+
+def _epoch_ids(lines: list[list[str]], epochs: int) -> list[Counter[int]]:
+    counts: list[Counter[int]] = [Counter() for _ in range(epochs)]
+    for line in lines:
+        if line and line[0] == "D":
+            counts[int(line[2])].update(int(i) for i in line[5:])
+    return counts
+
+
+@pytest.mark.parametrize("engine", ["postgres", "mysql"])
+def test_b_job_workers_survive_killed_connections(
+    engine: str, server: Callable[..., Server], tmp_path: Path
+) -> None:
+    """2 worker processes, 2 epochs, their reading connections killed every 0.3-0.8 s
+    until the job is done: both exit 0, every row once per epoch, no traceback."""
+    db = server(engine)
+    killer = Killer(db, 0.3, 0.8)
+
+    def kill_until_done(queue: SQLQueue, job: str) -> None:
+        killer.start()
+        until = time.monotonic() + 240
+        while not queue.status(job).complete and time.monotonic() < until:
+            time.sleep(0.1)
+        killer.stop()
+
+    codes, errors, logged = _run_job(db, tmp_path, kill_until_done)
+    lines = logged[0] + logged[1]
+    delivered = [[float(line[1]) for line in log if line and line[0] == "D"] for log in logged]
+    reconnects = sum(err.count("lost the connection") for err in errors)
+    print(f"\n{engine} job: {killer.kills} connections killed, {reconnects} reads "
+          f"reconnected, worker exits {codes}, {_recovery(killer.times, delivered)}")  # fmt: skip
+    assert codes == [0, 0], errors
+    table = Counter(db.ids())
+    assert all(ids == table for ids in _epoch_ids(lines, 2))  # every row once per epoch
+    assert reconnects, "no read lost its connection: the test did not test anything"
+    for err in errors:
+        _no_traceback(err)
+
+
+def _restart_postgres() -> None:
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.skipif(not RESTART, reason="restarts the shared PostgreSQL server: set "
+                    "SQLFEED_TEST_RESTART_SERVER=1")  # fmt: skip
+def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
+    server: Callable[..., Server], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL restarted twice while 2 workers run a job, and once while a static
+    Feeder (no snapshot: a snapshot does not survive its server) reads."""
+    db = server("postgres")
+    restarts: list[tuple[float, float]] = []
+
+    def restart_twice(queue: SQLQueue, job: str) -> None:
+        for _ in range(2):
+            started = time.time()
+            _restart_postgres()
+            restarts.append((started, time.time()))
+            time.sleep(1.5)
+
+    codes, errors, logged = _run_job(db, tmp_path, restart_twice)
+    lines = logged[0] + logged[1]
+    delivered = sorted(float(line[1]) for line in lines if line and line[0] == "D")
+    back = [min(t for t in delivered if t > end) - start for start, end in restarts]
+    print(f"\npostgres job, {len(restarts)} restarts: worker exits {codes}, first delivery "
+          f"{', '.join(f'{s:.1f}s' for s in back)} after the restart began")  # fmt: skip
+    assert codes == [0, 0], errors
+    table = Counter(db.ids())
+    assert all(ids == table for ids in _epoch_ids(lines, 2))
+    for err in errors:
+        _no_traceback(err)
+
+    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
+                            readers=2, batch_size=250, read_batch_rows=250,
+                            snapshot=False)  # fmt: skip
+    ids: list[int] = []
+    started = ended = 0.0
+    times: list[float] = []
+    for batch in feeder:
+        ids += batch.column("id").to_pylist()
+        times.append(time.time())
+        if len(ids) == 2500:
+            started = time.time()
+            _restart_postgres()
+            ended = time.time()
+        time.sleep(0.02)
+    print(
+        f"postgres static feed, 1 restart: rows {len(ids)}/{ROWS}, first batch "
+        f"{min(t for t in times if t > ended) - started:.1f}s after the restart began"
+    )
+    assert Counter(ids) == table
+    _no_traceback(capfd.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["terminating connection due to administrator command",
+     "consuming input failed: server closed the connection unexpectedly",
+     "(2013, 'Lost connection to MySQL server during query')",
+     "(1927, 'Connection was killed')", "connection failed: Connection refused",
+     "Source(MySQLError(CodecError { IO error: `bytes remaining on stream' }))"],
+)  # fmt: skip
+def test_lost_connections_are_told_from_other_errors(message: str) -> None:
+    """The one classification: a lost connection by its words, sqlfeed's own errors and
+    a query's errors never (an unrelated word like "connection" in a table name)."""
+    assert connection_lost(RuntimeError(message))
+    wrapped = sqlfeed.EngineError(f"postgres failed running the partition query: {message}")
+    assert connection_lost(wrapped)
+    assert not connection_lost(sqlfeed.InvalidArgumentError(message))
+    assert not connection_lost(RuntimeError('relation "connection_log" does not exist'))
+    assert not connection_lost(RuntimeError("canceling statement due to statement timeout"))
