@@ -20,7 +20,7 @@ from dialects import Dialect
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
 from sqlfeed.plans.spans import template
-from sqlfeed.sql import ParsedQuery, physical_partition_sqls
+from sqlfeed.sql import ParsedQuery, physical_partition_sqls, rendering_problem
 
 __all__ = [
     "DUCKDB_ROW_GROUP",
@@ -52,6 +52,8 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
         )
     elif ctx.keys:
         why = "a key was given"
+    elif (unfaithful := rendering_problem(ctx.parsed)) is not None:
+        why = f"a row range must go inside the query, but {unfaithful}: use hash or range"
     elif isinstance(ctx.physical, str):
         why = ctx.physical
     else:

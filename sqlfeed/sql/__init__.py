@@ -1,13 +1,14 @@
 """The SQL layer: pure sqlglot rewriting, no I/O.
 
 Modules, bottom to top: ``syntax`` (read-only questions about a tree), ``arguments``
-(shared argument checks), ``render`` (one render, many queries), ``parse`` (parsing and
-validation), ``keys`` (unique keys: which ORDER BYs are total), ``order`` (completing
-ORDER BYs that may tie), ``stability`` (whether a query returns the same rows every run),
-``frame`` (a SELECT over the query's rows that a WHERE can be added to), ``grouped``
-(when a range of a grouping column may filter a GROUP BY before it groups), ``probes``
-(count, sample and schema queries) and ``partition`` (hash, range and physical partition
-queries). Import the public names from here.
+(shared argument checks), ``render`` (one render, many queries; the check that a
+rendering keeps the user's meaning), ``parse`` (parsing and validation), ``verbatim``
+(the user's own text as a wrap embeds it), ``keys`` (unique keys: which ORDER BYs are
+total), ``order`` (completing ORDER BYs that may tie), ``stability`` (whether a query
+returns the same rows every run), ``frame`` (a SELECT over the query's rows that a WHERE
+can be added to), ``grouped`` (when a range of a grouping column may filter a GROUP BY
+before it groups), ``probes`` (count, sample and schema queries) and ``partition`` (hash,
+range and physical partition queries). Import the public names from here.
 """
 
 from sqlfeed.sql.arguments import MAX_PARTITIONS, check_partition_count
@@ -39,6 +40,7 @@ from sqlfeed.sql.probes import (
 from sqlfeed.sql.render import Template
 from sqlfeed.sql.stability import check_stable, unstable_reasons
 from sqlfeed.sql.syntax import function_name
+from sqlfeed.sql.verbatim import rendering_problem
 
 __all__ = [
     "HASH_SAMPLE_BUCKETS",
@@ -67,6 +69,7 @@ __all__ = [
     "range_partition_sqls",
     "range_pushdown",
     "relation_sql",
+    "rendering_problem",
     "sample_sql",
     "schema_sql",
     "single_table",

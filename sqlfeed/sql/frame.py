@@ -18,11 +18,11 @@ from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import (
     ast_names,
     computes_aggregate,
-    has_limit,
     is_star,
     item_names,
     projection,
 )
+from sqlfeed.sql.verbatim import faithful, wrap_body
 
 __all__ = ["Frame", "free_alias", "pushdown_blocker", "single_table", "with_ctes"]
 
@@ -55,6 +55,19 @@ class Frame:
     alias: str = _WRAP_ALIAS
     text_columns: frozenset[str] = frozenset()
     """Output names of columns to hash through their text form."""
+    embedded: tuple[str, str] | None = None
+    """A wrap's placeholder name and the query text it stands for (see :meth:`render`)."""
+
+    def render(self, tree: exp.Expr, pretty: bool = False) -> str:
+        """``tree`` (the frame's SELECT, or one built from it) for the engine, with the
+        user's query text in place of a wrap's placeholder."""
+        text = self.dialect.sql(tree, pretty=pretty)
+        if self.embedded is None:
+            return text
+        placeholder, body = self.embedded
+        if text.count(placeholder) != 1:
+            raise AssertionError("the wrapped query's placeholder is not in the SQL once")
+        return text.replace(placeholder, body)
 
     @classmethod
     def build(
@@ -65,8 +78,12 @@ class Frame:
         hashing: bool = False,
         key: list[str] | None = None,
         names: bool = True,
+        rendered_faithfully: bool | None = None,
     ) -> Frame:
         """The cheapest frame; with ``hashing``, one that can hash ``key`` (or all columns).
+
+        ``rendered_faithfully``: :func:`faithful`'s answer for the query, when the caller
+        has it (else asked here, where a push-down is possible).
 
         A pushed-down predicate may only hash plain columns: the engine may evaluate a
         computed one (``a / b``) on rows the query's own WHERE excludes (``b <> 0``).
@@ -88,7 +105,11 @@ class Frame:
         hashable = _hashable_outputs(tree)
         frame: Frame | None = None
         if pushdown and isinstance(tree, exp.Select) and pushdown_blocker(tree) is None:
-            frame = cls._pushdown(tree, engine, engine_columns, hashable)
+            # Only a query sqlglot renders faithfully is rewritten inside; else it is wrapped.
+            if rendered_faithfully is None:
+                rendered_faithfully = faithful(parsed)
+            if rendered_faithfully:
+                frame = cls._pushdown(tree, engine, engine_columns, hashable)
             if frame is not None and hashing:
                 args = frame.hash_args(key)
                 if args is None or not all(isinstance(a, exp.Column) for a in args):
@@ -96,6 +117,19 @@ class Frame:
         if frame is None:
             whole_row = key is None and engine.WHOLE_ROW_HASH
             frame = cls._wrap(parsed, engine_columns, hashable, whole_row, names, key is not None)
+        return frame
+
+    @classmethod
+    def plain(cls, parsed: ParsedQuery) -> Frame:
+        """``SELECT * FROM (query) AS _sqlfeed_q``: the query as written, its output names
+        as the engine gives them (unknown to the frame)."""
+        alias = free_alias(parsed.tree)
+        body, ctes, embedded = wrap_body(parsed)
+        subquery = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+        frame = cls(exp.select("*").from_(subquery), parsed.dialect, None, None, None, alias)
+        if ctes is not None:
+            frame.select = with_ctes(frame.select, ctes)
+        frame.embedded = embedded
         return frame
 
     @classmethod
@@ -137,13 +171,8 @@ class Frame:
     ) -> Frame:
         tree = parsed.tree
         engine = parsed.dialect
-        body = tree.copy()
-        ctes = body.args.get("with_")
-        if ctes is not None:
-            body.set("with_", None)
-        if not has_limit(body):
-            body.set("order", None)
         alias = free_alias(tree)
+        body, ctes, embedded = wrap_body(parsed)
         idents: list[exp.Identifier | None] | None
         if engine_columns is not None:
             idents = [exp.to_identifier(c, quoted=True) for c in engine_columns]
@@ -185,6 +214,7 @@ class Frame:
             frame = cls._rename(engine, body, idents, hashable, alias, tree, names_needed)
         if ctes is not None:
             frame.select = with_ctes(frame.select, ctes)
+        frame.embedded = embedded
         return frame
 
     @classmethod

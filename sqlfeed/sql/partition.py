@@ -29,7 +29,7 @@ from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
-from dialects import Dialect, InvalidArgumentError, QueryError
+from dialects import Dialect, InvalidArgumentError, QueryError, UnsupportedError
 from sqlfeed.sql.arguments import (
     check_partition_count,
     check_partition_index,
@@ -41,9 +41,10 @@ from sqlfeed.sql.grouped import grouped_frame
 from sqlfeed.sql.keys import TableKeys
 from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
-from sqlfeed.sql.render import Template, Value
+from sqlfeed.sql.render import Template, Value, render_problem
 from sqlfeed.sql.stability import check_stable
 from sqlfeed.sql.syntax import single_aggregate_row
+from sqlfeed.sql.verbatim import faithful, whole_text
 
 __all__ = [
     "bounds_sql",
@@ -147,19 +148,25 @@ def partition_sqls(
     tree = parsed.tree
     if keys is None and isinstance(tree, exp.Select) and single_aggregate_row(tree):
         # At most one row: partition 0 holds it, the others are the query cut to no rows.
-        empty = tree.copy().limit(0)
-        empty.set("offset", None)
-        whole, none = engine.sql(tree, pretty=pretty), engine.sql(empty, pretty=pretty)
+        whole = whole_text(parsed, pretty)
+        if faithful(parsed):
+            empty = tree.copy().limit(0)
+            empty.set("offset", None)
+            none = engine.sql(empty, pretty=pretty)
+        else:
+            wrap = Frame.plain(parsed)
+            none = wrap.render(wrap.with_condition(exp.false()), pretty)
         return [whole if k == 0 else none for k in indices]
     frame = Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
     frame.text_columns = frozenset(text_columns)
     bucket = frame.bucket(keys, m)  # validates the key even when m == 1
     if m == 1:
-        return [engine.sql(tree, pretty=pretty)]
+        return [whole_text(parsed, pretty)]
     template = Template(
         engine,
         lambda slot: frame.with_condition(exp.EQ(this=bucket.copy(), expression=slot[0])),
         pretty=pretty,
+        render=frame.render,
     )
     return [template.fill(k) for k in indices]
 
@@ -254,12 +261,12 @@ def range_partition_sqls(
                 parts.append(exp.LT(this=target.copy(), expression=slots[-1]))
             return where(exp.and_(*parts) if len(parts) > 1 else parts[0])
 
-        return Template(engine, build, slots=int(low) + int(high))
+        return Template(engine, build, slots=int(low) + int(high), render=frame.render)
 
     sqls: list[str] = []
     if not values:
         not_null = exp.Not(this=exp.Is(this=target.copy(), expression=exp.null()))
-        sqls.append(engine.sql(where(not_null)))
+        sqls.append(frame.render(where(not_null)))
     else:
         sqls.append(ranges(False, True).fill(values[0]))
         if len(values) > 1:
@@ -268,7 +275,7 @@ def range_partition_sqls(
         sqls.append(ranges(True, False).fill(values[-1]))
     if null_partition:
         is_null = exp.Is(this=target.copy(), expression=exp.null())
-        sqls.append(engine.sql(where(is_null)))
+        sqls.append(frame.render(where(is_null)))
     return sqls
 
 
@@ -301,8 +308,13 @@ def _range_frame(
     assert keys is not None
     if len(keys) != 1:
         raise InvalidArgumentError("range partitions take exactly one key column")
-    grouped = grouped_frame(parsed, keys[0], columns)
-    frame = grouped or Frame.build(parsed, columns, pushdown=True, hashing=True, key=keys)
+    # A range of a grouping column goes inside the GROUP BY only where sqlglot renders
+    # the query faithfully; elsewhere the query is wrapped.
+    rendered_faithfully = faithful(parsed)
+    grouped = grouped_frame(parsed, keys[0], columns) if rendered_faithfully else None
+    frame = grouped or Frame.build(
+        parsed, columns, True, hashing=True, key=keys, rendered_faithfully=rendered_faithfully
+    )
     pushed = "groups" if grouped is not None else "" if frame.alias else "query"
     if ordered and (pushed != "query" or parsed.tree.args.get("order")):
         raise InvalidArgumentError(
@@ -362,7 +374,7 @@ def bounds_sql(
     if pushed == "groups":  # the rows it groups: no aggregate to run for the bounds
         select.set("group", None)
         select.set("having", None)
-    return engine.sql(select)
+    return frame.render(select)
 
 
 def physical_partition_sqls(
@@ -379,6 +391,13 @@ def physical_partition_sqls(
     each condition alone is rendered into it.
     """
     parsed = deterministic(query, dialect, None, allow_unstable=allow_unstable, strict=False)
+    problem = render_problem(parsed.dialect, parsed.tree, parsed.sql)
+    if isinstance(parsed.tree, exp.Select) and problem is not None:
+        raise UnsupportedError(
+            "physical partitions put a row range inside the query, but sqlglot cannot "
+            f"write this query for {parsed.dialect.name} without changing it: {problem}; "
+            "use strategy hash or range, which wrap the query as written"
+        )
     if single_table(parsed) is None:
         raise InvalidArgumentError(
             "physical partitions need a plain filter over one table (no join, aggregate, "
@@ -397,10 +416,13 @@ def numbered_sql(
     *,
     dialect: str | Dialect = "duckdb",
     columns: Sequence[str] | None = None,
-) -> exp.Select:
-    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize.
+    number: bool = True,
+) -> str:
+    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize
+    (without the number when not ``number``: PostgreSQL reads its scratch table by pages).
 
     The numbering is arbitrary but fixed once stored; the output names must be distinct.
+    The query is embedded as the user wrote it (see :class:`Frame`).
     """
     parsed = parse(query, dialect)
     frame = Frame.build(parsed, columns, pushdown=False)
@@ -415,8 +437,8 @@ def numbered_sql(
         if n is not None
     ]
     select = frame.select
-    select.set("expressions", [numbered, *outputs])
-    return select
+    select.set("expressions", [numbered, *outputs] if number else outputs)
+    return frame.render(select)
 
 
 def literal(value: object) -> exp.Expr:

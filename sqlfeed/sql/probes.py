@@ -19,10 +19,11 @@ from sqlglot import exp
 
 from dialects import Dialect, InvalidArgumentError, UnsupportedError
 from sqlfeed.sql.arguments import check_positive_int, normalize_key
-from sqlfeed.sql.frame import Frame, free_alias, pushdown_blocker, with_ctes
+from sqlfeed.sql.frame import Frame, pushdown_blocker
 from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import has_limit
+from sqlfeed.sql.verbatim import faithful
 
 __all__ = [
     "HASH_SAMPLE_BUCKETS",
@@ -65,12 +66,15 @@ def count_sql(
     'SELECT COUNT(*) FROM (SELECT DISTINCT a FROM t) AS _sqlfeed_q'
     """
     parsed = parse(query, dialect)
-    select = _star_count(parsed.tree) if columns is None else None
-    if select is None:
-        select = Frame.build(parsed, columns, pushdown=columns is not None, names=False).select
-    select.set("expressions", [parsed.dialect.count_star()])
-    select.set("order", None)
-    return parsed.dialect.sql(select, pretty=pretty)
+    select = _star_count(parsed.tree) if columns is None and faithful(parsed) else None
+    if select is not None:
+        select.set("expressions", [parsed.dialect.count_star()])
+        select.set("order", None)
+        return parsed.dialect.sql(select, pretty=pretty)
+    frame = Frame.build(parsed, columns, pushdown=columns is not None, names=False)
+    frame.select.set("expressions", [parsed.dialect.count_star()])
+    frame.select.set("order", None)
+    return frame.render(frame.select, pretty)
 
 
 def _star_count(tree: exp.Expr) -> exp.Select | None:
@@ -128,17 +132,18 @@ def sample_sql(
         if fraction is not None:
             raise InvalidArgumentError("method='limit' takes n, not fraction")
         tree = parsed.tree
-        if isinstance(tree, (exp.Select, exp.SetOperation)) and not has_limit(tree):
+        plain = isinstance(tree, (exp.Select, exp.SetOperation)) and not has_limit(tree)
+        if plain and faithful(parsed) and isinstance(tree, (exp.Select, exp.SetOperation)):
             return engine.sql(tree.copy().limit(n), pretty=pretty)
-        select = Frame.build(parsed, columns, pushdown=False).select
-        return engine.sql(select.limit(n), pretty=pretty)
+        wrap = Frame.build(parsed, columns, pushdown=False)
+        return wrap.render(wrap.select.limit(n), pretty)
     if fraction is None or isinstance(fraction, bool) or not 0 < float(fraction) <= 1:
         raise InvalidArgumentError(
             f"method={method!r} needs fraction, the share of rows to keep, in (0, 1]; "
             f"got {fraction!r}"
         )
     if method == "bernoulli":
-        select = _bernoulli_sample(parsed, columns, float(fraction), seed)
+        select, frame = _bernoulli_sample(parsed, columns, float(fraction), seed)
     else:
         keys = normalize_key(key)
         parsed = complete_orders(parsed, columns=columns).parsed  # the same rows every run
@@ -149,22 +154,24 @@ def sample_sql(
         select = frame.with_condition(exp.LT(this=bucket, expression=exp.Literal.number(threshold)))
     if n is not None:
         select = select.limit(n)
-    return engine.sql(select, pretty=pretty)
+    return frame.render(select, pretty) if frame is not None else engine.sql(select, pretty=pretty)
 
 
 def _bernoulli_sample(
     parsed: ParsedQuery, columns: Sequence[str] | None, fraction: float, seed: int | None
-) -> exp.Select:
+) -> tuple[exp.Select, Frame | None]:
+    """The sample's SELECT, and the frame that renders it (None: the engine's ``sql``)."""
     engine = parsed.dialect
     percent = fraction * 100
     tree = parsed.tree
     if fraction >= 1:  # every row: no sample clause at all
-        return Frame.build(parsed, columns, pushdown=True).select
-    if isinstance(tree, exp.Select) and pushdown_blocker(tree) is None:
+        whole = Frame.build(parsed, columns, pushdown=True)
+        return whole.select, whole
+    if isinstance(tree, exp.Select) and pushdown_blocker(tree) is None and faithful(parsed):
         select = tree.copy()
         table = select.args["from_"].this
         engine.tablesample(table, percent, seed)
-        return select
+        return select, None
     if not engine.TABLESAMPLE_BERNOULLI:
         raise UnsupportedError(
             f"{engine.name} has no row-level TABLESAMPLE; use method='hash' (deterministic) "
@@ -177,7 +184,7 @@ def _bernoulli_sample(
         )
     frame = Frame.build(parsed, columns, pushdown=False)
     engine.tablesample(frame.select.args["from_"].this, percent, seed)
-    return frame.select
+    return frame.select, frame
 
 
 def schema_sql(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> str:
@@ -193,19 +200,13 @@ def schema_sql(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> s
     """
     parsed = parse(query, dialect)
     tree = parsed.tree
-    if isinstance(tree, (exp.Select, exp.SetOperation)):
+    if isinstance(tree, (exp.Select, exp.SetOperation)) and faithful(parsed):
         cut = tree.copy()
         for arg in ("limit", "offset", "fetch"):
             cut.set(arg, None)
         return parsed.dialect.sql(cut.limit(0))
-    body = tree.copy()
-    ctes = body.args.get("with_")
-    body.set("with_", None)
-    alias = exp.TableAlias(this=exp.to_identifier(free_alias(tree)))
-    select = exp.select("*").from_(exp.Subquery(this=body, alias=alias)).limit(0)
-    if ctes is not None:
-        select = with_ctes(select, ctes)
-    return parsed.dialect.sql(select)
+    wrap = Frame.plain(parsed)
+    return wrap.render(wrap.select.limit(0))
 
 
 def relation_sql(
@@ -220,4 +221,5 @@ def relation_sql(
     unnamed columns are renamed by position and given their engine names back.
     """
     parsed = parse(query, dialect)
-    return parsed.dialect.sql(Frame.build(parsed, columns, pushdown=False).select)
+    frame = Frame.build(parsed, columns, pushdown=False)
+    return frame.render(frame.select)

@@ -1,4 +1,14 @@
-"""Render many queries that differ only in a few values: :class:`Template`.
+"""Render many queries that differ only in a few values (:class:`Template`), and render
+the user's own query without changing what it means.
+
+Where a query wraps the user's (``SELECT * FROM (q) AS _sqlfeed_q WHERE ...``) it embeds
+the user's text itself (:func:`statement_text`, :func:`without_order`), so the engine
+parses exactly what the user wrote. Only where a rewrite must go inside the query (a
+predicate pushed into its WHERE, tie-breakers added to its ORDER BYs) is it rendered from
+the AST, and then :func:`render_problem` checks that the rendering reads back as the same
+tree and uses no function, type or keyword the user did not write (sqlglot renders
+SQLite's ``CAST(x AS NUMERIC)`` as ``REAL``, MariaDB's ``a REGEXP b`` as
+``REGEXP_LIKE(a, b)``, a function MariaDB lacks).
 
 M partition queries differ only in the partition's number (or its bounds). Rendering the
 whole AST once per partition costs M renders of the user's query (47 s for 10,000
@@ -14,13 +24,27 @@ fills each partition's values in as text.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.parser import Parser
+from sqlglot.tokenizer_core import Token, TokenType
 
-from dialects import Dialect
+from dialects import Dialect, SqlfeedError
 
-__all__ = ["Template", "Value"]
+__all__ = [
+    "Template",
+    "Value",
+    "checked_render",
+    "render_problem",
+    "reparse",
+    "statement_text",
+    "without_order",
+]
 
 Value = int | str | exp.Expr
 """What fills a slot: an integer, SQL text (inserted as is), or an expression."""
@@ -39,6 +63,8 @@ class Template:
             :meth:`fill` when the fast path is not available).
         slots: the number of slots.
         pretty: render on several lines (line breaks depend on the values: rendered per fill).
+        render: how to render the AST (default: the engine's ``sql``); a frame that embeds
+            the user's text passes its own.
     """
 
     def __init__(
@@ -48,10 +74,12 @@ class Template:
         slots: int = 1,
         *,
         pretty: bool = False,
+        render: Callable[[exp.Expr, bool], str] | None = None,
     ) -> None:
         self._engine = engine
         self._build = build
         self._pretty = pretty
+        self._renderer = render or (lambda tree, pretty: engine.sql(tree, pretty=pretty))
         self._parts: list[str] | None = None
         self._order: list[int] = []
         self.renders = 0
@@ -66,7 +94,7 @@ class Template:
 
     def _render(self, values: list[exp.Expr]) -> str:
         self.renders += 1
-        return self._engine.sql(self._build(values), pretty=self._pretty)
+        return self._renderer(self._build(values), self._pretty)
 
     def _split(self, text: str, tokens: list[str]) -> bool:
         """Cut ``text`` at each token (each must occur exactly once, as a whole number)."""
@@ -124,3 +152,166 @@ def _number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _tokens(text: str, engine: Dialect) -> list[Token] | None:
+    try:
+        return list(sqlglot.Dialect.get_or_raise(engine.sqlglot_dialect).tokenize(text))
+    except SqlglotError:
+        return None
+
+
+def statement_text(sql: str, engine: Dialect) -> str:
+    """The user's query text as it can be embedded in another query: without its trailing
+    semicolon(s) (and what follows them), on lines of its own (a trailing ``--`` comment
+    cannot swallow what follows it).
+
+    >>> from dialects import get_dialect
+    >>> statement_text("SELECT 1; -- done", get_dialect("duckdb"))
+    'SELECT 1'
+    >>> statement_text("SELECT 1 -- one", get_dialect("duckdb"))
+    '\\nSELECT 1 -- one\\n'
+    """
+    tokens = _tokens(sql, engine) or []
+    end = len(sql)
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        end = tokens.pop().start
+    text = sql[:end].strip()
+    pad = "\n" if "--" in text or "#" in text else ""  # a line comment ends at a line end
+    return pad + text + pad
+
+
+def reparse(text: str, engine: Dialect) -> exp.Expr | None:
+    """``text`` parsed as one statement in the engine's dialect, outer parentheses removed
+    (as :func:`sqlfeed.sql.parse` does); None when it does not parse as one."""
+    logger = logging.getLogger("sqlglot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        statements = [s for s in sqlglot.parse(text, read=engine.sqlglot_dialect) if s is not None]
+    except SqlglotError:
+        return None
+    finally:
+        logger.setLevel(level)
+    if len(statements) != 1:
+        return None
+    tree = statements[0]
+    while isinstance(tree, exp.Subquery) and not tree.alias and _only_this(tree):
+        tree = tree.this
+    return tree
+
+
+def _only_this(node: exp.Expr) -> bool:
+    return all(v is None or k == "this" for k, v in node.args.items() if v != [])
+
+
+def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
+    """``text`` with its outermost ORDER BY (the last clause) cut off, when what is left
+    parses as exactly ``expected`` (the query's tree without its ORDER BY); else None."""
+    tokens = _tokens(text, engine)
+    if tokens is None:
+        return None
+    depth, cut = 0, None
+    for token in tokens:
+        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif token.token_type == TokenType.ORDER_BY and depth == 0:
+            cut = token.start
+    if cut is None:
+        return None
+    candidate = text[:cut].rstrip()
+    candidate += "\n" if "--" in candidate or "#" in candidate else ""
+    reparsed = reparse(candidate, engine)
+    return candidate if reparsed is not None and reparsed == expected else None
+
+
+# Words sqlglot writes in place of what the user wrote with the same meaning: the AS of
+# an alias, CAST for ``x::type``, OFFSET for ``LIMIT o, n``, the tie-breakers' direction,
+# CROSS JOIN for a comma.
+_SAME_MEANING = frozenset("AS CAST OFFSET LIMIT ASC DESC NULLS FIRST LAST CROSS JOIN".split())
+# Per engine: a word sqlglot writes -> the user's words it is the engine's synonym of.
+_SYNONYMS: dict[str, dict[str, frozenset[str]]] = {
+    "duckdb": {
+        "LISTAGG": frozenset({"STRING_AGG", "GROUP_CONCAT"}),
+        "LENGTH": frozenset({"LEN"}),
+        "ARRAY_CONTAINS": frozenset({"LIST_CONTAINS", "LIST_HAS"}),
+        # USING SAMPLE 10% (bernoulli, 7): the method and seed spelled out
+        **{w: frozenset({"USING"}) for w in ("PERCENT", "BERNOULLI", "SYSTEM", "REPEATABLE")},
+    },
+    "mysql": {"COALESCE": frozenset({"IFNULL"})},
+    "sqlite": {"COALESCE": frozenset({"IFNULL"})},
+}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_NOT_WORDS = (TokenType.STRING, TokenType.NUMBER, TokenType.IDENTIFIER, TokenType.NATIONAL_STRING)
+
+
+def _words(tokens: list[Token]) -> set[str]:
+    """The keywords and function names of a token list (not its column names, and not its
+    type names: sqlglot writes INT for INTEGER, and a type it changes, such as SQLite's
+    NUMERIC into REAL, reads back as another type, which the round trip catches)."""
+    words: set[str] = set()
+    for index, token in enumerate(tokens):
+        parts = token.text.split()  # a keyword may be several words (ORDER BY)
+        if token.token_type in _NOT_WORDS or token.token_type in Parser.TYPE_TOKENS:
+            continue
+        if not all(_WORD.fullmatch(part) for part in parts):
+            continue
+        if token.token_type == TokenType.VAR:
+            following = tokens[index + 1] if index + 1 < len(tokens) else None
+            if following is None or following.token_type != TokenType.L_PAREN:
+                continue  # a name, not a function call
+        words.update(part.upper() for part in parts)
+    return words
+
+
+def render_problem(engine: Dialect, tree: exp.Expr, text: str) -> str | None:
+    """Why rendering ``tree`` (the query the user wrote as ``text``, or sqlfeed's rewrite
+    of it) may not mean what the user wrote; None when it is faithful.
+
+    Faithful: the rendering of ``tree`` parses back as the same tree (sqlglot renders
+    SQLite's ``CAST(x AS NUMERIC)`` as ``CAST(x AS REAL)``, which does not), and the
+    rendering of the user's own query uses no function, type or keyword that ``text``
+    lacks (MariaDB has no ``REGEXP_LIKE``, which sqlglot writes for ``a REGEXP b``); type
+    names are left to the round trip.
+    """
+    return checked_render(engine, tree, text)[1]
+
+
+def checked_render(engine: Dialect, tree: exp.Expr, text: str) -> tuple[str, str | None]:
+    """``tree`` rendered for the engine, and :func:`render_problem`'s answer for it."""
+    try:
+        rendered = engine.sql(tree)
+    except SqlfeedError as err:
+        return "", str(err)
+    reparsed = reparse(rendered, engine)
+    if reparsed is None or reparsed != tree:
+        return rendered, f"sqlglot renders it as {_short(rendered)!r}, which reads back differently"
+    original = reparse(text, engine)
+    if original is None:
+        return rendered, "its text does not parse on its own"
+    try:
+        own = rendered if original == tree else engine.sql(original)
+    except SqlfeedError as err:
+        return rendered, str(err)
+    written, ours = _tokens(text, engine), _tokens(own, engine)
+    if written is None or ours is None:
+        return rendered, "its text does not tokenize"
+    user = _words(written)
+    synonyms = _SYNONYMS.get(engine.name, {})
+    new = sorted(
+        word
+        for word in _words(ours) - user - _SAME_MEANING
+        if not synonyms.get(word, frozenset()) & user
+    )
+    if new:
+        return rendered, (
+            f"sqlglot renders it with {', '.join(new)}, which the query does not use "
+            f"({_short(own)!r})"
+        )
+    return rendered, None
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 160 else text[:157] + "..."
