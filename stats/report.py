@@ -21,6 +21,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from dialects import MissingDependencyError
+from stats.fed import fed_kind
 from stats.model import ColumnStats, FeatureStats
 from stats.units import DAYS, MICROSECONDS, from_units, to_units
 
@@ -138,6 +139,7 @@ def _summary(stats: FeatureStats) -> str:
             name = f'<a href="#col-{index}">{name}</a>'
         if _is_label(stats, c):
             name += '<span class="badge">label</span>'
+        kind = f"{c.kind} (elements)" if c.elements else c.kind
         distinct = _fmt(c.distinct)
         if c.distinct is not None and not c.distinct_exact:
             distinct = "≈" + distinct
@@ -147,7 +149,7 @@ def _summary(stats: FeatureStats) -> str:
             cells += [_cell(c.nans), _cell(c.infinities)]
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         rows.append(
-            f"{tr}<td>{name}</td><td>{_esc(c.kind)}</td><td>{_esc(c.arrow_type)}</td>"
+            f"{tr}<td>{name}</td><td>{_esc(kind)}</td><td>{_esc(c.arrow_type)}</td>"
             f'<td>{_esc(_fmt(c.count))}</td><td class="nulls">{_esc(nulls)}</td>'
             f"<td>{_esc(distinct)}</td>{''.join(cells)}</tr>"
         )
@@ -325,7 +327,11 @@ def _numbers(values: list[Any]) -> tuple[list[float] | None, bool]:
 
 def _moments(c: ColumnStats) -> tuple[Any, Any]:
     """Mean and standard deviation as shown: a time column's as a moment and a duration."""
-    if c.unit is None or c.mean is None or c.stddev is None:
+    if c.mean is None or c.stddev is None:
+        return c.mean, c.stddev
+    if c.unit is None and fed_kind(c.arrow_type)[0] in ("time", "duration"):  # microseconds
+        return dt.timedelta(microseconds=round(c.mean)), f"{c.stddev / 1e6:.6g} s"
+    if c.unit is None:
         return c.mean, c.stddev
     mean = from_units(c.mean, c.unit)
     if c.unit == DAYS:

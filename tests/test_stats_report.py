@@ -317,3 +317,18 @@ def test_binary_values_are_labelled_with_their_bytes_escaped() -> None:
         vocabulary_counts=[2, 1],
     )  # fmt: skip
     assert top_bars(column)[0] == ["\\xff\\x00b", "ok"]
+
+
+def test_summary_shows_time_means_as_durations_and_marks_element_statistics() -> None:
+    clock = ColumnStats(
+        "clock", "numeric", "time64[us]", count=2, distinct=2, mean=3_716_250_000.0,
+        variance=4e12, boundaries=[dt.time(1)], histogram=[1, 1],
+        min=dt.time(1), max=dt.time(1, 2),
+    )  # fmt: skip
+    tags = ColumnStats(
+        "tags", "categorical", "list<item: string>", count=4, distinct=2, elements=True,
+        vocabulary=["a", "b"], vocabulary_counts=[3, 1],
+    )  # fmt: skip
+    report = html_report(FeatureStats({"clock": clock, "tags": tags}, rows=2, method="pushdown"))
+    assert "<td>1:01:56.250000</td><td>2 s</td>" in report
+    assert "<td>categorical (elements)</td>" in report
