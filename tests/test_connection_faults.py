@@ -347,6 +347,41 @@ def test_a_read_that_cannot_reconnect_fails_in_one_line_without_traceback(
     _no_traceback(capfd.readouterr().err)
 
 
+def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A static Feeder on MariaDB reads in one consistent session by default (one
+    connection, :mod:`sqlfeed.io.pinned`): its loss cannot resume, and says so in one
+    line, with no traceback (the same cleanup as item 10: cursor and rollback on a dead
+    connection)."""
+    db = server("mysql")
+    _readers(monkeypatch, "mysql", "pymysql")
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    caplog.set_level(logging.WARNING)
+    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
+                            batch_size=100, read_batch_rows=100)  # fmt: skip
+    killer = Killer(db, 0.3, 0.6, first=True).start()
+
+    def read_all() -> None:
+        for _ in feeder:
+            time.sleep(0.01)
+
+    try:
+        with pytest.raises(sqlfeed.EngineError, match="lost") as caught:
+            read_all()
+    finally:
+        killer.stop()
+    gc.collect()
+    assert not unraisable, [u.exc_value for u in unraisable]
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
+    assert "\n" not in str(caught.value)
+    _no_traceback(capfd.readouterr().err)
+
+
 def _start_worker(
     queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from dialects import EngineError
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS, conform, empty_batch, iterate_rows, without_hints
+from sqlfeed.io.sqlalchemy import dead, release, statement
 
 __all__ = [
     "CLOSE_WAIT",
@@ -119,9 +120,10 @@ class PinnedSession:
             return
         self._on_close(self)
         try:
-            connection.rollback()
+            if not dead(connection):  # a lost one cannot roll back: invalidated instead
+                connection.rollback()
         finally:
-            connection.close()
+            release(connection)
 
 
 def cursor_batches(cursor_for: Callable[[Any, int], Any]) -> Batches:
@@ -131,12 +133,11 @@ def cursor_batches(cursor_for: Callable[[Any, int], Any]) -> Batches:
     def batches(
         connection: Any, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
     ) -> Iterator[pa.RecordBatch]:
-        cursor = cursor_for(connection, batch_rows)
-        try:
+        # an unbuffered cursor reads what is left of its result; after an error, a
+        # cleanup that fails on a lost connection never replaces it (item 10 of #24)
+        with statement(connection, cursor_for(connection, batch_rows), commit=False) as cursor:
             cursor.execute(sql)
             yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
-        finally:
-            cursor.close()  # an unbuffered cursor reads what is left of its result
 
     return batches
 

@@ -204,9 +204,9 @@ def discard(cursor: Any, connection: Any) -> None:
 
 
 def dead(connection: Any) -> bool:
-    """Whether a pooled connection's DB-API connection was closed or lost (psycopg:
-    ``closed``, pymysql: not ``open``), or invalidated already."""
-    driver = getattr(connection, "driver_connection", None)
+    """Whether a pooled connection's DB-API connection (or a DB-API connection) was closed
+    or lost (psycopg: ``closed``, pymysql: not ``open``), or invalidated already."""
+    driver = getattr(connection, "driver_connection", connection)  # or a DB-API one
     if driver is None:
         return True
     closed = getattr(driver, "closed", False)
@@ -219,7 +219,7 @@ def release(connection: Any, failed: BaseException | None = None) -> None:
     """Give a pooled connection back: to the pool (its transaction rolled back), or, when
     it is gone (``failed`` by a lost connection, or :func:`dead`), invalidated without
     that rollback, which would fail and log a traceback ("Exception during reset")."""
-    if getattr(connection, "dbapi_connection", None) is None:
+    if hasattr(connection, "dbapi_connection") and connection.dbapi_connection is None:
         return  # invalidated already (:func:`discard`): back in the pool
     if (failed is not None and connection_lost(failed)) or dead(connection):
         with contextlib.suppress(Exception):
