@@ -4,7 +4,8 @@ Modules, bottom to top: ``syntax`` (read-only questions about a tree), ``argumen
 (shared argument checks), ``render`` (one render, many queries; the check that a
 rendering keeps the user's meaning), ``parse`` (parsing and validation), ``verbatim``
 (the user's own text as a wrap embeds it), ``keys`` (unique keys: which ORDER BYs are
-total), ``order`` (completing ORDER BYs that may tie), ``stability`` (whether a query
+total), ``windows`` (what a window function's result depends on; the aggregates that
+depend on row order), ``order`` (completing ORDER BYs that may tie), ``stability`` (whether a query
 returns the same rows every run), ``frame`` (a SELECT over the query's rows that a WHERE
 can be added to), ``grouped`` (when a range of a grouping column may filter a GROUP BY
 before it groups), ``probes`` (count, sample and schema queries) and ``partition`` (hash,
