@@ -14,15 +14,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+import sqlfeed
 from sqlfeed.cli.worker import waiting_line
-from sqlfeed.dispatch import open_queue
+from sqlfeed.dispatch import JobSpec, Lease, open_queue
 from tests.cli_helpers import run_cli
+from tests.conftest import get_engine
+from tests.engines import MYSQL_URL, POSTGRES_URL
 
 ROWS = 4000
 
@@ -149,3 +153,31 @@ def test_rewinding_to_a_stopped_workers_checkpoint_hands_out_exactly_the_rest(wo
     ]
     assert len(a_rows) == done_by_a
     assert sorted(a_rows + _ids(Path("c"))) == list(range(ROWS))
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name", ["memory", "sqlite", "postgres", "mysql"])
+def test_every_queue_says_who_holds_its_leases_and_for_how_long(name: str, tmp_path: Path) -> None:
+    if name in ("postgres", "mysql"):
+        get_engine(name)
+    url = {
+        "memory": "memory://",
+        "sqlite": f"sqlite:///{tmp_path}/q.db",
+        "postgres": POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1),
+        "mysql": MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1),
+    }[name]
+    queue = open_queue(url)
+    job = f"leases_{uuid.uuid4().hex[:8]}"
+    queue.create_job(JobSpec(job, sqlfeed.plan("SELECT 1 AS x", partitions=2, strategy="hash"),
+                             lease_ttl=30.0))  # fmt: skip
+    try:
+        assert queue.leases(job) == []
+        lease = queue.acquire(job, "w1")
+        assert isinstance(lease, Lease)
+        ((worker, epoch, seconds),) = queue.leases(job)
+        assert (worker, epoch) == ("w1", 0)
+        assert 25 < seconds <= 30
+        queue.complete(lease)
+        assert queue.leases(job) == []
+    finally:
+        queue.delete(job)
