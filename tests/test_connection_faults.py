@@ -60,13 +60,11 @@ class Server:
         self.tag = f"sqlfeed_cf_{uuid.uuid4().hex[:10]}"
         self.table = f"{self.tag}.t"
         self.query = f"SELECT id, pad FROM {self.table}"
+        try:
+            self.admin: Any = self._connect()
+        except Exception as err:
+            pytest.skip(f"{name} unreachable: {err}")
         if name == "postgres":
-            import psycopg
-
-            try:
-                self.admin: Any = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
-            except psycopg.OperationalError as err:
-                pytest.skip(f"PostgreSQL unreachable: {err}")
             base = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
             self.url = f"{base}?application_name={self.tag}"
             self._run(f"CREATE SCHEMA {self.tag}")
@@ -76,16 +74,7 @@ class Server:
             )
             self._run(f"ALTER TABLE {self.table} ADD PRIMARY KEY (id)")
         else:
-            import pymysql
-
-            url = urlparse(MYSQL_URL)
-            try:
-                self.admin = pymysql.connect(host=url.hostname or "127.0.0.1",
-                    port=url.port or 3306, user=url.username or "root",
-                    password=url.password or "", autocommit=True, connect_timeout=5)  # fmt: skip
-            except pymysql.err.OperationalError as err:
-                pytest.skip(f"MariaDB unreachable: {err}")
-            netloc = url.netloc or "root@127.0.0.1:3306"
+            netloc = urlparse(MYSQL_URL).netloc or "root@127.0.0.1:3306"
             self.url = f"mysql+pymysql://{netloc}/{self.tag}"
             self._run(f"CREATE DATABASE {self.tag}")
             self._run(f"CREATE TABLE {self.table} (id INT PRIMARY KEY, pad TEXT)")
@@ -94,13 +83,35 @@ class Server:
                 f"FROM {self.tag}.seq_0_to_{rows - 1}"
             )
 
+    def _connect(self) -> Any:
+        """The test's own connection (autocommit), by the engine's own driver."""
+        if self.name == "postgres":
+            import psycopg
+
+            return psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+        import pymysql
+
+        url = urlparse(MYSQL_URL)
+        return pymysql.connect(host=url.hostname or "127.0.0.1", port=url.port or 3306,
+                               user=url.username or "root", password=url.password or "",
+                               autocommit=True, connect_timeout=5)  # fmt: skip
+
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
-        cursor = self.admin.cursor()
-        try:
-            cursor.execute(sql)
-            return list(cursor.fetchall()) if cursor.description else []
-        finally:
-            cursor.close()
+        for attempt in range(50):  # after a server restart: connect again, while it starts
+            try:
+                cursor = self.admin.cursor()
+                try:
+                    cursor.execute(sql)
+                    return list(cursor.fetchall()) if cursor.description else []
+                finally:
+                    cursor.close()
+            except Exception as err:
+                if not connection_lost(err) or attempt == 49:
+                    raise
+                time.sleep(0.2)
+                with contextlib.suppress(Exception):
+                    self.admin = self._connect()
+        raise AssertionError("unreachable")
 
     def ids(self) -> list[int]:
         """The table's ids, read by the test's own connection."""
@@ -132,27 +143,10 @@ class Server:
 
     def drop(self) -> None:
         with contextlib.suppress(Exception):
+            self._run(f"DROP SCHEMA IF EXISTS {self.tag} CASCADE" if self.name == "postgres"
+                      else f"DROP DATABASE IF EXISTS {self.tag}")  # fmt: skip
+        with contextlib.suppress(Exception):
             self.admin.close()
-        admin = Server.__new__(Server)
-        for _ in range(50):  # after a restart the server may still be starting
-            try:
-                if self.name == "postgres":
-                    import psycopg
-
-                    admin.admin = psycopg.connect(POSTGRES_URL, autocommit=True)
-                    admin._run(f"DROP SCHEMA IF EXISTS {self.tag} CASCADE")
-                else:
-                    import pymysql
-
-                    url = urlparse(MYSQL_URL)
-                    admin.admin = pymysql.connect(host=url.hostname or "127.0.0.1",
-                        port=url.port or 3306, user=url.username or "root",
-                        password=url.password or "", autocommit=True)  # fmt: skip
-                    admin._run(f"DROP DATABASE IF EXISTS {self.tag}")
-                admin.admin.close()
-                return
-            except Exception:
-                time.sleep(0.2)
 
 
 @pytest.fixture
@@ -220,6 +214,12 @@ def _recovery(kills: list[float], streams: list[list[float]]) -> str:
     return f"recovery median {statistics.median(gaps):.2f}s max {max(gaps):.2f}s"
 
 
+def _report(capfd: pytest.CaptureFixture[str], text: str) -> None:
+    """Print a test's figures past the capture (seen with ``-s``)."""
+    with capfd.disabled():
+        print("\n" + text)
+
+
 def _readers(monkeypatch: pytest.MonkeyPatch, engine: str, readers: str) -> None:
     module = _READER_MODULES.get(readers)
     if module is not None and importlib.util.find_spec(module) is None:
@@ -268,9 +268,9 @@ def test_a_static_feed_survives_killed_connections(
         time.sleep(0.03)  # a consumer doing some work
     killer.stop()
     reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
-    print(f"\n{engine}/{readers} static feed: {killer.kills} connections killed, "
-          f"{len(reconnects)} reads reconnected, rows {len(ids)}/{ROWS}, "
-          f"{_recovery(killer.times, [delivered])}")  # fmt: skip
+    _report(capfd, f"{engine}/{readers} static feed: {killer.kills} connections killed, "
+            f"{len(reconnects)} reads reconnected, rows {len(ids)}/{ROWS}, "
+            f"{_recovery(killer.times, [delivered])}")  # fmt: skip
     assert reconnects, "no read lost its connection: the test did not test anything"
     assert Counter(ids) == Counter(db.ids())  # every row exactly once
     _no_traceback(capfd.readouterr().err, readers)
@@ -383,23 +383,28 @@ def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
 
 
 def _start_worker(
-    queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str]
+    queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str], consume: float
 ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "tests.fault_worker", queue, job, source,
-            str(logs / f"{name}.log"), name, "--batch-size", "100", "--consume", "0.01",
+            str(logs / f"{name}.log"), name, "--batch-size", "100", "--consume", str(consume),
             "--ack-interval", "0.05"]  # fmt: skip
     err = open(logs / f"{name}.err", "wb")  # noqa: SIM115 (closed when the test ends)
     return subprocess.Popen(argv, cwd=ROOT, stderr=err, env=env)
 
 
 def _run_job(
-    db: Server, tmp_path: Path, during: Callable[[SQLQueue, str], None], epochs: int = 2
+    db: Server,
+    tmp_path: Path,
+    during: Callable[[SQLQueue, str], None],
+    epochs: int = 2,
+    consume: float = 0.01,
+    queue_url: str | None = None,
 ) -> tuple[list[int], list[str], list[list[list[str]]]]:
     """A job of ``epochs`` over the table on 2 worker processes (a SQLite queue), with
-    ``during(queue, job)`` run once they deliver; the workers' exit codes, stderr and
+    ``during(queue, job)`` run once both deliver; the workers' exit codes, stderr and
     log lines (split), per worker."""
     plan = sqlfeed.plan(db.query, db.url, partitions=12, strategy="range", key="id")
-    queue = SQLQueue(f"sqlite:///{tmp_path / 'queue.db'}")
+    queue = SQLQueue(queue_url or f"sqlite:///{tmp_path / 'queue.db'}")
     job = f"cf-{uuid.uuid4().hex[:8]}"
     queue.create_job(JobSpec(job, plan, epochs=epochs, seed=3, lease_ttl=10))
     logs = tmp_path / "logs"
@@ -407,10 +412,10 @@ def _run_job(
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if db.name == "mysql":
         env["SQLFEED_MYSQL_READERS"] = "pymysql"  # the reader of item 10 (forked: no connectorx)
-    workers = [_start_worker(queue.url, job, db.url, logs, f"w{i}", env) for i in (1, 2)]
+    workers = [_start_worker(queue.url, job, db.url, logs, f"w{i}", env, consume) for i in (1, 2)]
     try:
         until = time.monotonic() + 120
-        while not any((logs / f"w{i}.log").exists() and "\nD " in
+        while not all((logs / f"w{i}.log").exists() and "\nD " in
                       (logs / f"w{i}.log").read_text() for i in (1, 2)):  # fmt: skip
             assert time.monotonic() < until, "no worker delivered"
             assert all(w.poll() is None for w in workers), "a worker exited before delivering"
@@ -475,12 +480,16 @@ def _restart_postgres() -> None:
 
 @pytest.mark.skipif(not RESTART, reason="restarts the shared PostgreSQL server: set "
                     "SQLFEED_TEST_RESTART_SERVER=1")  # fmt: skip
+@pytest.mark.parametrize("queue", ["sqlite", "postgres"])
 def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
-    server: Callable[..., Server], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    queue: str, server: Callable[..., Server], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """PostgreSQL restarted twice while 2 workers run a job, and once while a static
-    Feeder (no snapshot: a snapshot does not survive its server) reads."""
+    """PostgreSQL restarted twice while 2 workers run a job (its lease queue in SQLite, or
+    on the same server), and once while a static Feeder (no snapshot: a snapshot does not
+    survive its server) reads."""
     db = server("postgres")
+    base = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
+    queue_url = f"{base}?options=-csearch_path%3D{db.tag}" if queue == "postgres" else None
     restarts: list[tuple[float, float]] = []
 
     def restart_twice(queue: SQLQueue, job: str) -> None:
@@ -488,15 +497,20 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
             started = time.time()
             _restart_postgres()
             restarts.append((started, time.time()))
-            time.sleep(1.5)
+            time.sleep(3)
 
-    codes, errors, logged = _run_job(db, tmp_path, restart_twice)
+    codes, errors, logged = _run_job(db, tmp_path, restart_twice, consume=0.06,
+                                     queue_url=queue_url)  # fmt: skip
     lines = logged[0] + logged[1]
     delivered = sorted(float(line[1]) for line in lines if line and line[0] == "D")
-    back = [min(t for t in delivered if t > end) - start for start, end in restarts]
-    print(f"\npostgres job, {len(restarts)} restarts: worker exits {codes}, first delivery "
-          f"{', '.join(f'{s:.1f}s' for s in back)} after the restart began")  # fmt: skip
+    back = [min(t for t in delivered if t > end) - start for start, end in restarts
+            if delivered[-1] > end]  # fmt: skip
+    took = ", ".join(f"{end - start:.1f}s" for start, end in restarts)
+    _report(capfd, f"postgres job ({queue} queue), {len(restarts)} restarts (each {took}): "
+            f"worker exits {codes}, first delivery "
+            f"{', '.join(f'{s:.1f}s' for s in back)} after each began")  # fmt: skip
     assert codes == [0, 0], errors
+    assert len(back) == len(restarts), "the job ended before a restart: it tested nothing"
     table = Counter(db.ids())
     assert all(ids == table for ids in _epoch_ids(lines, 2))
     for err in errors:
@@ -516,9 +530,10 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
             _restart_postgres()
             ended = time.time()
         time.sleep(0.02)
-    print(
-        f"postgres static feed, 1 restart: rows {len(ids)}/{ROWS}, first batch "
-        f"{min(t for t in times if t > ended) - started:.1f}s after the restart began"
+    _report(
+        capfd,
+        f"postgres static feed, 1 restart ({ended - started:.1f}s): rows {len(ids)}/{ROWS}, "
+        f"first batch {min(t for t in times if t > ended) - started:.1f}s after it began",
     )
     assert Counter(ids) == table
     _no_traceback(capfd.readouterr().err)
