@@ -538,6 +538,22 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
     assert Counter(ids) == table
     _no_traceback(capfd.readouterr().err)
 
+    # In the plan's snapshot (the default): a restart ends the snapshot's session, so the
+    # read cannot resume; it says so in one line, and closing the snapshot adds nothing.
+    snapped = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
+                             readers=2, batch_size=250, read_batch_rows=250)  # fmt: skip
+
+    def read_through_a_restart() -> None:
+        for count, _ in enumerate(snapped):
+            if count == 10:
+                _restart_postgres()
+
+    with pytest.raises(sqlfeed.EngineError, match="snapshot") as caught:
+        read_through_a_restart()
+    assert "\n" not in str(caught.value)
+    _report(capfd, f"postgres static feed in its snapshot, 1 restart: {caught.value}")
+    _no_traceback(capfd.readouterr().err)
+
 
 @pytest.mark.parametrize(
     "message",

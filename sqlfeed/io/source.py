@@ -366,11 +366,23 @@ class SnapshotHolder:
         self.close()
 
     def close(self) -> None:
-        """End the transaction: readers can no longer start inside the snapshot."""
-        if self._connection is not None:
-            self._connection.rollback()
-            self._connection.close()
-            self._connection = None
+        """End the transaction: readers can no longer start inside the snapshot.
+
+        A connection lost meanwhile (a server restart) is discarded quietly: closing never
+        replaces the error of the read that found the snapshot gone."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            connection.rollback()
+        except Exception as err:
+            if not connection_lost(err):
+                raise
+            with contextlib.suppress(Exception):  # a pooled connection: not put back
+                connection.invalidate()
+            _log.debug("the snapshot's connection was lost before it closed: %s", err)
+            return
+        connection.close()
 
 
 def _is_driver_error(err: Exception) -> bool:
