@@ -382,6 +382,27 @@ def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
     _no_traceback(capfd.readouterr().err)
 
 
+@pytest.mark.parametrize("engine", ["postgres", "mysql"])
+def test_a_small_query_survives_a_killed_connection(
+    engine: str, server: Callable[..., Server], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Planning's own queries (counts, bounds, schemas) are reads too: a count whose
+    connection is killed while it runs is run again, and its answer is the table's."""
+    db = server(engine)
+    source = sqlfeed.connect(db.url)
+    caplog.set_level(logging.WARNING, logger="sqlfeed.io")
+    slow = f"SELECT a.id FROM {db.table} a CROSS JOIN {db.table} b WHERE b.id < 1000"
+    killer = Killer(db, 30, 60, first=True).start()  # one kill, of the count running
+    try:
+        counted = source.count(slow)
+    finally:
+        killer.stop()
+        source.close()
+    assert killer.kills >= 1
+    assert [r for r in caplog.records if "lost the connection running" in r.getMessage()]
+    assert counted == ROWS * 1000
+
+
 def _start_worker(
     queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str], consume: float
 ) -> subprocess.Popen[bytes]:

@@ -14,8 +14,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger("sqlfeed.io")
+_T = TypeVar("_T")
 
 SCHEMA_SAMPLE_ROWS = 1_000
 """Rows read to infer the Arrow types a driver does not report."""
@@ -92,8 +93,7 @@ class Source:
 
     def rows(self, sql: str, *, what: str = "query") -> list[tuple[Any, ...]]:
         """All rows of a small query (counts, bounds, catalog look-ups)."""
-        with self._errors(what):
-            return self._rows(sql)
+        return self._retried(what, lambda: self._rows(sql))
 
     def scalar(self, sql: str, *, what: str = "query") -> Any:
         """The first column of the first row of a small query."""
@@ -107,9 +107,8 @@ class Source:
 
     def output_columns(self, query: str | ParsedQuery) -> list[str]:
         """The query's output column names as the engine reports them (a LIMIT 0 query)."""
-        with self._errors("schema query"):
-            names, _ = self._describe(schema_sql(self.parse(query)))
-        return names
+        sql = schema_sql(self.parse(query))
+        return self._retried("schema query", lambda: self._describe(sql)[0])
 
     def text_columns(self, query: str | ParsedQuery) -> list[str]:
         """Output columns whose type the engine cannot hash, to hash through their text.
@@ -118,8 +117,8 @@ class Source:
         """
         if self.dialect.name != "postgres":
             return []
-        with self._errors("schema query"):
-            return self._unhashable(schema_sql(self.parse(query)))
+        sql = schema_sql(self.parse(query))
+        return self._retried("schema query", lambda: self._unhashable(sql))
 
     def _unhashable(self, sql: str) -> list[str]:
         return []
@@ -139,11 +138,11 @@ class Source:
         (``SELECT *`` over a join) are made unique (:func:`~sqlfeed.io.arrow.unique_names`).
         """
         parsed = self.parse(query)
-        with self._errors("schema query"):
-            names, typed = self._describe(schema_sql(parsed))
-            if typed is not None and not any(pa.types.is_null(f.type) for f in typed):
-                return unique_names(typed)
-            sample = self._rows(sample_sql(parsed, SCHEMA_SAMPLE_ROWS, columns=names))
+        names, typed = self._retried("schema query", lambda: self._describe(schema_sql(parsed)))
+        if typed is not None and not any(pa.types.is_null(f.type) for f in typed):
+            return unique_names(typed)
+        sql = sample_sql(parsed, SCHEMA_SAMPLE_ROWS, columns=names)
+        sample = self._retried("schema query", lambda: self._rows(sql))
         inferred = infer_schema(names, sample)
         schema = merge_schemas(typed, inferred) if typed is not None else inferred
         return unique_names(
@@ -239,11 +238,10 @@ class Source:
 
         ``settings``: statements (``SET LOCAL ...``) run before the query in its transaction.
         """
-        with self._errors(what):
-            if settings:
-                names, rows = self._rows_with_names(sql, settings)
-                return rows_table(names, rows)
-            return self._arrow(sql)
+        if settings:
+            names, rows = self._retried(what, lambda: self._rows_with_names(sql, settings))
+            return rows_table(names, rows)
+        return self._retried(what, lambda: self._arrow(sql))
 
     def _arrow(self, sql: str) -> pa.Table:
         names, rows = self._rows_with_names(sql)
@@ -290,6 +288,33 @@ class Source:
         until every reader is done, then close it.
         """
         raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
+
+    def _retried(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()``, a read-only query, its driver errors worded (:meth:`_errors`); after
+        a lost connection it runs again, as a partition read does (:attr:`reconnect`)."""
+        losses: Losses | None = None
+        while True:
+            try:
+                with self._errors(what):
+                    return call()
+            except EngineError as err:
+                if not connection_lost(err):
+                    raise
+                why = driver_message(err.__context__ or err)
+                losses = losses or Losses(self.reconnect or Reconnect.from_environment())
+                pause = losses.next_pause()
+                if pause is None:
+                    raise EngineError(
+                        f"{self.dialect.name} lost the connection running the {what} "
+                        f"({losses.spent()}): {why}; allow more with {TRIES_VARIABLE} or "
+                        f"{SECONDS_VARIABLE}"
+                    ) from None
+                _log.warning(
+                    "%s lost the connection running the %s (%s): reconnecting in %.1fs "
+                    "(try %d of %d)", self.dialect.name, what, why, pause, losses.count,
+                    losses.policy.tries,
+                )  # fmt: skip
+                time.sleep(pause)
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
