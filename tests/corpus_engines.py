@@ -189,6 +189,32 @@ POSTGRES = _cases(
     ("row_number_dedupe", "SELECT id, g FROM (SELECT id, g, row_number() OVER (PARTITION BY g "
      "ORDER BY x DESC) AS rn FROM {ce_docs}) t WHERE rn = 1", {"key": "id", **ORDERED}),
     ("random_refused", "SELECT id, random() AS r FROM {people}", {"refusal": "random"}),
+    # -- everyday PostgreSQL spellings sqlglot may re-render
+    ("distinct_order_no_limit", "SELECT DISTINCT city FROM {people} ORDER BY city"),
+    ("similar_to", "SELECT id FROM {people} WHERE name SIMILAR TO 'a%'", {"key": "id"}),
+    ("bool_cast", "SELECT id, (age > 10)::int AS flag FROM {people}", {"key": "id"}),
+    ("any_array", "SELECT id, name FROM {people} WHERE id = ANY(ARRAY[1, 2, 3, 50])",
+     {"key": "id"}),
+    ("extract_to_char", "SELECT id, extract(epoch FROM seen) AS e, to_char(born, 'YYYY') AS y "
+     "FROM {people}", {"key": "id"}),
+    ("bool_aggregates", "SELECT city, bool_and(active) AS all_active, bool_or(active) AS any "
+     "FROM {people} GROUP BY city"),
+    ("nulls_first_limit", "SELECT id, name FROM {people} ORDER BY name NULLS FIRST, id LIMIT 10",
+     {"key": "id"}),
+    ("json_build", "SELECT id, json_build_object('a', id, 'n', name) AS j FROM {people}",
+     {"key": "id"}),
+    ("row_to_json", "SELECT p.id, row_to_json(p) AS r FROM {people} p", {"key": "id"}),
+    ("count_distinct_grouped", "SELECT g, count(DISTINCT x % 4) AS d FROM {ce_docs} GROUP BY g",
+     {"key": "g"}),
+    ("nullif_division", "SELECT id, age / NULLIF(age, 0) AS one FROM {people}", {"key": "id"}),
+    ("regex_case_insensitive", "SELECT id FROM {ce_docs} WHERE name ~* '^A' OR name !~ 'y'",
+     {"key": "id"}),
+    ("substring_position", "SELECT id, substring(name FROM 1 FOR 2) AS s, "
+     "position('a' IN name) AS p FROM {people}", {"key": "id"}),
+    ("trailing_comment", "SELECT id, city FROM {people} WHERE age > 20 -- adults only",
+     {"key": "id"}),
+    ("collate", "SELECT id, name COLLATE \"C\" AS n FROM {people} WHERE city = 'Oslo'",
+     {"key": "id"}),
 )  # fmt: skip
 
 MYSQL = _cases(
@@ -237,6 +263,25 @@ MYSQL = _cases(
     ("limit_in_subquery", "SELECT t.id FROM (SELECT id FROM {people} ORDER BY id LIMIT 3, 30) t",
      {"key": "id"}),
     ("rand_refused", "SELECT id, RAND() AS r FROM {people}", {"refusal": "RAND"}),
+    # -- everyday MySQL/MariaDB spellings sqlglot may re-render
+    ("sql_no_cache", "SELECT SQL_NO_CACHE id, city FROM {people}", {"key": "id"}),
+    ("force_index", "SELECT id, x FROM {ce_docs} FORCE INDEX (PRIMARY) WHERE id > 5",
+     {"key": "id"}),
+    ("concat_ws", "SELECT id, CONCAT_WS('-', name, city) AS s FROM {people}", {"key": "id"}),
+    ("date_add_interval", "SELECT order_id, DATE_ADD(placed, INTERVAL 1 DAY) AS d FROM {orders}",
+     {"key": "order_id"}),
+    ("bit_or", "SELECT g, BIT_OR(x) AS b, BIT_XOR(x) AS bx FROM {ce_docs} GROUP BY g",
+     {"key": "g"}),
+    ("xor_shift", "SELECT id, x XOR 1 AS xx, x << 2 AS sh FROM {ce_docs}", {"key": "id"}),
+    ("convert_char", "SELECT id, CONVERT(x, CHAR) AS c FROM {ce_docs}", {"key": "id"}),
+    ("distinct_order_no_limit", "SELECT DISTINCT city FROM {people} ORDER BY city"),
+    ("like_escape", "SELECT id FROM {people} WHERE name LIKE 'a!|%' ESCAPE '!'",
+     {"key": "id"}),
+    ("hash_comment", "SELECT id, city FROM {people} WHERE age > 20 # adults only",
+     {"key": "id"}),
+    ("group_by_having_alias", "SELECT city, COUNT(*) AS n FROM {people} GROUP BY city "
+     "HAVING n > 40"),
+    ("for_update_refused", "SELECT id FROM {people} FOR UPDATE", {"refusal": "lock"}),
 )  # fmt: skip
 
 SQLITE = _cases(
@@ -275,6 +320,21 @@ SQLITE = _cases(
     ("values", "VALUES (1, 'a'), (2, NULL), (2, NULL)"),
     ("limit_offset_comma", "SELECT id FROM {people} ORDER BY id LIMIT 5, 20", {"key": "id"}),
     ("random_refused", "SELECT id, random() AS r FROM {people}", {"refusal": "random"}),
+    # -- everyday SQLite spellings sqlglot may re-render
+    ("not_indexed", "SELECT id, x FROM {ce_docs} NOT INDEXED WHERE x > 3", {"key": "id"}),
+    ("rowid_output", "SELECT rowid AS r, id FROM {ce_docs}", {"key": "id"}),
+    ("ifnull_substr_instr", "SELECT id, ifnull(name, '?') AS n, substr(name, 1, 2) AS s, "
+     "instr(name, 'a') AS i FROM {people}", {"key": "id"}),
+    ("is_not", "SELECT id, x FROM {ce_docs} WHERE x IS NOT 3", {"key": "id"}),
+    ("cast_real", "SELECT id, CAST(v AS REAL) AS r, v * 1.0 AS f FROM {ce_docs}",
+     {"key": "id"}),
+    ("total_avg", "SELECT g, total(x) AS t, avg(x) AS a FROM {ce_docs} GROUP BY g",
+     {"key": "g"}),
+    ("like_escape", "SELECT id FROM {people} WHERE name LIKE 'a!|%' ESCAPE '!'", {"key": "id"}),
+    ("distinct_order_desc", "SELECT DISTINCT g FROM {ce_docs} ORDER BY g DESC"),
+    ("trailing_comment", "SELECT id, x FROM {ce_docs} WHERE x IN (SELECT x FROM {ce_docs} "
+     "WHERE g = 1) -- the same x as group 1", {"key": "id"}),
+    ("julianday", "SELECT order_id, julianday(placed) AS j FROM {orders}", {"key": "order_id"}),
 )  # fmt: skip
 
 DUCKDB = _cases(
@@ -320,6 +380,25 @@ DUCKDB = _cases(
     ("cast_shorthand", "SELECT id, v::DECIMAL(8, 2) AS d, x::VARCHAR AS s FROM {ce_docs}",
      {"key": "id"}),
     ("random_refused", "SELECT id, random() AS r FROM {people}", {"refusal": "random"}),
+    # -- everyday DuckDB spellings sqlglot may re-render
+    ("integer_division", "SELECT id, x // 2 AS h, x % 3 AS m FROM {ce_docs}", {"key": "id"}),
+    ("list_sort_slice", "SELECT id, list_sort(tags) AS s, tags[1:1] AS slice FROM {ce_docs}",
+     {"key": "id"}),
+    ("try_cast", "SELECT id, x::INTEGER AS i, TRY_CAST(v AS DOUBLE) AS d FROM {ce_docs}",
+     {"key": "id"}),
+    ("list_ordered", "SELECT g, list(x ORDER BY x) AS xs FROM {ce_docs} GROUP BY g",
+     {"key": "g", **ORDERED}),
+    ("histogram", "SELECT g, histogram(x % 3) AS h FROM {ce_docs} GROUP BY g", {"key": "g"}),
+    ("regexp_matches", "SELECT id, regexp_matches(name, '^a') AS m FROM {people}",
+     {"key": "id"}),
+    ("alias_in_where", "SELECT id, x > 5 AS big FROM {ce_docs} WHERE big", {"key": "id"}),
+    ("lateral_alias", "SELECT id, x * 2 AS d, d + 1 AS e FROM {ce_docs}", {"key": "id"}),
+    ("order_limit_offset", "SELECT id, g FROM {ce_docs} ORDER BY g, id LIMIT 5 OFFSET 2",
+     {"key": "id"}),
+    ("strftime", "SELECT order_id, strftime(placed, '%Y-%m') AS ym FROM {orders}",
+     {"key": "order_id"}),
+    ("columns_exclude", "SELECT COLUMNS(* EXCLUDE (name, v, tags)) FROM {ce_docs}",
+     {"key": "id"}),
 )  # fmt: skip
 
 ENGINE_CORPUS: dict[str, list[EngineCase]] = {

@@ -24,7 +24,14 @@ from sqlfeed.sql.syntax import (
 )
 from sqlfeed.sql.verbatim import faithful, wrap_body
 
-__all__ = ["Frame", "free_alias", "pushdown_blocker", "single_table", "with_ctes"]
+__all__ = [
+    "Frame",
+    "free_alias",
+    "output_alias_referenced",
+    "pushdown_blocker",
+    "single_table",
+    "with_ctes",
+]
 
 _WRAP_ALIAS = "_sqlfeed_q"
 _COLUMN_PREFIX = "_sqlfeed_c"
@@ -360,6 +367,20 @@ def pushdown_blocker(select: exp.Select) -> str | None:
         if computes_aggregate(item):
             return "aggregate"
     return None
+
+
+def output_alias_referenced(tree: exp.Expr) -> bool:
+    """Whether the SELECT's WHERE names one of its output aliases (DuckDB and SQLite allow
+    ``SELECT x > 5 AS big ... WHERE big``): its select list cannot then be replaced (a
+    count, bounds) where the WHERE stays, without breaking that reference."""
+    where = tree.args.get("where") if isinstance(tree, exp.Select) else None
+    if where is None:
+        return False
+    aliases = {item.alias.casefold() for item in tree.expressions if isinstance(item, exp.Alias)}
+    return any(
+        not column.table and column.name.casefold() in aliases
+        for column in where.find_all(exp.Column)
+    )
 
 
 def _hashable_outputs(tree: exp.Expr) -> list[bool] | None:

@@ -36,7 +36,7 @@ from sqlfeed.sql.arguments import (
     check_positive_int,
     normalize_key,
 )
-from sqlfeed.sql.frame import Frame, single_table
+from sqlfeed.sql.frame import Frame, output_alias_referenced, single_table
 from sqlfeed.sql.grouped import grouped_frame
 from sqlfeed.sql.keys import TableKeys
 from sqlfeed.sql.order import complete_orders
@@ -355,6 +355,10 @@ def bounds_sql(
     parsed = parse(query, dialect)
     engine = parsed.dialect
     frame, pushed = _range_frame(parsed, key, columns)
+    if pushed and output_alias_referenced(parsed.tree):
+        # Its select list is replaced below: a WHERE naming an output alias would break.
+        frame = Frame.build(parsed, columns, pushdown=False, hashing=True, key=[key])
+        pushed = ""
     column = frame.hash_args(normalize_key(key))
     assert column is not None
     target = column[0]

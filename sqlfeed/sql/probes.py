@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from dialects import Dialect, InvalidArgumentError, UnsupportedError
 from sqlfeed.sql.arguments import check_positive_int, normalize_key
-from sqlfeed.sql.frame import Frame, pushdown_blocker
+from sqlfeed.sql.frame import Frame, output_alias_referenced, pushdown_blocker
 from sqlfeed.sql.order import complete_orders
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import has_limit
@@ -71,7 +71,8 @@ def count_sql(
         select.set("expressions", [parsed.dialect.count_star()])
         select.set("order", None)
         return parsed.dialect.sql(select, pretty=pretty)
-    frame = Frame.build(parsed, columns, pushdown=columns is not None, names=False)
+    pushdown = columns is not None and not output_alias_referenced(parsed.tree)
+    frame = Frame.build(parsed, columns, pushdown=pushdown, names=False)
     frame.select.set("expressions", [parsed.dialect.count_star()])
     frame.select.set("order", None)
     return frame.render(frame.select, pretty)

@@ -43,6 +43,7 @@ __all__ = [
     "render_problem",
     "reparse",
     "statement_text",
+    "without_modifiers",
     "without_order",
 ]
 
@@ -227,21 +228,54 @@ def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
     return candidate if reparsed is not None and reparsed == expected else None
 
 
+def without_modifiers(
+    text: str, engine: Dialect, names: frozenset[str], expected: exp.Expr
+) -> str | None:
+    """``text`` without the words ``names`` (upper case) right after its outermost SELECT
+    (MySQL's ``SQL_NO_CACHE``, which no derived table may have), when what is left parses
+    as exactly ``expected``; else None."""
+    tokens = _tokens(text, engine)
+    if tokens is None:
+        return None
+    depth, select, cuts = 0, False, []
+    for token in tokens:
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and token.token_type == TokenType.SELECT and not select:
+            select = True
+        elif select and depth == 0 and token.text.upper() in names:
+            cuts.append(token)
+        elif select and token.token_type not in (TokenType.DISTINCT, TokenType.ALL):
+            break
+    if not cuts:
+        return None
+    kept, last = [], 0
+    for token in cuts:
+        kept.append(text[last : token.start])
+        last = token.end + 1
+    candidate = "".join(kept) + text[last:]
+    reparsed = reparse(candidate, engine)
+    return candidate if reparsed is not None and reparsed == expected else None
+
+
 # Words sqlglot writes in place of what the user wrote with the same meaning: the AS of
 # an alias, CAST for ``x::type``, OFFSET for ``LIMIT o, n``, the tie-breakers' direction,
-# CROSS JOIN for a comma.
-_SAME_MEANING = frozenset("AS CAST OFFSET LIMIT ASC DESC NULLS FIRST LAST CROSS JOIN".split())
+# CROSS JOIN for a comma, NOT for a negated operator (!~).
+_SAME_MEANING = frozenset("AS CAST OFFSET LIMIT ASC DESC NULLS FIRST LAST CROSS JOIN NOT".split())
 # Per engine: a word sqlglot writes -> the user's words it is the engine's synonym of.
 _SYNONYMS: dict[str, dict[str, frozenset[str]]] = {
     "duckdb": {
         "LISTAGG": frozenset({"STRING_AGG", "GROUP_CONCAT"}),
         "LENGTH": frozenset({"LEN"}),
         "ARRAY_CONTAINS": frozenset({"LIST_CONTAINS", "LIST_HAS"}),
+        "ARRAY_AGG": frozenset({"LIST"}),
         # USING SAMPLE 10% (bernoulli, 7): the method and seed spelled out
         **{w: frozenset({"USING"}) for w in ("PERCENT", "BERNOULLI", "SYSTEM", "REPEATABLE")},
     },
     "mysql": {"COALESCE": frozenset({"IFNULL"})},
-    "sqlite": {"COALESCE": frozenset({"IFNULL"})},
+    "sqlite": {"COALESCE": frozenset({"IFNULL"}), "SUBSTRING": frozenset({"SUBSTR"})},
 }
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NOT_WORDS = (TokenType.STRING, TokenType.NUMBER, TokenType.IDENTIFIER, TokenType.NATIONAL_STRING)

@@ -20,6 +20,7 @@ from sqlfeed.sql.render import (
     render_problem,
     reparse,
     statement_text,
+    without_modifiers,
     without_order,
 )
 from sqlfeed.sql.syntax import computes_aggregate, has_limit
@@ -78,27 +79,59 @@ def embedded_text(parsed: ParsedQuery) -> str:
     """
     engine, tree = parsed.dialect, parsed.tree
     drop = droppable_order(tree)
-    target = tree.copy() if drop else tree
+    target = _without_outer_modifiers(tree) if engine.name == "mysql" else tree
     if drop:
+        target = target.copy() if target is tree else target
         target.set("order", None)
     text = statement_text(parsed.sql, engine)
-    if reparse(text, engine) == tree:  # the user's own query, not rewritten
-        engine.sql(tree)  # what the engine lacks is refused here, before anything runs
-        cut = without_order(text, engine, target) if drop else None
-        text = cut or text
-        if not _pushdown_fence(parsed):
-            return text
-        fenced = _fenced(text, engine, target if cut else tree)
-        if fenced is None:
-            raise UnsupportedError(
-                "MariaDB filters a grouped derived table wrongly (JSON_ARRAYAGG in a pushed "
-                "condition) and sqlfeed cannot fence this query off with a LIMIT: use "
-                "strategy materialize, or a key of grouping columns (key=..., --key)"
-            )
-        return fenced
-    if _pushdown_fence(parsed) and isinstance(target, (exp.Select, exp.SetOperation)):
-        target = target.limit(_NO_LIMIT)
-    return _rewritten(parsed, target)
+    if reparse(text, engine) != tree:  # rewritten inside (tie-breakers): rendered, checked
+        if _pushdown_fence(parsed) and isinstance(target, (exp.Select, exp.SetOperation)):
+            target = target.limit(_NO_LIMIT)
+        return _rewritten(parsed, target)
+    engine.sql(tree)  # what the engine lacks is refused here, before anything runs
+    # The user's own text: what can be cut is cut off it, each cut checked by a re-parse.
+    expected = tree
+    if drop and (cut := without_order(text, engine, _without_order(tree))) is not None:
+        text, expected = cut, _without_order(tree)
+    unmodified = _without_outer_modifiers(expected) if engine.name == "mysql" else expected
+    if unmodified is not expected:
+        cut = without_modifiers(text, engine, _OUTER_MODIFIERS, unmodified)
+        text, expected = (cut, unmodified) if cut is not None else (text, expected)
+    if not _pushdown_fence(parsed):
+        return text
+    fenced = _fenced(text, engine, expected)
+    if fenced is None:
+        raise UnsupportedError(
+            "MariaDB filters a grouped derived table wrongly (JSON_ARRAYAGG in a pushed "
+            "condition) and sqlfeed cannot fence this query off with a LIMIT: use "
+            "strategy materialize, or a key of grouping columns (key=..., --key)"
+        )
+    return fenced
+
+
+def _without_order(tree: exp.Expr) -> exp.Expr:
+    cut = tree.copy()
+    cut.set("order", None)
+    return cut
+
+
+# MySQL/MariaDB take these only in the outermost SELECT; they change no row (a cache, a
+# priority, FOUND_ROWS()), so a derived table leaves them out.
+_OUTER_MODIFIERS = frozenset(
+    ("SQL_NO_CACHE", "SQL_CACHE", "SQL_CALC_FOUND_ROWS", "HIGH_PRIORITY", "SQL_BUFFER_RESULT")
+)
+
+
+def _without_outer_modifiers(tree: exp.Expr) -> exp.Expr:
+    """MySQL's SELECT without :data:`_OUTER_MODIFIERS` (a copy; ``tree`` itself when it
+    has none)."""
+    modifiers = tree.args.get("operation_modifiers") or []
+    kept = [m for m in modifiers if m.name.upper() not in _OUTER_MODIFIERS]
+    if len(kept) == len(modifiers):
+        return tree
+    cut = tree.copy()
+    cut.set("operation_modifiers", kept or None)
+    return cut
 
 
 # MariaDB pushes a WHERE on a grouped derived table's outputs into its HAVING, where
