@@ -117,7 +117,7 @@ class MemoryQueue(LeaseQueue):
             task.state, task.worker, task.token = "leased", worker, uuid.uuid4().hex
             task.expires = now + spec.lease_ttl
             task.attempts += 1
-            return Lease(job, epoch, part, task.token, worker, task.acked, task.attempts)
+            return Lease(job, epoch, part, task.token, worker, task.acked, task.attempts, task.rows)
 
     def finish_share(self, job: str, epoch: int, worker: str) -> None:
         with self._lock:

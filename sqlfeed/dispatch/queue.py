@@ -157,8 +157,13 @@ class Lease:
     token: str
     worker: str
     offset: int
-    """Batches of this partition already acknowledged: the holder resumes after them."""
+    """Batches of this partition already acknowledged: the holder numbers its batches on
+    from there."""
     attempt: int
+    rows: int | None = None
+    """Rows of those batches: the holder resumes after as many rows, whatever its batch
+    size (an earlier holder's may have been another); None: a queue that does not count
+    them (the holder skips ``offset`` of its own batches)."""
 
 
 @dataclass(frozen=True)

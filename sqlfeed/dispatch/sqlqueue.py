@@ -314,10 +314,10 @@ class SQLQueue(LeaseQueue):
              "e": epoch, "p": row.part},
         )  # fmt: skip
         return Lease(job, int(epoch), int(row.part), token, worker, int(row.acked),
-                     int(row.attempts) + 1)  # fmt: skip
+                     int(row.attempts) + 1, int(row.rows_acked))  # fmt: skip
 
     def _claim(self, c: Any, job: str, epoch: int, now: float) -> Any:
-        """Lock the task to hand out next in ``epoch`` (its part, acked, attempts), or None:
+        """Lock the task to hand out next in ``epoch`` (part, acked, attempts, rows), or None:
         expired leases first (taken over within their TTL), then pending tasks in order, one
         predicate each for the (job, epoch, state, position) index. Expired leases are read
         plainly, then locked by key: on MariaDB (also at READ COMMITTED) a locking scan keeps
@@ -334,8 +334,8 @@ class SQLQueue(LeaseQueue):
         for part in list(expired):
             row = c.execute(
                 sa.text(
-                    f"SELECT part, acked, attempts FROM sqlfeed_tasks {where} part = :p "
-                    "AND state = 'leased' AND expires < :now" + self._lock_clause
+                    f"SELECT part, acked, attempts, rows_acked FROM sqlfeed_tasks {where} "
+                    "part = :p AND state = 'leased' AND expires < :now" + self._lock_clause
                 ),
                 {**values, "p": part},
             ).first()
@@ -343,8 +343,8 @@ class SQLQueue(LeaseQueue):
                 return row
         return c.execute(
             sa.text(
-                f"SELECT part, acked, attempts FROM sqlfeed_tasks {where} state = 'pending' "
-                "ORDER BY position LIMIT 1" + self._lock_clause
+                f"SELECT part, acked, attempts, rows_acked FROM sqlfeed_tasks {where} "
+                "state = 'pending' ORDER BY position LIMIT 1" + self._lock_clause
             ),
             values,
         ).first()

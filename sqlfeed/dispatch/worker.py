@@ -442,14 +442,20 @@ class Worker:
             partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=snapshot, rows=rows
         )
         batches = rebatch(reads, self.batch_size) if self.batch_size else reads
-        offset = 0
+        skip = lease.rows  # acknowledged by earlier holders, maybe in batches of another size
+        offset = 0 if skip is None else lease.offset
         try:
             for batch in batches:
                 if not batch.num_rows:
                     continue
-                if offset < lease.offset:  # acknowledged by an earlier holder: skip
+                if skip is None and offset < lease.offset:  # a queue that counts no rows
                     offset += 1
                     continue
+                if skip:  # skip the acknowledged rows; a batch across them is cut
+                    if batch.num_rows <= skip:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
                 if self._stop.is_set() or not self._trusted(hold) or self._share_done(hold):
                     return False  # stopping, another worker holds it now, or our share is full
                 delivery = Delivery(lease.epoch, lease.partition, offset, batch)
