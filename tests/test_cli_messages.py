@@ -153,3 +153,18 @@ def _url(name: str) -> str:
     if name == "postgres":
         return POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
     return MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgres://u:secret@127.0.0.1:9/x",
+         "did you mean postgresql+psycopg://u:***@127.0.0.1:9/x?"),
+        ("snowflake://u@account/db", "pip install snowflake-sqlalchemy"),
+    ],
+)  # fmt: skip
+def test_the_python_api_gives_the_same_url_fix(url: str, expected: str) -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        sqlfeed.connect(url)
+    assert expected in str(refused.value)
+    assert "secret" not in str(refused.value)

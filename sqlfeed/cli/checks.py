@@ -8,15 +8,14 @@ an error names instead of Python's parameter names (:func:`name_flags`,
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from dialects import InvalidArgumentError
+from sqlfeed.io import redact_url
+from sqlfeed.io.urlhints import scheme_hint
 
 # -- output paths, checked before anything runs ------------------------------------------
 
@@ -130,16 +129,6 @@ def cli_wording(message: str, names: Mapping[str, str]) -> str:
 
 # -- database URLs, before anything connects ----------------------------------------------
 
-_RENAMED = {"postgres": "postgresql", "pg": "postgresql", "pgsql": "postgresql",
-            "psql": "postgresql", "sqlite3": "sqlite", "maria": "mariadb"}  # fmt: skip
-"""URL schemes people write that SQLAlchemy spells otherwise."""
-_PLUGINS = {
-    "snowflake": "snowflake-sqlalchemy", "bigquery": "sqlalchemy-bigquery",
-    "clickhouse": "clickhouse-sqlalchemy", "trino": "'trino[sqlalchemy]'",
-    "databricks": "databricks-sqlalchemy", "hive": "'pyhive[hive]'",
-    "redshift": "sqlalchemy-redshift", "presto": "'pyhive[presto]'",
-}  # fmt: skip
-"""SQLAlchemy dialects that come in a package of their own: the package to install."""
 _NATIVE = ("duckdb", "dataset", "memory")
 """Schemes sqlfeed opens itself (DuckDB files, shardset datasets), not through SQLAlchemy."""
 
@@ -148,41 +137,19 @@ def db_url(text: str) -> str:
     """``--db`` (argparse ``type=``): a URL whose kind SQLAlchemy knows, else the fix.
 
     A scheme SQLAlchemy spells otherwise (``postgres://``) gets a did-you-mean, one whose
-    dialect is a package of its own (``snowflake://``) the package to install; anything
-    else is left to the command (which says what is wrong with it).
+    dialect is a package of its own (``snowflake://``) the package to install
+    (:func:`~sqlfeed.io.urlhints.scheme_hint`); anything else is left to the command
+    (which says what is wrong with it).
 
     Raises:
         argparse.ArgumentTypeError: the scheme is one of those.
     """
-    scheme = text.strip().partition(":")[0].lower()
-    backend = scheme.partition("+")[0]
+    backend = text.strip().partition(":")[0].partition("+")[0].lower()
     if "://" not in text or backend in _NATIVE:
         return text
-    try:
-        url = sa.engine.make_url(text)
-        url.get_dialect()
-    except sa.exc.NoSuchModuleError:
-        shown = url.render_as_string(hide_password=True)
-        if backend in _PLUGINS:
-            raise argparse.ArgumentTypeError(
-                f"{shown}: SQLAlchemy's {backend} dialect is a package of its own: pip "
-                f"install {_PLUGINS[backend]}"
-            ) from None
-        better = _RENAMED.get(backend)
-        if better is None:
-            known = ["postgresql", "mysql", "mariadb", "sqlite", "oracle", "mssql", *_NATIVE[:1]]
-            close = difflib.get_close_matches(backend, known, n=1, cutoff=0.6)
-            better = close[0] if close else None
-        if better is None:
-            return text
-        driver = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}.get(better)
-        rest = shown.partition("://")[2]
-        raise argparse.ArgumentTypeError(
-            f"{shown}: SQLAlchemy has no {backend!r} dialect; did you mean "
-            f"{driver or better}://{rest}?"
-        ) from None
-    except (sa.exc.ArgumentError, ValueError, ImportError):
-        return text  # the command says what is wrong (a malformed URL, a missing driver)
+    fix = scheme_hint(text)
+    if fix is not None:
+        raise argparse.ArgumentTypeError(f"{redact_url(text)}: {fix}")
     return text
 
 

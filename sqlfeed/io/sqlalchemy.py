@@ -21,6 +21,7 @@ from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependen
 from sqlfeed.io.arrow import iterate_rows
 from sqlfeed.io.files import MEMORY, require_file
 from sqlfeed.io.source import Source, connection_lost, driver_message, redact_url
+from sqlfeed.io.urlhints import scheme_hint
 
 __all__ = [
     "SQLAlchemySource",
@@ -239,7 +240,8 @@ def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
     try:
         return sqlalchemy.create_engine(url, pool_pre_ping=True)
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as err:
-        raise InvalidArgumentError(f"bad database URL {redact_url(url)!r}: {err}") from None
+        fix = scheme_hint(url)  # postgres://: did you mean postgresql://; snowflake://: pip
+        raise InvalidArgumentError(f"bad database URL {redact_url(url)!r}: {fix or err}") from None
     except ImportError as err:
         raise MissingDependencyError(
             f"the driver for {redact_url(url)} is not installed ({err.name or err}): "
