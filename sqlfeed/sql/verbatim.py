@@ -179,7 +179,7 @@ def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
         return parsed.dialect.sql(parsed.tree, pretty=pretty)
     if reparse(text, parsed.dialect) == parsed.tree:
         parsed.dialect.sql(parsed.tree)  # what the engine lacks is refused before it runs
-        return text.strip()
+        return text.lstrip()  # a line comment at its end keeps its line end
     return _rewritten(parsed, parsed.tree, pretty)
 
 
