@@ -403,6 +403,38 @@ def test_a_small_query_survives_a_killed_connection(
     assert counted == ROWS * 1000
 
 
+@pytest.mark.parametrize(("engine", "readers"), [("postgres", "copy"), ("mysql", "pymysql")])
+def test_a_read_whose_rows_changed_before_it_resumed_fails_rather_than_guess(
+    engine: str,
+    readers: str,
+    server: Callable[..., Server],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Resuming drops the rows delivered before the connection was lost; if the re-read
+    returns other rows there (rows delivered were deleted meanwhile, outside any
+    snapshot), dropping them would lose rows silently: the read fails in one line."""
+    db = server(engine)
+    _readers(monkeypatch, engine, readers)
+    source = sqlfeed.connect(db.url)
+    ids: list[int] = []
+
+    def read_all() -> None:
+        for batch in source.read(db.query, batch_rows=100, ordered=True):
+            ids.extend(batch.column("id").to_pylist())
+            if len(ids) == 1000:  # delivered ids 0-999: delete some, then lose the read
+                db._run(f"DELETE FROM {db.table} WHERE id < 10")
+                assert db.kill(active=False) >= 1
+            time.sleep(0.001)
+
+    try:
+        with pytest.raises(sqlfeed.EngineError, match="changed") as caught:
+            read_all()
+    finally:
+        source.close()
+    assert "\n" not in str(caught.value)
+    assert len(ids) == len(set(ids))  # nothing delivered twice before it failed
+
+
 def _start_worker(
     queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str], consume: float
 ) -> subprocess.Popen[bytes]:

@@ -184,8 +184,8 @@ class Source:
         resume = _Resume(ordered or self.dialect.name != "postgres")
         with self._errors("partition query"):
             while True:
+                reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
                 try:
-                    reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
                     for batch in resume.rest(reads, out):
                         losses.progressed()
                         yield batch
@@ -202,6 +202,8 @@ class Source:
                         return  # the caller stopped the read: no rows are missing
                     if not self._reconnect(err, losses, resume, stop):
                         return
+                finally:
+                    reads.close()  # its cursor and connection let go now, not when collected
             if not resume.delivered:
                 yield empty_batch(out)
 
