@@ -202,8 +202,10 @@ class Source:
                         return  # the caller stopped the read: no rows are missing
                     if not self._reconnect(err, losses, resume, stop):
                         return
-                finally:
-                    reads.close()  # its cursor and connection let go now, not when collected
+                finally:  # its cursor and connection let go now, not when collected
+                    close = getattr(reads, "close", None)
+                    if close is not None:
+                        close()
             if not resume.delivered:
                 yield empty_batch(out)
 
