@@ -326,17 +326,16 @@ def test_a_read_that_cannot_reconnect_fails_in_one_line_without_traceback(
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     caplog.set_level(logging.WARNING)
     source = sqlfeed.connect(db.url)
-    killer = Killer(db, 0.3, 0.6, first=True).start()
 
     def read_all() -> None:
-        for _ in source.read(db.query, batch_rows=100, ordered=True):
-            time.sleep(0.01)
+        for count, _ in enumerate(source.read(db.query, batch_rows=100, ordered=True)):
+            if count == 10:  # mid-read: the server ends the reading connection
+                assert db.kill() >= 1
 
     try:
         with pytest.raises(sqlfeed.EngineError, match="lost the connection") as caught:
             read_all()
     finally:
-        killer.stop()
         source.close()
     gc.collect()  # pymysql's finalizers run here: they must not print either
     assert not unraisable, [u.exc_value for u in unraisable]
@@ -364,17 +363,14 @@ def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
     caplog.set_level(logging.WARNING)
     feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
                             batch_size=100, read_batch_rows=100)  # fmt: skip
-    killer = Killer(db, 0.3, 0.6, first=True).start()
 
     def read_all() -> None:
-        for _ in feeder:
-            time.sleep(0.01)
+        for count, _ in enumerate(feeder):
+            if count == 20:  # in the second of 8 partitions: the session's connection ends
+                assert db.kill() >= 1
 
-    try:
-        with pytest.raises(sqlfeed.EngineError, match="lost") as caught:
-            read_all()
-    finally:
-        killer.stop()
+    with pytest.raises(sqlfeed.EngineError, match="lost") as caught:
+        read_all()
     gc.collect()
     assert not unraisable, [u.exc_value for u in unraisable]
     assert not [r.getMessage() for r in caplog.records if r.exc_info]
