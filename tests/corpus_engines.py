@@ -282,6 +282,9 @@ MYSQL = _cases(
     ("group_by_having_alias", "SELECT city, COUNT(*) AS n FROM {people} GROUP BY city "
      "HAVING n > 40"),
     ("for_update_refused", "SELECT id FROM {people} FOR UPDATE", {"refusal": "lock"}),
+    # tie-breakers spliced into the user's own text (sqlglot would write REGEXP_LIKE)
+    ("regexp_top", "SELECT id, name FROM {ce_docs} WHERE name REGEXP '^a' OR x > 6 "
+     "ORDER BY g, x LIMIT 2, 9", {"key": "id"}),
 )  # fmt: skip
 
 SQLITE = _cases(
@@ -335,6 +338,9 @@ SQLITE = _cases(
     ("trailing_comment", "SELECT id, x FROM {ce_docs} WHERE x IN (SELECT x FROM {ce_docs} "
      "WHERE g = 1) -- the same x as group 1", {"key": "id"}),
     ("julianday", "SELECT order_id, julianday(placed) AS j FROM {orders}", {"key": "order_id"}),
+    # tie-breakers spliced into the user's own text (sqlglot would write REAL)
+    ("cast_numeric_top", "SELECT g, x, CAST(v AS NUMERIC) AS n FROM {ce_docs} ORDER BY x, g "
+     "LIMIT 9", {"key": "g"}),
 )  # fmt: skip
 
 DUCKDB = _cases(

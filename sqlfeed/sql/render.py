@@ -40,9 +40,11 @@ __all__ = [
     "Template",
     "Value",
     "checked_render",
+    "new_words",
     "render_problem",
     "reparse",
     "statement_text",
+    "with_order",
     "without_modifiers",
     "without_order",
 ]
@@ -228,6 +230,44 @@ def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
     return candidate if reparsed is not None and reparsed == expected else None
 
 
+def with_order(text: str, engine: Dialect, original: exp.Expr, rewritten: exp.Expr) -> str | None:
+    """``text`` (which parses as ``original``) with its outermost ORDER BY replaced by
+    ``rewritten``'s, when that is the only difference (tie-breakers added to the ORDER BY
+    of its LIMIT) and the result parses as exactly ``rewritten``; else None. Only sqlfeed's
+    ORDER BY is rendered: the rest of the query stays as the user wrote it."""
+    old, new = original.args.get("order"), rewritten.args.get("order")
+    if old is None or new is None:
+        return None
+    same = rewritten.copy()
+    same.set("order", old.copy())
+    tokens = _tokens(text, engine)
+    if tokens is None or same != original:
+        return None
+    depth, start, end = 0, None, len(text)
+    for token in tokens:
+        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and token.token_type == TokenType.ORDER_BY:
+            start, end = token.start, len(text)
+        elif depth == 0 and start is not None and token.token_type in _AFTER_ORDER:
+            end = min(end, token.start)
+    if start is None:
+        return None
+    try:
+        order = engine.sql(new)
+    except SqlfeedError:
+        return None
+    rest = text[end:]
+    candidate = f"{text[:start]}{order.strip()}{' ' + rest if rest.strip() else rest}"
+    reparsed = reparse(candidate, engine)
+    return candidate if reparsed is not None and reparsed == rewritten else None
+
+
+_AFTER_ORDER = (TokenType.LIMIT, TokenType.OFFSET, TokenType.FETCH)
+
+
 def without_modifiers(
     text: str, engine: Dialect, names: frozenset[str], expected: exp.Expr
 ) -> str | None:
@@ -329,22 +369,30 @@ def checked_render(engine: Dialect, tree: exp.Expr, text: str) -> tuple[str, str
         own = rendered if original == tree else engine.sql(original)
     except SqlfeedError as err:
         return rendered, str(err)
-    written, ours = _tokens(text, engine), _tokens(own, engine)
-    if written is None or ours is None:
+    new = new_words(engine, own, text)
+    if new is None:
         return rendered, "its text does not tokenize"
-    user = _words(written)
-    synonyms = _SYNONYMS.get(engine.name, {})
-    new = sorted(
-        word
-        for word in _words(ours) - user - _SAME_MEANING
-        if not synonyms.get(word, frozenset()) & user
-    )
     if new:
         return rendered, (
             f"sqlglot renders it with {', '.join(new)}, which the query does not use "
             f"({_short(own)!r})"
         )
     return rendered, None
+
+
+def new_words(engine: Dialect, rendered: str, text: str) -> list[str] | None:
+    """The keywords and function names ``rendered`` uses that the user's ``text`` does not
+    (nor a synonym of them); None when either does not tokenize."""
+    written, ours = _tokens(text, engine), _tokens(rendered, engine)
+    if written is None or ours is None:
+        return None
+    user = _words(written)
+    synonyms = _SYNONYMS.get(engine.name, {})
+    return sorted(
+        word
+        for word in _words(ours) - user - _SAME_MEANING
+        if not synonyms.get(word, frozenset()) & user
+    )
 
 
 def _short(text: str) -> str:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects import Dialect, UnsupportedError
+from dialects import Dialect, SqlfeedError, UnsupportedError
 from sqlfeed.sql.parse import ParsedQuery
 from sqlfeed.sql.render import (
     checked_render,
+    new_words,
     render_problem,
     reparse,
     statement_text,
+    with_order,
     without_modifiers,
     without_order,
 )
@@ -184,8 +186,16 @@ def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
 
 
 def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str:
-    """``tree``, a rewrite of the user's query, rendered once checked to be faithful."""
+    """``tree``, a rewrite of the user's query: the user's text with only its outermost
+    ORDER BY rendered (tie-breakers for its LIMIT), or the whole tree rendered once checked
+    to be faithful."""
     engine = parsed.dialect
+    text = statement_text(parsed.sql, engine)
+    original = reparse(text, engine)
+    if engine.name in EMBEDDING_ENGINES and original is not None:
+        spliced = with_order(text, engine, original, tree)
+        if spliced is not None and _order_words_written(parsed, original):
+            return spliced
     rendered, problem = checked_render(engine, tree, parsed.sql)
     # Only the engines the corpus runs on are refused: elsewhere sqlglot's round trip
     # differs in harmless ways (T-SQL aliases every CTE column), and nothing checks it.
@@ -196,6 +206,19 @@ def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str
             "end that ORDER BY with a unique column so it needs no tie-breaker"
         )
     return engine.sql(tree, pretty=True) if pretty or not rendered else rendered
+
+
+def _order_words_written(parsed: ParsedQuery, original: exp.Expr) -> bool:
+    """Whether sqlglot writes the user's own ORDER BY with the user's words only (the
+    ORDER BY is the part :func:`with_order` renders)."""
+    order = original.args.get("order")
+    if order is None:
+        return False
+    try:
+        rendered = parsed.dialect.sql(order)
+    except SqlfeedError:
+        return False
+    return new_words(parsed.dialect, rendered, parsed.sql) == []
 
 
 def wrap_body(parsed: ParsedQuery) -> tuple[exp.Expr, exp.With | None, tuple[str, str] | None]:
