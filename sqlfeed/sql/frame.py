@@ -1,9 +1,10 @@
 """The frame: a SELECT returning exactly a query's rows, that a WHERE can be added to.
 
 :class:`Frame` pushes a predicate down into the query itself when it is a plain filter
-over one table (:func:`pushdown_blocker` says why not otherwise), or wraps the query
-(``SELECT * FROM (q) AS _sqlfeed_q``), renaming its columns by position where output
-names repeat. Every query built from a SELECT starts from a frame.
+over one table (:func:`pushdown_blocker` says why not otherwise) that sqlglot renders
+faithfully, or wraps the query (``SELECT * FROM (q) AS _sqlfeed_q``, with the user's own
+text inside: :meth:`Frame.render`), renaming its columns by position where output names
+repeat. Every query built from a SELECT starts from a frame.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Partition queries of a SELECT: hash, range and physical partitions, and their planning.
 
-Every query is built as AST nodes and rendered for its engine with
-``unsupported_level=RAISE``, so nothing an engine lacks is dropped silently.
+What sqlfeed adds is built as AST nodes and rendered for its engine with
+``unsupported_level=RAISE``, so nothing an engine lacks is dropped silently; the user's
+query inside a wrap is the user's own text (:mod:`sqlfeed.sql.verbatim`), and a rewrite
+inside it is rendered only where that provably keeps its meaning.
 
 The partition invariant: for any valid query ``q`` and any ``M >= 1``, the multiset union
 of ``partition_sql(q, k, M)`` for ``k`` in ``0..M-1`` is exactly the result of ``q``.
