@@ -215,6 +215,11 @@ POSTGRES = _cases(
      {"key": "id"}),
     ("collate", "SELECT id, name COLLATE \"C\" AS n FROM {people} WHERE city = 'Oslo'",
      {"key": "id"}),
+    ("distinct_on_limit", "SELECT DISTINCT ON (g) g, x, id FROM {ce_docs} ORDER BY g, x DESC "
+     "LIMIT 4", {"key": "g", **ORDERED}),
+    ("dollar_quoted", "SELECT id, $$it's$$ AS s, E'a\\tb' AS e FROM {people}", {"key": "id"}),
+    ("comment_before_limit", "SELECT id, name FROM {people} ORDER BY id -- by id\nLIMIT 5",
+     {"key": "id"}),
 )  # fmt: skip
 
 MYSQL = _cases(
@@ -285,6 +290,9 @@ MYSQL = _cases(
     # tie-breakers spliced into the user's own text (sqlglot would write REGEXP_LIKE)
     ("regexp_top", "SELECT id, name FROM {ce_docs} WHERE name REGEXP '^a' OR x > 6 "
      "ORDER BY g, x LIMIT 2, 9", {"key": "id"}),
+    ("double_quoted_string", "SELECT id, name FROM {people} WHERE city = \"Oslo\"",
+     {"key": "id"}),
+    ("adjacent_literals", "SELECT id, 'a' 'b' AS s FROM {people}", {"key": "id"}),
 )  # fmt: skip
 
 SQLITE = _cases(
@@ -341,6 +349,8 @@ SQLITE = _cases(
     # tie-breakers spliced into the user's own text (sqlglot would write REAL)
     ("cast_numeric_top", "SELECT g, x, CAST(v AS NUMERIC) AS n FROM {ce_docs} ORDER BY x, g "
      "LIMIT 9", {"key": "g"}),
+    ("bracket_identifier", "SELECT id, [name] AS n, \"city\" AS c FROM {people}", {"key": "id"}),
+    ("double_quoted_string", "SELECT id FROM {people} WHERE city = \"Oslo\"", {"key": "id"}),
 )  # fmt: skip
 
 DUCKDB = _cases(
@@ -405,6 +415,8 @@ DUCKDB = _cases(
      {"key": "order_id"}),
     ("columns_exclude", "SELECT COLUMNS(* EXCLUDE (name, v, tags)) FROM {ce_docs}",
      {"key": "id"}),
+    ("starts_with_operator", "SELECT id, name FROM {people} WHERE name ^@ 'a'", {"key": "id"}),
+    ("positional_refs", "SELECT id, g FROM {ce_docs} ORDER BY #2, #1 LIMIT 5", {"key": "id"}),
 )  # fmt: skip
 
 ENGINE_CORPUS: dict[str, list[EngineCase]] = {
