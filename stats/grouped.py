@@ -40,6 +40,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import Dialect
+from stats.sqlvalues import Relation
 
 __all__ = ["Counted", "Grouped", "grouped_sql", "read_grouped"]
 
@@ -231,26 +232,26 @@ def _kept(i: int, column: Grouped, buckets: int, engine: Dialect) -> exp.Expr:
 
 
 def grouped_sql(
-    relation: exp.Subquery,
+    relation: Relation,
     columns: list[Grouped],
     buckets: int,
-    engine: Dialect,
     square: Callable[[exp.Expr], exp.Expr],
 ) -> str:
     """The one statement: per column, its top groups and the groups holding boundaries.
 
     Args:
-        relation: the query as a derived table named ``_stats_q``.
+        relation: the query as a derived table named ``_stats_q`` (its own text embedded
+            as written, see :class:`stats.sqlvalues.Relation`), and its engine.
         columns: the columns, at least one; names distinct.
         buckets: quantile buckets.
-        engine: the dialect.
         square: ``x * x`` of an expression, safe on the engine (underflow).
     """
-    numbered = _numbered(_groups(relation, columns, engine), columns)
+    engine = relation.engine
+    numbered = _numbered(_groups(relation.node, columns, engine), columns)
     squares = _squares(_windows(numbered, columns), columns, square)
     kept = [_kept(i, c, buckets, engine) for i, c in enumerate(columns)]
     select = exp.select(exp.Star()).from_(_derived(squares)).where(exp.or_(*kept))
-    return engine.sql(select)
+    return relation.render(select)
 
 
 def read_grouped(table: pa.Table, columns: list[Grouped], buckets: int) -> list[Counted]:

@@ -48,6 +48,7 @@ from dialects import Dialect, UnsupportedError, get_dialect
 from stats.grouped import Counted, Grouped, grouped_sql, read_grouped
 from stats.model import ColumnStats, FeatureStats, StatsSpec
 from stats.sqlvalues import (
+    Relation,
     epoch_units,
     finite,
     float_literal,
@@ -130,21 +131,18 @@ class _Numeric:
 class _Query:
     """SQL over the relation, for one dialect."""
 
-    def __init__(self, relation_sql: str, engine: Dialect) -> None:
+    def __init__(self, relation: str | exp.Expr, engine: Dialect) -> None:
         self.engine = engine
-        self.relation = exp.Subquery(
-            this=exp.maybe_parse(relation_sql, dialect=engine.sqlglot_dialect),
-            alias=exp.TableAlias(this=exp.to_identifier(_ALIAS)),
-        )
+        self.relation = Relation(relation, _ALIAS, engine)
 
     def column(self, name: str) -> exp.Expr:
         return exp.column(exp.to_identifier(name, quoted=True), table=_ALIAS)
 
     def select(self, expressions: list[exp.Expr], where: exp.Expr | None = None) -> str:
-        select = exp.select(*expressions).from_(self.relation.copy())
+        select = exp.select(*expressions).from_(self.relation.node.copy())
         if where is not None:
             select = select.where(where)
-        return self.engine.sql(select)
+        return self.relation.render(select)
 
     def numeric(self, field: pa.Field) -> _Numeric:
         column, engine = self.column(field.name), self.engine
@@ -191,7 +189,7 @@ def _case(condition: exp.Expr, then: exp.Expr, otherwise: exp.Expr | None = None
 
 
 def compute_pushdown(
-    relation_sql: str,
+    relation_sql: str | exp.Expr,
     schema: pa.Schema,
     run: Runner,
     spec: StatsSpec | None = None,
@@ -207,7 +205,10 @@ def compute_pushdown(
     relation unnested (PostgreSQL, DuckDB; elsewhere refused).
 
     Args:
-        relation_sql: a SELECT whose output column names are distinct.
+        relation_sql: a SELECT whose output column names are distinct: its text, which
+            every statement embeds as written (the engine parses exactly that text;
+            sqlglot never re-renders it), or a tree, which sqlglot renders with each
+            statement (for an engine where the caller renders the query from its tree).
         schema: its Arrow schema (decides numeric or categorical).
         run: runs a query, returns a ``pyarrow.Table``.
         spec: which columns and how (default: all, inferred).
@@ -239,7 +240,8 @@ def compute_pushdown(
         say(f"elements of list column {field.name}")
         result[field.name] = _elements(query, field, kinds[field.name], spec, run, read)
     ordered = {f.name: result[f.name] for f in described}
-    return FeatureStats(ordered, rows, method, dialect=engine.name, sql=relation_sql,
+    text = relation_sql if isinstance(relation_sql, str) else engine.sql(relation_sql)
+    return FeatureStats(ordered, rows, method, dialect=engine.name, sql=text,
                         label=spec.label)  # fmt: skip
 
 
@@ -368,7 +370,7 @@ def _grouped_scan(
     columns = [c for c in columns if result[c.name].count > result[c.name].nulls]
     if not columns:
         return
-    sql = grouped_sql(query.relation, columns, spec.buckets, query.engine, query.square)
+    sql = grouped_sql(query.relation, columns, spec.buckets, query.square)
     counted = read_grouped(run(sql), columns, spec.buckets)
     moments = {c.field.name: c for c in numeric}
     for column, found in zip(columns, counted, strict=True):

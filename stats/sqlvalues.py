@@ -10,6 +10,9 @@
   and call it equal to itself; IEEE engines compare it false).
 * Dates and timestamps as numbers in the units of :mod:`stats.units` (days, microseconds
   since 1970), on the engines where sqlfeed knows how.
+* The query described, as a derived table (:class:`Relation`): its own text embedded as
+  written (the engine parses exactly what the user wrote; sqlglot never re-renders it),
+  or a tree sqlglot renders where the caller asks for that.
 
 >>> from dialects import get_dialect
 >>> from sqlglot import exp
@@ -30,6 +33,7 @@ from dialects import Dialect, UnsupportedError
 from stats.units import DAYS, unit_of
 
 __all__ = [
+    "Relation",
     "epoch_units",
     "finite",
     "float_literal",
@@ -37,6 +41,62 @@ __all__ = [
     "not_nan",
     "raises_on_underflow",
 ]
+
+
+class Relation:
+    """The described query as a derived table, and the statements built over it rendered.
+
+    A query given as text is embedded as written: the derived table holds a placeholder
+    that :meth:`render` replaces with the text, so sqlglot never parses or re-renders it
+    (it would change queries it cannot write back: MariaDB's ``REGEXP`` as a
+    ``REGEXP_LIKE`` MariaDB lacks, SQLite's ``CAST(x AS NUMERIC)`` as ``REAL``). A query
+    given as a tree is rendered by sqlglot with the statement (engines where the caller
+    renders the query from its tree anyway, e.g. to hoist its CTEs).
+    """
+
+    def __init__(self, query: str | exp.Expr, alias: str, engine: Dialect) -> None:
+        self.engine = engine
+        self.text: str | None = None
+        body: exp.Expr
+        if isinstance(query, str):
+            self.text = _statement_body(query)
+            self.placeholder = _free_name(self.text)
+            body = exp.var(self.placeholder)
+        else:
+            body = query.copy()
+        self.node = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+    def render(self, statement: exp.Expr) -> str:
+        """``statement`` (built over :attr:`node`) for the engine, the query's own text
+        in place of the placeholder."""
+        sql = self.engine.sql(statement)
+        if self.text is None:
+            return sql
+        if sql.count(self.placeholder) != 1:
+            raise AssertionError("the described query's placeholder is not in the SQL once")
+        return sql.replace(self.placeholder, self.text)
+
+
+def _statement_body(text: str) -> str:
+    """A query's text as a derived table holds it: no trailing semicolons; a line end
+    after a trailing line comment (which would comment out the closing parenthesis)."""
+    body = text.strip()
+    while body.endswith(";"):
+        body = body[:-1].rstrip()
+    if not body:
+        raise UnsupportedError("statistics need a query; the SQL given is empty")
+    last_line = body.rsplit("\n", 1)[-1]
+    return f"{body}\n" if "--" in last_line or "#" in last_line else body
+
+
+def _free_name(text: str) -> str:
+    """A placeholder name the query's text does not contain."""
+    name, number = "_stats_query_5d2a", 0
+    while name.casefold() in text.casefold():
+        number += 1
+        name = f"_stats_query_5d2a{number}"
+    return name
+
 
 _NO_NON_FINITE = frozenset({"mysql"})
 """Engines whose floating-point columns hold neither NaN nor infinities."""

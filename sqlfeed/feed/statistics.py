@@ -23,9 +23,11 @@ from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
+from sqlfeed.sql.verbatim import EMBEDDING_ENGINES
 from stats.accumulate import StatsAccumulator
 from stats.model import FeatureStats, StatsSpec
 from stats.pushdown import compute_pushdown
+from stats.sqlvalues import Relation
 
 __all__ = ["STATS_METHODS", "compute_stats"]
 
@@ -90,7 +92,7 @@ def compute_stats(
         ), schema)  # fmt: skip
         sampled = sample_rows
     result = compute_pushdown(
-        relation,
+        _embedded(src, relation),
         schema,
         lambda sql: src.arrow(sql, what="statistics query", settings=src.dialect.STATS_SETTINGS),
         spec,
@@ -108,6 +110,17 @@ _STRING_TYPES = frozenset({25, 1042, 1043, 19})
 """PostgreSQL text, char(n), varchar and name: grouped as they are."""
 _STRING_ARRAYS = frozenset({1009, 1014, 1015})
 """PostgreSQL text[], char(n)[] and varchar[]."""
+
+
+def _embedded(src: Source, relation: str) -> str | exp.Expr:
+    """The relation as the statistics statements hold it: its text, embedded as written
+    (the user's own text inside it, as partitions embed it: sqlglot never re-renders a
+    query it might change), or, on the engines whose queries sqlfeed renders from their
+    tree anyway (:data:`~sqlfeed.sql.verbatim.EMBEDDING_ENGINES` aside), that tree,
+    which sqlglot writes with each statement (T-SQL's CTEs hoisted above it)."""
+    if src.dialect.name in EMBEDDING_ENGINES:
+        return relation
+    return exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect)
 
 
 def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
@@ -128,10 +141,7 @@ def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
             casts[field.name] = "array"
     if not casts:
         return relation
-    inner = exp.Subquery(
-        this=exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect),
-        alias=exp.TableAlias(this=exp.to_identifier("_stats_text")),
-    )
+    inner = Relation(relation, "_stats_text", src.dialect)  # the text as written
     outputs = []
     for name in schema.names:
         column: exp.Expr = exp.column(exp.to_identifier(name, quoted=True))
@@ -144,7 +154,7 @@ def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
             null = exp.Is(this=column.copy(), expression=exp.null())
             column = exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=printed)
         outputs.append(column.as_(exp.to_identifier(name, quoted=True)))
-    return src.dialect.sql(exp.select(*outputs).from_(inner))
+    return inner.render(exp.select(*outputs).from_(inner.node))
 
 
 def _read_values(src: Source, sql: str) -> pa.Table:
