@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from sqlfeed.sql import ParsedQuery, function_name
+from dialects import UnsupportedError
+from sqlfeed.sql import ParsedQuery, function_name, rendering_problem
+from sqlfeed.sql.render import checked_render
 
 __all__ = [
     "FILE_COLUMN",
@@ -40,6 +42,7 @@ __all__ = [
     "FilePart",
     "FileTable",
     "PartSql",
+    "around_table",
     "file_tables",
     "named_arguments_sql",
     "piece_select",
@@ -140,8 +143,19 @@ def table_problem(parsed: ParsedQuery, table: exp.Table) -> str | None:
     It is when ``table`` is in the top-level FROM or an inner join, and the query computes
     each output row from one row of it: no aggregates, DISTINCT, window functions, GROUP
     BY, LIMIT, set operations or outer joins that keep unmatched rows of another table.
-    Other tables (a small dimension table) are read whole by every partition.
+    Other tables (a small dimension table) are read whole by every partition. And, since
+    a piece replaces the table inside the query, which is then rendered from its tree:
+    sqlglot must render the query without changing it
+    (:func:`sqlfeed.sql.rendering_problem`); else the query is read whole, as written.
     """
+    why = _shape_problem(parsed, table)
+    if why is None and (unfaithful := rendering_problem(parsed)) is not None:
+        why = f"a piece must replace the table inside the query, and {unfaithful}"
+    return why
+
+
+def _shape_problem(parsed: ParsedQuery, table: exp.Table) -> str | None:
+    """:func:`table_problem` for the query's shape."""
     tree = parsed.tree
     if not isinstance(tree, exp.Select):
         return "the query is not a plain SELECT (set operations mix fragments)"
@@ -253,7 +267,7 @@ class PartSql:
         alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(table.alias))
         token = f"sqlfeed_part_{uuid.uuid4().hex}"
         node.replace(exp.Table(this=exp.to_identifier(token), alias=alias))
-        self._before, self._after = tree.sql(dialect=DUCKDB).split(token)
+        self._before, self._after = around_table(parsed, tree, token)
 
     def sql(self, part: FilePart) -> str:
         """The query with the table replaced by a read of ``part`` (DuckDB SQL)."""
@@ -270,6 +284,27 @@ class PartSql:
         else:
             read = f"({piece_select(table, part, self.multi).sql(dialect=DUCKDB)})"
         return self._before + read + self._after
+
+
+def around_table(parsed: ParsedQuery, tree: exp.Expr, token: str) -> tuple[str, str]:
+    """The query's SQL before and after the table ``tree`` names ``token`` (the query's
+    tree with one table replaced), rendered once and checked to read back as that tree,
+    with no function or keyword the user did not write.
+
+    Raises:
+        UnsupportedError: sqlglot would change the query (see
+            :func:`sqlfeed.sql.render.render_problem`).
+    """
+    rendered, problem = checked_render(parsed.dialect, tree, parsed.sql)
+    if problem is not None:
+        raise UnsupportedError(
+            f"strategy fragments: a piece must replace a table inside the query, and "
+            f"{problem}; use strategy hash (it embeds the query as written)"
+        )
+    before, _, after = rendered.partition(token)
+    if token in after or not _:
+        raise AssertionError("the replaced table is not in the rendered query once")
+    return before, after
 
 
 def piece_select(table: FileTable, part: FilePart, multi: bool) -> exp.Select:

@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlglot import exp
 
-from dialects import InvalidArgumentError, ShardsetError, get_dialect
+from dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io import DEFAULT_BATCH_ROWS, DuckDBSource
 from sqlfeed.plans.filemeta import even_runs, orc_open, orc_stripes, parquet_row_groups
+from sqlfeed.plans.files import around_table
 from sqlfeed.plans.fragments import fragment_problem, view_reference
 from sqlfeed.shards.join import join_on_uid
 from sqlfeed.shards.reader import lines_are_rows, read_shard, read_text_range
@@ -346,19 +347,19 @@ class DatasetSource(DuckDBSource):
         problem = fragment_problem(parsed, self.view)
         if problem:
             raise InvalidArgumentError(f"strategy fragments: {problem}")
-        dialect = get_dialect("duckdb").sqlglot_dialect
-        out = []
-        for fragment in self.fragments(target_rows):
-            tree = parsed.tree.copy()
-            table = view_reference(tree, self.view)
-            assert table is not None  # fragment_problem checked it
-            alias = table.alias or self.view
-            inner: exp.Expr = exp.maybe_parse(self.fragment_sql(fragment), dialect=dialect)
-            table.replace(
-                exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias)))
-            )
-            out.append((tree.sql(dialect=dialect), fragment))
-        return out
+        # The query is rendered once around a placeholder for the view, checked to read
+        # back unchanged; each fragment's own SQL goes in its place as text.
+        tree = parsed.tree.copy()
+        table = view_reference(tree, self.view)
+        assert table is not None  # fragment_problem checked it
+        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(self.view))
+        token = f"sqlfeed_view_{uuid.uuid4().hex}"
+        table.replace(exp.Table(this=exp.to_identifier(token), alias=alias))
+        before, after = around_table(parsed, tree, token)
+        return [
+            (f"{before}({self.fragment_sql(fragment)}){after}", fragment)
+            for fragment in self.fragments(target_rows)
+        ]
 
 
 # -- reading pieces of the main shardset -------------------------------------------------------
