@@ -31,7 +31,9 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
+from sqlglot.tokenizer_core import TokenType
 
 from dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.io.files import MEMORY, require_file, url_path
@@ -136,6 +138,7 @@ class DuckDBSource(Source):
         if not _ORC.search(sql):
             return sql
         tree: exp.Expr = exp.maybe_parse(sql, dialect="duckdb")
+        spliced: list[tuple[exp.Expr, str]] = []  # each call, and the text in its place
         for table in list(tree.find_all(exp.Table)):
             call = table.this
             if isinstance(call, exp.Identifier) and call.quoted and call.name.endswith(".orc"):
@@ -155,8 +158,12 @@ class DuckDBSource(Source):
             alias = table.args.get("alias") or exp.TableAlias(
                 this=exp.to_identifier("read_orc" if isinstance(call, exp.Func) else "orc")
             )
+            spliced.append((call, name if table.alias else f"{name} AS {alias.sql('duckdb')}"))
             table.replace(exp.Table(this=exp.to_identifier(name), alias=alias))
-        return tree.sql(dialect="duckdb")
+        # The query's own text with only the calls replaced: sqlglot's rendering of the
+        # whole statement could change it (log2(x) becomes LOG(2, x), another rounding).
+        text = _spliced(sql, spliced)
+        return text if text is not None else tree.sql(dialect="duckdb")
 
     # -- what the planner asks about files (sqlfeed.plans.files.FileSource) ---------------
 
@@ -330,6 +337,33 @@ def _csv_call(table: exp.Table) -> tuple[str, str, str] | None:
     if "://" in path or any(c in path for c in "*?[{") or not os.path.isfile(path):
         return None
     return path, options, alias
+
+
+def _spliced(sql: str, calls: list[tuple[exp.Expr, str]]) -> str | None:
+    """``sql`` with each call's text (a function name to its closing parenthesis, or a
+    quoted file name) replaced; None when a call's place in the text is not known."""
+    tokens = list(sqlglot.Dialect.get_or_raise("duckdb").tokenize(sql))
+    spans = []
+    for call, text in calls:
+        start, end = call.meta.get("start"), call.meta.get("end")
+        if start is None or end is None:
+            return None
+        if isinstance(call, exp.Func):  # to the parenthesis that closes the arguments
+            after = [t for t in tokens if t.start > call.meta["end"]]
+            if not after or after[0].token_type != TokenType.L_PAREN:
+                return None
+            depth, end = 0, None
+            for token in after:
+                depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
+                if depth == 0:
+                    end = token.end
+                    break
+            if end is None:
+                return None
+        spans.append((int(start), int(end), text))
+    for start, end, text in sorted(spans, reverse=True):
+        sql = sql[:start] + text + sql[end + 1 :]
+    return sql
 
 
 def _orc_arguments(call: exp.Expr) -> tuple[list[str], dict[str, Any]]:
