@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import sqlfeed
 from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import positions
+from stats.pushdown import compute_pushdown, positions
 from tests.corpus_engines import ENGINE_CORPUS, EngineCase
 from tests.engines import Engine
 from tests.test_corpus_engines import _close_sources, corpus_engine, source_for
@@ -157,3 +159,23 @@ def test_postgres_columns_described_by_their_text_wrap_the_users_text(method: st
         numeric = stats.columns[name].kind == "numeric"
         expected = expected_column([row[i] for row in rows], numeric)
         assert actual_column(stats.columns[name], numeric) == expected, (method, name)
+
+
+@pytest.mark.parametrize("ending", [";", " ;\n", " -- the last line", " -- a comment;"])
+def test_compute_pushdown_embeds_text_that_ends_in_a_semicolon_or_comment(ending: str) -> None:
+    """Each statement holds the text as written, cut to one statement (a trailing
+    semicolon left out; a trailing line comment ended before the closing parenthesis)."""
+    query = "SELECT range AS n, log2(range + 1) AS l FROM range(1, 9)"
+    statements: list[str] = []
+    with sqlfeed.connect("duckdb://") as source:
+
+        def run(sql: str) -> pa.Table:
+            statements.append(sql)
+            return source.arrow(sql)
+
+        schema = source.schema(query)
+        stats = compute_pushdown(query + ending, schema, run, dialect="duckdb")
+    assert stats.rows == 8
+    assert (stats["n"].min, stats["n"].max) == (1, 8)
+    assert stats["l"].max == math.log2(9)
+    assert all("log2(range + 1)" in s for s in statements)  # not sqlglot's LOG(2, ...)
