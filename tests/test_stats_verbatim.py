@@ -57,7 +57,9 @@ def _value(value: Any) -> Any:
     return value
 
 
-def expected_column(values: list[Any], numeric: bool) -> dict[str, Any]:
+def expected_column(
+    values: list[Any], numeric: bool, buckets: int = SPEC.buckets
+) -> dict[str, Any]:
     """What a column's statistics must say, from the engine's own rows."""
     present = [_value(v) for v in values if v is not None]
     found: dict[str, Any] = {"count": len(values), "nulls": len(values) - len(present),
@@ -67,7 +69,7 @@ def expected_column(values: list[Any], numeric: bool) -> dict[str, Any]:
         found["min"] = ordered[0] if ordered else None
         found["max"] = ordered[-1] if ordered else None
         if ordered:
-            found["boundaries"] = [ordered[p - 1] for p in positions(len(ordered), SPEC.buckets)]
+            found["boundaries"] = [ordered[p - 1] for p in positions(len(ordered), buckets)]
     else:
         counts = Counter(present)
         top = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[: SPEC.top_k]
@@ -87,13 +89,13 @@ def actual_column(stats: ColumnStats, numeric: bool) -> dict[str, Any]:
     return found
 
 
-def _compute(engine: Engine, sql: str, method: str) -> FeatureStats:
+def _compute(engine: Engine, sql: str, method: str, spec: StatsSpec = SPEC) -> FeatureStats:
     options: dict[str, Any] = {}
     if method == "sample":
         options = {"sample_rows": 1_000_000}  # every row: the sample is the whole result
     if method == "accumulate":
         options = {"partitions": 3, "strategy": "hash"}
-    return sqlfeed.compute_stats(sql, source_for(engine), spec=SPEC, method=method, **options)
+    return sqlfeed.compute_stats(sql, source_for(engine), spec=spec, method=method, **options)
 
 
 def _comparable(engine: Engine, stats: ColumnStats) -> bool:
@@ -179,3 +181,14 @@ def test_compute_pushdown_embeds_text_that_ends_in_a_semicolon_or_comment(ending
     assert (stats["n"].min, stats["n"].max) == (1, 8)
     assert stats["l"].max == math.log2(9)
     assert all("log2(range + 1)" in s for s in statements)  # not sqlglot's LOG(2, ...)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_duckdb_statistics_see_the_users_functions(method: str) -> None:
+    """sqlglot writes DuckDB's ``log2(v)`` as ``LOG(2, v)``, which rounds differently."""
+    engine = corpus_engine("duckdb")
+    sql = f"SELECT id, log2(id * 1.37 + 1) AS l FROM {engine.qualify('ce_docs')}"
+    values = [row[0] for row in engine.rows(f"SELECT l FROM ({sql})")]
+    every = StatsSpec(buckets=len(values))  # every value is a boundary
+    stats = _compute(engine, sql, method, every).columns["l"]
+    assert actual_column(stats, True) == expected_column(values, True, every.buckets)
