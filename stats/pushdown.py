@@ -1,5 +1,9 @@
 """Statistics computed by the engine: aggregate SQL built with sqlglot for each dialect.
 
+The statements are built around the described query, which each holds as a derived table
+of its own text, as written (:class:`stats.sqlvalues.Relation`): sqlglot never re-renders
+it, so the engine reads exactly the query the user wrote.
+
 Two statements, one scan of the query's rows each, covering every column at once:
 
 1. counts, NULLs, NaNs, infinities, MIN and MAX (and, for floats, dates and timestamps,
