@@ -44,6 +44,22 @@ BAD_SQL = {
     "whitespace": ("   \n  ", "empty"),
     "only_comment": ("-- nothing here", "empty"),
     "syntax_error": ("SELEC a FROM t", "line 1, column"),
+    "misspelt_select": (
+        "SELEC * FROM t",
+        "'SELEC' is not a keyword: did you mean SELECT? at line 1, column 1",
+    ),
+    "misspelt_with": (
+        "WTIH x AS (SELECT 1) SELECT * FROM x",
+        "did you mean WITH? at line 1, column 1",
+    ),
+    "misspelt_from": (
+        "SELECT a\nFORM t",
+        "'FORM' is not a keyword: did you mean FROM? at line 2, column 1",
+    ),
+    "misspelt_where": (
+        "SELECT a FROM t WHER a > 1",
+        "'WHER' is not a keyword: did you mean WHERE?",
+    ),
     "syntax_error_line_2": ("SELECT a\nFROM t WHERE (", "line 2"),
     "unterminated_string": ("SELECT 'abc FROM t", "cannot parse"),
     # An ORDER BY that may tie is completed (or, with --strict, refused once the catalog's

@@ -25,7 +25,7 @@ from dialects import (
     get_dialect,
 )
 from sqlfeed.sql.syntax import ast_names, function_name, is_star, projection
-from sqlfeed.sql.wording import syntax_problem, unclosed
+from sqlfeed.sql.wording import misspelt_keyword, syntax_problem, unclosed
 
 __all__ = ["ParsedQuery", "parse"]
 
@@ -136,6 +136,11 @@ def _parse_statements(sql: str, engine: Dialect) -> list[exp.Expr]:
         parsed = sqlglot.parse(sql, read=engine.sqlglot_dialect)
     except SqlglotParseError as err:
         first = err.errors[0] if err.errors else {}
+        misspelt = misspelt_keyword(
+            sql, engine.sqlglot_dialect, first.get("line"), first.get("col")
+        )
+        if misspelt is not None:  # SELEC * FROM t: the word, not the '*' after it
+            raise ParseError(f"cannot parse the SQL: {misspelt[0]}", *misspelt[1:]) from None
         description = syntax_problem(first.get("description") or "syntax error")
         near = (first.get("highlight") or "").strip()
         message = f"cannot parse the SQL: {description}" + (f" near {near!r}" if near else "")

@@ -9,9 +9,23 @@ or comment left open, with its line and column.
 
 from __future__ import annotations
 
+import difflib
 import re
 
-__all__ = ["syntax_problem", "unclosed"]
+import sqlglot
+from sqlglot import Token, TokenType
+from sqlglot.errors import TokenError
+
+__all__ = ["misspelt_keyword", "syntax_problem", "unclosed"]
+
+_LEADING = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
+"""Keywords a query starts with."""
+_CLAUSE_WORDS = (
+    "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN",
+    "UNION", "EXCEPT", "INTERSECT", "QUALIFY", "WINDOW", "DISTINCT", "BETWEEN", "INNER",
+    "OUTER", "CROSS", "LEFT", "RIGHT",
+)  # fmt: skip
+"""Keywords a misspelling of which leaves a word the parser cannot place."""
 
 _OPERATORS = {
     "Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "IntDiv": "//", "Mod": "%",
@@ -82,6 +96,45 @@ def syntax_problem(description: str) -> str:
         return f"expected {description.removeprefix('Expecting ').strip()!r}"
     text = _TOKEN.sub(lambda m: repr(m.group(1)), description)
     return _CLASS.sub(lambda m: m.group(1).upper(), text)
+
+
+def misspelt_keyword(
+    sql: str, read: str | None, line: int | None, col: int | None
+) -> tuple[str, int, int] | None:
+    """A misspelt keyword where a query failed to parse: what, its line and column.
+
+    The query's first word when it is no keyword (``SELEC``), else the plain word right
+    before the parser stopped at ``line``/``col`` (``FORM`` in ``SELECT a FORM t``), when
+    it is close to a keyword; None otherwise (the parser's own description then).
+
+    >>> misspelt_keyword("SELEC * FROM t", "duckdb", 1, 12)
+    ("'SELEC' is not a keyword: did you mean SELECT?", 1, 1)
+    >>> misspelt_keyword("SELECT a\\nFORM t", "duckdb", 2, 6)
+    ("'FORM' is not a keyword: did you mean FROM?", 2, 1)
+    """
+    try:
+        tokens = sqlglot.tokenize(sql, read=read)
+    except TokenError:
+        return None
+    if not tokens:
+        return None
+    if tokens[0].token_type == TokenType.VAR:
+        return _near_keyword(tokens[0], _LEADING)
+    if line is None or col is None:
+        return None
+    before = [t for t in tokens if (t.line, t.col) < (line, col)]
+    if len(before) < len(tokens) and before and before[-1].token_type == TokenType.VAR:
+        return _near_keyword(before[-1], _CLAUSE_WORDS)
+    return None
+
+
+def _near_keyword(token: Token, keywords: tuple[str, ...]) -> tuple[str, int, int] | None:
+    word = token.text.upper()
+    close = difflib.get_close_matches(word, keywords, n=1, cutoff=0.75)
+    if not close or close[0] == word:
+        return None
+    column = token.col - len(token.text) + 1
+    return f"{token.text!r} is not a keyword: did you mean {close[0]}?", token.line, column
 
 
 def unclosed(sql: str) -> tuple[str, int, int] | None:
