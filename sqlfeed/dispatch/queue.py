@@ -162,8 +162,8 @@ class Lease:
     attempt: int
     rows: int | None = None
     """Rows of those batches: the holder resumes after as many rows, whatever its batch
-    size (an earlier holder's may have been another); None: a queue that does not count
-    them (the holder skips ``offset`` of its own batches)."""
+    size (an earlier holder's may have been another). Every queue here counts them; None
+    (unknown) reads the partition again from its first row: rows may repeat, none is lost."""
 
 
 @dataclass(frozen=True)

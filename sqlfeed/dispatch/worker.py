@@ -442,19 +442,13 @@ class Worker:
             partition.sql, schema=self.schema, stop=stop, ordered=True, snapshot=snapshot, rows=rows
         )
         batches = rebatch(reads, self.batch_size) if self.batch_size else reads
-        skip = lease.rows  # acknowledged by earlier holders, maybe in batches of another size
-        offset = 0 if skip is None else lease.offset
+        skip, offset = lease.rows or 0, lease.offset  # resume after the acknowledged rows
         try:
             for batch in batches:
-                if not batch.num_rows:
+                if batch.num_rows <= skip:  # acknowledged by an earlier holder (or empty)
+                    skip -= batch.num_rows
                     continue
-                if skip is None and offset < lease.offset:  # a queue that counts no rows
-                    offset += 1
-                    continue
-                if skip:  # skip the acknowledged rows; a batch across them is cut
-                    if batch.num_rows <= skip:
-                        skip -= batch.num_rows
-                        continue
+                if skip:  # the batch across the boundary, cut (holders' batch sizes may differ)
                     batch, skip = batch.slice(skip), 0
                 if self._stop.is_set() or not self._trusted(hold) or self._share_done(hold):
                     return False  # stopping, another worker holds it now, or our share is full
