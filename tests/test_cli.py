@@ -70,7 +70,10 @@ def test_sql_can_come_from_a_file(tmp_path: Path) -> None:
     path.write_text("-- training rows\nSELECT x, y\nFROM s\n", encoding="utf-8")
     run = run_cli(["plan", "-m", "2", f"@{path}"])
     assert run.code == 0, run.err
-    assert json.loads(run.out)["count_sql"].endswith("SELECT x, y FROM s) AS _sqlfeed_q")
+    # the file's own text (its comment included) is what the count wraps
+    count_sql = json.loads(run.out)["count_sql"]
+    assert count_sql.startswith("SELECT COUNT(*) FROM (")
+    assert count_sql.endswith("-- training rows\nSELECT x, y\nFROM s\n) AS _sqlfeed_q")
 
 
 def test_key_may_be_repeated_or_comma_separated() -> None:

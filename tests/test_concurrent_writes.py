@@ -34,7 +34,7 @@ import sqlfeed
 from sqlfeed.feed.export import export
 from tests.concurrent_writer import DEADLINE, ROWS, Transactions, write_sqlite
 from tests.conftest import get_engine
-from tests.engines import MYSQL_URL, POSTGRES_URL, Engine
+from tests.engines import MYSQL_URL, POSTGRES_URL, Engine, SQLiteEngine
 
 START = 100
 TOTAL = ROWS * START
@@ -183,9 +183,25 @@ class Setup:
     connect: Callable[[], Any]
 
 
+_OWN_FILES: list[Engine] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_sqlite_files() -> Iterator[None]:
+    """The SQLite tables live in files of this module's own, removed at its end: WAL mode
+    (which the writer needs) stays with a database file, and no other test's file is
+    written by a process that a test ends."""
+    yield
+    while _OWN_FILES:
+        _OWN_FILES.pop().close()
+
+
 def make_table(name: str) -> Setup:
     """A fresh table of :data:`ROWS` rows (each worth :data:`START`) on engine ``name``."""
     engine = get_engine(name)
+    if name == "sqlite":
+        engine = SQLiteEngine()
+        _OWN_FILES.append(engine)
     table = f"acct_{random.randrange(16**8):08x}"
     text = {"postgres": "TEXT", "mysql": "VARCHAR(200)", "sqlite": "TEXT"}[name]
     engine.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -182,6 +183,7 @@ class Source:
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
         losses = Losses(self.reconnect or Reconnect.from_environment())
         resume = _Resume(ordered or self.dialect.name != "postgres")
+        owner = os.getpid()
         with self._errors("partition query"):
             while True:
                 reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
@@ -204,7 +206,9 @@ class Source:
                         return
                 finally:  # its cursor and connection let go now, not when collected
                     close = getattr(reads, "close", None)
-                    if close is not None:
+                    # Not in a forked child collecting its parent's read: its connection's
+                    # threads and locks are the parent's (closing it there hangs).
+                    if close is not None and os.getpid() == owner:
                         close()
             if not resume.delivered:
                 yield empty_batch(out)
