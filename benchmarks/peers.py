@@ -129,14 +129,15 @@ class Contender:
     run: Callable[[Config, str], Outcome]
 
 
-def _sqlfeed(cfg: Config, engine: str) -> Outcome:
-    """sqlfeed: connect, plan (auto), Feeder with ``cfg.readers`` readers."""
+def _sqlfeed(cfg: Config, engine: str, snapshot: bool = True) -> Outcome:
+    """sqlfeed: connect, plan (auto), Feeder with ``cfg.readers`` readers, in one state of
+    the table (the default) or, with ``snapshot=False``, its partitions read at any time."""
     import sqlfeed
 
     start = _start()
     source = sqlfeed.connect(cfg.url(engine, "sqlalchemy"))
     try:
-        rows, _, details = _sqlfeed_read(source, cfg.sql(engine), cfg.readers)
+        rows, _, details = _sqlfeed_read(source, cfg.sql(engine), cfg.readers, snapshot)
         details["reader"] = getattr(source, "reader_for", lambda _: "-")(cfg.sql(engine))
     finally:
         source.close()
@@ -234,16 +235,22 @@ def _pandas(cfg: Config, engine: str) -> Outcome:
 
 _PEERS: dict[str, tuple[str, Callable[[Config, str], Outcome]]] = {
     "sqlfeed": ("sqlfeed plan(auto) + Feeder", _sqlfeed),
+    "sqlfeed_nosnapshot": (
+        "sqlfeed plan(auto) + Feeder(snapshot=False)",
+        lambda cfg, engine: _sqlfeed(cfg, engine, snapshot=False),
+    ),
     "connectorx": (f"connectorx arrow, partition_on {KEY}, {PEER_PARTITIONS}", _connectorx),
     "daft": (f"daft.read_sql, partition_col {KEY}, {PEER_PARTITIONS}", _daft),
     "ray": ("ray.data.read_sql (psycopg)", _ray),
     "dask": (f"dask read_sql_query, index_col {KEY}, {PEER_PARTITIONS}", _dask),
     "pandas": ("pandas.read_sql, first 1M rows", _pandas),
 }
+SQLFEED_CONTENDERS = ("sqlfeed", "sqlfeed_nosnapshot")
+"""The contenders that are sqlfeed itself (never a peer to compare with)."""
 _ENGINE_PEERS = {
     "postgres": ("sqlfeed", "connectorx", "daft", "ray", "dask", "pandas"),
-    "mariadb": ("sqlfeed", "connectorx", "pandas"),
-    "sqlite": ("sqlfeed", "connectorx", "pandas"),
+    "mariadb": ("sqlfeed", "sqlfeed_nosnapshot", "connectorx", "pandas"),
+    "sqlite": ("sqlfeed", "sqlfeed_nosnapshot", "connectorx", "pandas"),
 }
 _PREFIX = {"postgres": "pg", "mariadb": "mariadb", "sqlite": "sqlite"}
 
@@ -347,8 +354,9 @@ def measure(
 
 
 def best_peer(results: Sequence[Result], engine: str) -> Result | None:
-    """The fastest successful contender of ``engine`` other than sqlfeed."""
-    peers = [r for r in results if r.engine == engine and not r.id.endswith("-sqlfeed")]
+    """The fastest successful contender of ``engine`` other than sqlfeed's."""
+    ours = {f"{_PREFIX[engine]}-{name}" for name in SQLFEED_CONTENDERS}
+    peers = [r for r in results if r.engine == engine and r.id not in ours]
     rated = [r for r in peers if r.rate(r.best) is not None]
     return max(rated, key=lambda r: r.rate(r.best) or 0.0, default=None)
 

@@ -166,14 +166,20 @@ class Contender:
     run: Callable[[Config], Outcome]
 
 
-def _sqlfeed_read(source: Any, sql: str, readers: int, **plan_options: Any) -> Outcome:
-    """Plan ``sql`` (auto) on an open sqlfeed source and drain a Feeder; time both."""
+def _sqlfeed_read(
+    source: Any, sql: str, readers: int, snapshot: bool = True, **plan_options: Any
+) -> Outcome:
+    """Plan ``sql`` (auto) on an open sqlfeed source and drain a Feeder; time both.
+
+    ``snapshot``: the Feeder's (True, the default: one state of the tables for the read)."""
     import sqlfeed
 
     start = time.perf_counter()
     plan = sqlfeed.plan(sql, source, strategy="auto", **plan_options)
     planned = time.perf_counter()
-    rows = sum(batch.num_rows for batch in sqlfeed.Feeder(plan, source, readers=readers))
+    rows = sum(
+        batch.num_rows for batch in sqlfeed.Feeder(plan, source, readers=readers, snapshot=snapshot)
+    )
     seconds = time.perf_counter() - start
     details = {
         "plan_seconds": planned - start,

@@ -746,3 +746,33 @@ def test_feed_checkpoint_resumes_where_the_model_was_checkpointed(
         )
         order = [i for f, _ in elements(uninterrupted.dataset) for i in f["id"]]
         assert seen == order
+
+
+def test_input_fn_drops_only_the_table_it_materialized_and_only_when_nothing_reads_it(
+    tmp_path: Any,
+) -> None:
+    """A user's materialized Plan is the user's: an input_fn over it never drops its table
+    (it did, when the input_fn was collected: the demo's last read failed on a missing
+    table). A table input_fn materialized itself lives while a dataset it made is read."""
+    import gc
+
+    url = f"duckdb:///{tmp_path / 'm.duckdb'}"
+    with duckdb.connect(str(tmp_path / "m.duckdb")) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id, range % 3 AS y FROM range(500)")
+    source = sqlfeed.connect(url)
+    query = "SELECT DISTINCT id, y FROM t"
+    users = sqlfeed.plan(query, source, strategy="materialize", scratch="main", partitions=3)
+    make = sqlfeed_tf.input_fn(users, source, batch_size=64, label="y")
+    del make
+    gc.collect()
+    ids = [int(i) for x, _ in sqlfeed_tf.dataset(users, source, batch_size=64, label="y")
+           for i in x["id"].numpy()]  # fmt: skip
+    assert sorted(ids) == list(range(500))
+
+    make = sqlfeed_tf.input_fn(query, source, batch_size=64, label="y",
+                               strategy="materialize", scratch="main", partitions=3)  # fmt: skip
+    ds = make()
+    del make
+    gc.collect()
+    assert sorted(int(i) for x, _ in ds for i in x["id"].numpy()) == list(range(500))
+    source.close()

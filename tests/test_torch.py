@@ -359,10 +359,12 @@ def test_a_job_dataset_rewound_to_its_checkpoint_delivers_each_row_once(tmp_path
     dataset.checkpoint(7)
     for _ in range(3):
         next(batches)  # trained on, then lost with the crash
+    # the crash: its worker stops heartbeating (a live one, claiming ahead, could take a
+    # lease the rewind handed back and hold it while the restarted one waits)
+    dataset.close()
     assert sqlfeed.dispatch.open_queue(queue).rewind("j", 7) == {"done": 7, "resumed": 1}
     again = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", **options)
     rest = [b["id"].tolist() for b in sqlfeed_torch.dataloader(again, stateful=False)]
-    dataset.close()
     again.close()
     assert Counter(i for batch in first for i in batch) == Counter(range(2000))
     assert Counter(i for batch in second + rest for i in batch) == Counter(range(2000))

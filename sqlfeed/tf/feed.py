@@ -168,6 +168,8 @@ class Feed:
         self.job = job
         """The job's name in job mode, else None."""
         self._iterations = itertools.count()
+        self.anchor: object = None
+        """What must live as long as this feed reads (the owner of its scratch table)."""
         self._restored_epoch, self._restored_rows = -1, 0
         self._failure: str | None = None
         """sqlfeed's error that ended the generator of the iteration (see :meth:`_build`)."""
@@ -438,6 +440,9 @@ def input_fn(
         schema = src.schema(query)
         _check_columns(schema, options)
         query = make_plan(query, src, **plan_options)
+        planned_here = True
+    else:
+        planned_here = False
     _check_columns(query.arrow_schema() or src.schema(query.sql), options)
     plan = query
 
@@ -451,9 +456,12 @@ def input_fn(
                     f"{replicas} replicas in sync"
                 )
             size = int(input_context.get_per_replica_batch_size(batch_size))
-        return dataset(plan, src, batch_size=size, input_context=input_context, **options)
+        feed = Feed(plan, src, batch_size=size, input_context=input_context, **options)
+        feed.anchor = make  # what it reads lives while it does (the table is make's)
+        return feed.dataset
 
-    drop_scratch_with(make, plan, src)  # planned here: an auto-materialized table is ours
+    if planned_here:  # an auto-materialized table is ours; a Plan given is its owner's
+        drop_scratch_with(make, plan, src)
     return make
 
 
