@@ -776,3 +776,24 @@ def test_input_fn_drops_only_the_table_it_materialized_and_only_when_nothing_rea
     gc.collect()
     assert sorted(int(i) for x, _ in ds for i in x["id"].numpy()) == list(range(500))
     source.close()
+
+
+def test_the_cli_reads_a_feed_error_carried_by_tensorflow_as_sqlfeeds_own(tmp_path: Any) -> None:
+    """A feed's error reaches the caller as a TensorFlow error; the CLI words it as the
+    sqlfeed error it carries (it said 'internal error ... a bug')."""
+    from sqlfeed.cli.run import _carried_by_tensorflow
+
+    path = tmp_path / "gone.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id, range % 2 AS y FROM range(100)")
+    source = sqlfeed.connect(f"duckdb:///{path}")
+    ds = sqlfeed_tf.dataset("SELECT id, y FROM t", source, batch_size=10, label="y")
+    source.execute("DROP TABLE t")
+    with pytest.raises(tf.errors.OpError) as caught:
+        list(ds)
+    carried = _carried_by_tensorflow(caught.value)
+    assert carried is not None
+    assert carried[0] == "EngineError"
+    assert "partition query" in carried[1]
+    assert "t" in carried[1]
+    source.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import TextIO
 
@@ -54,6 +55,14 @@ def _run(args: argparse.Namespace, stream: TextIO) -> int:
         _say(f"sqlfeed: error: {where}{err.strerror or _one_line(err)}")
         return EXIT_ENGINE
     except Exception as err:  # a bug: still one line, unless SQLFEED_DEBUG asks for more
+        carried = _carried_by_tensorflow(err)
+        if carried is not None:  # sqlfeed's own error, raised inside a tf.data pipeline
+            name, message = carried
+            if name == "EngineError":
+                _say(f"sqlfeed: engine error: {message}")
+                return EXIT_ENGINE
+            _say(f"sqlfeed: error: {message}")
+            return EXIT_BAD_INPUT
         if os.environ.get("SQLFEED_DEBUG"):
             raise
         _say(
@@ -71,3 +80,16 @@ def _say(line: str) -> None:
 def _one_line(err: BaseException) -> str:
     """The error's message on one line (drivers' messages may span several)."""
     return " ".join(str(err).split()) or type(err).__name__
+
+
+_TF_CARRIED = re.compile(r"assertion failed: \[(\w+Error): (.*?)\]\s*\[\[")
+"""How ``sqlfeed.tf`` raises a feed's own error: a TensorFlow assertion whose message is
+``"<ErrorClass>: <message>"`` (see ``sqlfeed.tf.feed.Feed._raise_failure``)."""
+
+
+def _carried_by_tensorflow(err: BaseException) -> tuple[str, str] | None:
+    """The class name and message of a sqlfeed error that a TensorFlow error carries."""
+    if type(err).__module__.split(".")[0] != "tensorflow":
+        return None
+    match = _TF_CARRIED.search(_one_line(err))
+    return (match.group(1), match.group(2).replace("\\'", "'")) if match else None
