@@ -30,6 +30,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import Dialect, UnsupportedError
+from dialects.text import unused_name
 from stats.units import DAYS, unit_of
 
 __all__ = [
@@ -60,7 +61,7 @@ class Relation:
         body: exp.Expr
         if isinstance(query, str):
             self.text = _statement_body(query)
-            self.placeholder = _free_name(self.text)
+            self.placeholder = unused_name(self.text, "_stats_query_5d2a")
             body = exp.var(self.placeholder)
         else:
             body = query.copy()
@@ -87,15 +88,6 @@ def _statement_body(text: str) -> str:
         raise UnsupportedError("statistics need a query; the SQL given is empty")
     last_line = body.rsplit("\n", 1)[-1]
     return f"{body}\n" if "--" in last_line or "#" in last_line else body
-
-
-def _free_name(text: str) -> str:
-    """A placeholder name the query's text does not contain."""
-    name, number = "_stats_query_5d2a", 0
-    while name.casefold() in text.casefold():
-        number += 1
-        name = f"_stats_query_5d2a{number}"
-    return name
 
 
 _NO_NON_FINITE = frozenset({"mysql"})

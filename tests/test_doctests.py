@@ -26,6 +26,7 @@ MODULES = [
     "dialects",
     "dialects.base",
     "dialects.sqlite",
+    "dialects.text",
 ]
 
 

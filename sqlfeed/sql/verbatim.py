@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dialects import Dialect, SqlfeedError, UnsupportedError
+from dialects.text import unused_name
 from sqlfeed.sql.parse import ParsedQuery
 from sqlfeed.sql.render import (
     checked_render,
@@ -226,7 +227,7 @@ def wrap_body(parsed: ParsedQuery) -> tuple[exp.Expr, exp.With | None, tuple[str
     placeholder for the embedded text (and the placeholder's name and text), or, on other
     engines, the query's tree and the CTEs to hoist above the wrap."""
     if parsed.dialect.name in EMBEDDING_ENGINES:
-        placeholder = _placeholder(parsed.sql)
+        placeholder = unused_name(parsed.sql, "_sqlfeed_query_7c1e")
         return exp.var(placeholder), None, (placeholder, embedded_text(parsed))
     body = parsed.tree.copy()
     if droppable_order(body):
@@ -234,12 +235,3 @@ def wrap_body(parsed: ParsedQuery) -> tuple[exp.Expr, exp.With | None, tuple[str
     ctes = body.args.get("with_")
     body.set("with_", None)
     return body, ctes, None
-
-
-def _placeholder(text: str) -> str:
-    """A name for the wrapped query's place that its own text does not contain."""
-    name, number = "_sqlfeed_query_7c1e", 0
-    while name.casefold() in text.casefold():
-        number += 1
-        name = f"_sqlfeed_query_7c1e{number}"
-    return name
