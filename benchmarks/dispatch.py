@@ -108,8 +108,12 @@ DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 SYNTHETIC_SQL = "SELECT range AS id FROM range(100000)"
 LEASE_TTL = 30.0
 PROTOCOLS = ("ahead", "serial", "per-batch")
-DRIVERS = ("psycopg", "pymysql", "sqlalchemy.dialects.postgresql.psycopg",
-           "sqlalchemy.dialects.mysql.pymysql")  # fmt: skip
+DRIVERS = (
+    "psycopg",
+    "pymysql",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "sqlalchemy.dialects.mysql.pymysql",
+)
 WAIT_SLEEP = 0.005
 """Seconds a benchmark worker sleeps on a :class:`Wait` (the Worker's ``poll`` is 0.5)."""
 
@@ -581,9 +585,26 @@ def _failed_cell(backend: str, workers: int, plan: Plan, error: str) -> Throughp
     """The cell of a run that could not start (the job could not be created)."""
     nan = float("nan")
     return ThroughputCell(
-        backend, workers, plan.num_partitions, 0, 0.0, 0.0, 0.0, None, nan, nan, nan, 0, 0,
-        None, {}, False, "not run", nan, [f"create_job: {error}"],
-    )  # fmt: skip
+        backend,
+        workers,
+        plan.num_partitions,
+        0,
+        0.0,
+        0.0,
+        0.0,
+        None,
+        nan,
+        nan,
+        nan,
+        0,
+        0,
+        None,
+        {},
+        False,
+        "not run",
+        nan,
+        [f"create_job: {error}"],
+    )
 
 
 def _open(backend: str, url: str) -> LeaseQueue:
@@ -964,7 +985,7 @@ def _ahead_cycles(
                         lease, "ahead-worker", offset=acks, rows=65536 * acks, batches=acks
                     )
                 )
-                calls.append(time.perf_counter() - t)  # fmt: skip
+                calls.append(time.perf_counter() - t)
 
             started = time.perf_counter()
             thread = threading.Thread(target=call, daemon=True)
@@ -1099,9 +1120,23 @@ def _num(value: float | None, digits: int = 2) -> str:
 def format_throughput(cells: Sequence[ThroughputCell]) -> str:
     """The throughput table."""
     header = (
-        "backend", "M", "workers", "tasks", "secs", "tasks/s", "calls/s", "scaling",
-        "acquire ms", "ack ms", "complete ms", "waits", "retries", "lost", "errors", "check",
-    )  # fmt: skip
+        "backend",
+        "M",
+        "workers",
+        "tasks",
+        "secs",
+        "tasks/s",
+        "calls/s",
+        "scaling",
+        "acquire ms",
+        "ack ms",
+        "complete ms",
+        "waits",
+        "retries",
+        "lost",
+        "errors",
+        "check",
+    )
     rows = [
         (
             c.backend,
@@ -1129,10 +1164,25 @@ def format_throughput(cells: Sequence[ThroughputCell]) -> str:
 def format_cycles(cells: Sequence[CycleCell], read: ReadResult) -> str:
     """The dispatch-overhead table."""
     header = (
-        "backend", "job plan", "M", "cycles", "acks", "cycle ms", "acquire", "heartbeat",
-        "ack", "complete", "spec", "read ms", "overhead", "serial ms", "serial overhead",
-        "ahead ms", "ahead overhead", "handoff ms",
-    )  # fmt: skip
+        "backend",
+        "job plan",
+        "M",
+        "cycles",
+        "acks",
+        "cycle ms",
+        "acquire",
+        "heartbeat",
+        "ack",
+        "complete",
+        "spec",
+        "read ms",
+        "overhead",
+        "serial ms",
+        "serial overhead",
+        "ahead ms",
+        "ahead overhead",
+        "handoff ms",
+    )
     rows = [
         (
             c.backend,
@@ -1230,33 +1280,47 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument(
-        "--workers", type=_counts, nargs="+", default=[[1, 4, 16]], metavar="N",
+        "--workers",
+        type=_counts,
+        nargs="+",
+        default=[[1, 4, 16]],
+        metavar="N",
         help="concurrent workers per throughput run, e.g. 1 4 16 or 1,16,64 (default: 1 4 "
         "16); workers are processes forked from a preloaded server (SQL) or threads (memory)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--partitions", type=int, nargs="+", default=[2000, 300], metavar="M",
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[2000, 300],
+        metavar="M",
         help="tasks in the throughput jobs (default: 2000 300; 300 fits the 64 KiB spec "
         "column of MySQL/MariaDB); the largest is the synthetic plan of part 2",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--seconds", type=float, default=8.0,
+        "--seconds",
+        type=float,
+        default=8.0,
         help="time limit of each throughput run (default 8)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--cycles", type=int, default=64, help="dispatch cycles timed per backend (default 64)"
     )
     parser.add_argument(
-        "--protocol", choices=PROTOCOLS, default="ahead",
+        "--protocol",
+        choices=PROTOCOLS,
+        default="ahead",
         help="throughput: 'ahead' (default): each completion claims the next task in the "
         "same call, as a Worker claiming ahead; 'serial': acquire -> complete (+ ack); "
         "'per-batch': acquire -> ack -> complete",
-    )  # fmt: skip
+    )
     parser.add_argument("--read-table", default="lineitem_sf1")
     parser.add_argument(
-        "--read-partitions", type=int, default=64,
+        "--read-partitions",
+        type=int,
+        default=64,
         help="partitions of the lineitem ctid plan (default 64)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--read-samples", type=int, default=5, help="partitions read and timed (default 5)"
     )
@@ -1320,25 +1384,40 @@ def main(argv: list[str] | None = None) -> int:
                     for plan in plans.values():
                         if backend in urls:
                             throughput += measure_throughput(
-                                backend, urls[backend], plan, worker_counts, args.seconds,
-                                pool, tag, args.protocol,
-                            )  # fmt: skip
+                                backend,
+                                urls[backend],
+                                plan,
+                                worker_counts,
+                                args.seconds,
+                                pool,
+                                tag,
+                                args.protocol,
+                            )
             finally:
                 if pool is not None:
                     pool.close()
         if "overhead" in args.parts:
             lineitem, read = measure_read(
-                args.pg_url, args.read_table, args.read_partitions, args.read_samples,
+                args.pg_url,
+                args.read_table,
+                args.read_partitions,
+                args.read_samples,
                 args.batch_rows,
-            )  # fmt: skip
+            )
             for backend in backends:
                 if backend not in urls:
                     continue
                 for label, plan in (("lineitem", lineitem), ("synthetic", synthetic)):
                     cell = measure_cycle(
-                        backend, urls[backend], plan, label, args.cycles, read.acks,
-                        read.median_seconds, tag,
-                    )  # fmt: skip
+                        backend,
+                        urls[backend],
+                        plan,
+                        label,
+                        args.cycles,
+                        read.acks,
+                        read.median_seconds,
+                        tag,
+                    )
                     cycles.append(cell)
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()

@@ -104,8 +104,7 @@ def _feeder(cfg: Config) -> Outcome:
     plan = getattr(feeder, "plan", None)
     details = {}
     if plan is not None:
-        details = {"strategy": plan.strategy, "partitions": plan.num_partitions,
-                   "cost": plan.cost}  # fmt: skip
+        details = {"strategy": plan.strategy, "partitions": plan.num_partitions, "cost": plan.cost}
     source.close()
     return rows, seconds, details
 
@@ -179,8 +178,15 @@ def measure_reads(
     for run in range(repeat):
         for key, read in results.items():
             cfg = Config(files[read.fmt], read.fmt, readers)
-            command = [sys.executable, "-m", "benchmarks.local_read", "--child", read.contender,
-                       "--child-config", json.dumps(asdict(cfg))]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.local_read",
+                "--child",
+                read.contender,
+                "--child-config",
+                json.dumps(asdict(cfg)),
+            ]
             got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
             if "error" in got:
                 read.error = str(got["error"])
@@ -242,15 +248,24 @@ def measure_cost(fmt: str, file: str, partitions: Sequence[int], repeat: int = 2
             plan = sqlfeed.plan(sql, source, partitions=m)
             cell.plan_seconds = time.perf_counter() - start
             cell.partitions, cell.strategy, cell.estimate = (
-                plan.num_partitions, plan.strategy, plan.cost)  # fmt: skip
+                plan.num_partitions,
+                plan.strategy,
+                plan.cost,
+            )
             part_schema = plan.arrow_schema()
             ones, passes = [], []
             for _ in range(max(1, repeat)):
                 ones.append(_drain(source, sql, schema))
-                read = [_drain(source, p.sql, part_schema, p.estimated_rows)
-                        for p in plan.partitions]  # fmt: skip
-                passes.append((sum(c for c, _, _ in read), sum(w for _, w, _ in read),
-                               sum(n for _, _, n in read)))  # fmt: skip
+                read = [
+                    _drain(source, p.sql, part_schema, p.estimated_rows) for p in plan.partitions
+                ]
+                passes.append(
+                    (
+                        sum(c for c, _, _ in read),
+                        sum(w for _, w, _ in read),
+                        sum(n for _, _, n in read),
+                    )
+                )
             one_cpu, one_wall, rows = (
                 min(c for c, _, _ in ones),
                 min(w for _, w, _ in ones),
@@ -285,18 +300,52 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
         vs = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
         ratio = r.rows_per_second / vs.rows_per_second if vs and vs.rows_per_second else 0
         extra = ", ".join(f"{k}={v}" for k, v in r.details.items())
-        read_rows.append([r.id, r.error or f"{r.rows:,}", f"{r.seconds:.2f}",
-                          f"{r.rows_per_second:,.0f}", f"{ratio:.2f}x",
-                          f"{r.peak_rss_bytes / 2**20:,.0f}", extra])  # fmt: skip
-    text = _table(["contender", "rows", "best s", "rows/s", "vs duckdb", "peak MB", "plan"],
-                  read_rows)  # fmt: skip
-    cost_rows = [[c.fmt, str(c.asked), str(c.partitions), c.strategy, f"{c.estimate}",
-                  f"{c.plan_seconds:.2f}", f"{c.one_read_cpu:.2f}", f"{c.partitions_cpu:.2f}",
-                  f"{c.ratio:.2f}x", f"{c.wall_ratio:.2f}x", str(c.rows_match)]
-                 for c in costs]  # fmt: skip
-    text += "\n\n" + _table(["format", "M", "parts", "strategy", "plan.cost", "plan s",
-                             "one read cpu s", "parts cpu s", "cost (cpu)", "cost (wall)",
-                             "rows ok"], cost_rows)  # fmt: skip
+        read_rows.append(
+            [
+                r.id,
+                r.error or f"{r.rows:,}",
+                f"{r.seconds:.2f}",
+                f"{r.rows_per_second:,.0f}",
+                f"{ratio:.2f}x",
+                f"{r.peak_rss_bytes / 2**20:,.0f}",
+                extra,
+            ]
+        )
+    text = _table(
+        ["contender", "rows", "best s", "rows/s", "vs duckdb", "peak MB", "plan"], read_rows
+    )
+    cost_rows = [
+        [
+            c.fmt,
+            str(c.asked),
+            str(c.partitions),
+            c.strategy,
+            f"{c.estimate}",
+            f"{c.plan_seconds:.2f}",
+            f"{c.one_read_cpu:.2f}",
+            f"{c.partitions_cpu:.2f}",
+            f"{c.ratio:.2f}x",
+            f"{c.wall_ratio:.2f}x",
+            str(c.rows_match),
+        ]
+        for c in costs
+    ]
+    text += "\n\n" + _table(
+        [
+            "format",
+            "M",
+            "parts",
+            "strategy",
+            "plan.cost",
+            "plan s",
+            "one read cpu s",
+            "parts cpu s",
+            "cost (cpu)",
+            "cost (wall)",
+            "rows ok",
+        ],
+        cost_rows,
+    )
     goals = []
     for r in reads:
         duck = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
@@ -306,8 +355,10 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
             goals.append(f"{mark}: {r.fmt} Feeder {ratio:.2f}x DuckDB (goal >= {GOAL_VS_DUCKDB})")
     for c in costs:
         mark = "ok" if c.ratio <= GOAL_COST and c.rows_match else "MISSED"
-        goals.append(f"{mark}: {c.fmt} plan cost at M={c.asked}: {c.ratio:.2f}x one read's CPU "
-                     f"time (goal <= {GOAL_COST}; wall time {c.wall_ratio:.2f}x)")  # fmt: skip
+        goals.append(
+            f"{mark}: {c.fmt} plan cost at M={c.asked}: {c.ratio:.2f}x one read's CPU "
+            f"time (goal <= {GOAL_COST}; wall time {c.wall_ratio:.2f}x)"
+        )
     return text, goals
 
 
@@ -332,8 +383,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partitions", type=int, nargs="+", default=[16, 64, 256])
-    parser.add_argument("--only", nargs="+", default=None,
-                        help="ids or globs: parquet-feeder, csv-*, cost-parquet, ...")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        help="ids or globs: parquet-feeder, csv-*, cost-parquet, ...",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -374,9 +429,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before {load_before}, after {load_after}\n")
     print(text + "\n\n" + "\n".join(goals))
     if args.json:
-        document = {"scale": args.scale, "load_before": load_before, "load_after": load_after,
-                    "reads": [asdict(r) for r in reads], "costs": [asdict(c) for c in costs],
-                    "goals": goals}  # fmt: skip
+        document = {
+            "scale": args.scale,
+            "load_before": load_before,
+            "load_after": load_after,
+            "reads": [asdict(r) for r in reads],
+            "costs": [asdict(c) for c in costs],
+            "goals": goals,
+        }
         args.json.write_text(json.dumps(document, indent=2, default=str))
     return 1 if any(r.error for r in reads) else 0
 

@@ -477,26 +477,37 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor")
     parser.add_argument(
-        "--partitions", type=int, nargs="+", default=[16, 64], metavar="M",
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[16, 64],
+        metavar="M",
         help="partition counts (default: 16 64)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of the full query, best kept (default 3)"
     )
     parser.add_argument(
-        "--partition-repeat", type=int, default=1,
+        "--partition-repeat",
+        type=int,
+        default=1,
         help="runs of each set of M partitions, best sum kept (default 1)",
-    )  # fmt: skip
+    )
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument(
-        "--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=list(VARIANTS),
         help="hashing variants (default: all; wholerow is PostgreSQL only)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--max-cell-seconds", type=float, default=150.0,
+        "--max-cell-seconds",
+        type=float,
+        default=150.0,
         help="estimate a cell from its first partition when M x that exceeds this "
         "(default 150; 0 runs everything)",
-    )  # fmt: skip
+    )
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
@@ -534,9 +545,13 @@ def main(argv: list[str] | None = None) -> int:
             engines_info[engine] = {"query": runner.query, **runner.info()}
             _progress(f"[{engine}] {engines_info[engine]}")
             cells += measure_engine(
-                runner, variants, partitions, args.repeat, args.partition_repeat,
+                runner,
+                variants,
+                partitions,
+                args.repeat,
+                args.partition_repeat,
                 args.max_cell_seconds,
-            )  # fmt: skip
+            )
         finally:
             runner.close()
     elapsed = time.perf_counter() - started

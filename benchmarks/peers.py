@@ -165,9 +165,11 @@ def _daft(cfg: Config, engine: str) -> Outcome:
 
     start = _start()
     frame = daft.read_sql(
-        cfg.sql(engine), cfg.url(engine, "native"), partition_col=KEY,
+        cfg.sql(engine),
+        cfg.url(engine, "native"),
+        partition_col=KEY,
         num_partitions=PEER_PARTITIONS,
-    )  # fmt: skip
+    )
     rows = int(frame.to_arrow().num_rows)
     return rows, time.perf_counter() - start, {"version": daft.__version__}
 
@@ -332,9 +334,14 @@ def measure(
             if result.error:
                 continue
             command = [
-                sys.executable, "-m", "benchmarks.peers",
-                "--child", contender.id, "--child-config", json.dumps(asdict(cfg)),
-            ]  # fmt: skip
+                sys.executable,
+                "-m",
+                "benchmarks.peers",
+                "--child",
+                contender.id,
+                "--child-config",
+                json.dumps(asdict(cfg)),
+            ]
             outcome = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
             if "error" in outcome:
                 result.error = outcome["error"]
@@ -363,8 +370,18 @@ def best_peer(results: Sequence[Result], engine: str) -> Result | None:
 
 def format_results(results: Sequence[Result]) -> str:
     """The results of every database as aligned text tables, with the ratios to the best peer."""
-    header = ("contender", "what", "rows", "best s", "median s", "best rows/s", "median rows/s",
-              "peak RSS MB", "x best peer", "notes")  # fmt: skip
+    header = (
+        "contender",
+        "what",
+        "rows",
+        "best s",
+        "median s",
+        "best rows/s",
+        "median rows/s",
+        "peak RSS MB",
+        "x best peer",
+        "notes",
+    )
     blocks = []
     for engine in _ENGINE_PEERS:
         group = [r for r in results if r.engine == engine]
@@ -392,9 +409,17 @@ def _row(r: Result, top_rate: float | None) -> tuple[str, ...]:
     if r.error:
         notes = f"ERROR {r.error}; {notes}"
     return (
-        r.id, r.label, str(r.rows), f"{r.best:.2f}", f"{r.median:.2f}", f"{best:,.0f}",
-        f"{median:,.0f}", f"{r.peak_rss_bytes / 2**20:,.0f}", ratio, notes,
-    )  # fmt: skip
+        r.id,
+        r.label,
+        str(r.rows),
+        f"{r.best:.2f}",
+        f"{r.median:.2f}",
+        f"{best:,.0f}",
+        f"{median:,.0f}",
+        f"{r.peak_rss_bytes / 2**20:,.0f}",
+        ratio,
+        notes,
+    )
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -409,9 +434,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--readers", type=int, default=2, help="sqlfeed Feeder readers (default 2)")
     parser.add_argument(
-        "--only", nargs="+", default=None, metavar="PATTERN",
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
         help="glob patterns over the ids: " + ", ".join(CONTENDERS),
-    )  # fmt: skip
+    )
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="libpq URL")
     parser.add_argument("--mysql-url", default=DEFAULT_MYSQL_URL, help="mysql://user@host:port/db")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
@@ -458,9 +486,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         return _child_main(args.child, args.child_config or "{}")
     contenders = [
-        c for c in CONTENDERS.values()
+        c
+        for c in CONTENDERS.values()
         if not args.only or any(fnmatch.fnmatchcase(c.id, p) for p in args.only)
-    ]  # fmt: skip
+    ]
     if not contenders:
         progress(f"--only selects nothing; the ids are {', '.join(CONTENDERS)}")
         return 2
@@ -483,10 +512,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json is not None:
         doc = {
-            "scale": args.scale, "repeat": args.repeat, "config": asdict(cfg),
-            "load_average_start": load_before, "load_average_end": load_after,
+            "scale": args.scale,
+            "repeat": args.repeat,
+            "config": asdict(cfg),
+            "load_average_start": load_before,
+            "load_average_end": load_after,
             "results": [asdict(r) | {"best": r.best, "median": r.median} for r in results],
-        }  # fmt: skip
+        }
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
         progress(f"wrote {args.json}")
     failed = any(r.error and not r.error.startswith("not installed") for r in results)

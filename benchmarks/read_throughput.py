@@ -403,9 +403,14 @@ class Throughput:
 def _run_child(contender: Contender, cfg: Config, timeout: float) -> dict[str, Any]:
     """Run ``contender`` in a fresh interpreter; return its result dict."""
     command = [
-        sys.executable, "-m", "benchmarks.read_throughput",
-        "--child", contender.id, "--child-config", json.dumps(asdict(cfg)),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "benchmarks.read_throughput",
+        "--child",
+        contender.id,
+        "--child-config",
+        json.dumps(asdict(cfg)),
+    ]
     return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
 
 
@@ -454,9 +459,16 @@ def measure_throughput(
 def format_throughput(results: Sequence[Throughput]) -> str:
     """Render the throughput results as an aligned text table."""
     header = (
-        "contender", "engine", "what", "rows", "seconds", "rows/s", "peak RSS MB",
-        "RSS at start MB", "notes",
-    )  # fmt: skip
+        "contender",
+        "engine",
+        "what",
+        "rows",
+        "seconds",
+        "rows/s",
+        "peak RSS MB",
+        "RSS at start MB",
+        "notes",
+    )
     rows: list[tuple[str, ...]] = []
     for r in results:
         if r.error:
@@ -708,9 +720,19 @@ def measure_plans(
 def format_plans(cells: Sequence[PlanCell]) -> str:
     """Render the plan-cost results as an aligned text table."""
     header = (
-        "engine", "query", "strategy", "M", "parts", "full s", "plan s", "parts s",
-        "read x", "total x", "rows", "note",
-    )  # fmt: skip
+        "engine",
+        "query",
+        "strategy",
+        "M",
+        "parts",
+        "full s",
+        "plan s",
+        "parts s",
+        "read x",
+        "total x",
+        "rows",
+        "note",
+    )
     rows = []
     for c in cells:
         mark = "~" if c.estimated else ""
@@ -818,10 +840,16 @@ def evaluate_goals(results: Sequence[Throughput], cells: Sequence[PlanCell]) -> 
                 worst.total_ratio <= GOAL_AUTO_RATIO,
             )
         )
-    at_least(f"PostgreSQL: sqlfeed >= {GOAL_VS_CONNECTORX}x connectorx", "pg sqlfeed/connectorx",
-             GOAL_VS_CONNECTORX)  # fmt: skip
-    at_least(f"PostgreSQL: sqlfeed >= {GOAL_VS_PANDAS:g}x pandas.read_sql", "pg sqlfeed/pandas",
-             GOAL_VS_PANDAS)  # fmt: skip
+    at_least(
+        f"PostgreSQL: sqlfeed >= {GOAL_VS_CONNECTORX}x connectorx",
+        "pg sqlfeed/connectorx",
+        GOAL_VS_CONNECTORX,
+    )
+    at_least(
+        f"PostgreSQL: sqlfeed >= {GOAL_VS_PANDAS:g}x pandas.read_sql",
+        "pg sqlfeed/pandas",
+        GOAL_VS_PANDAS,
+    )
     memory = r["pg peak RSS sqlfeed/pandas"]
     goals.append(
         Goal(
@@ -830,10 +858,16 @@ def evaluate_goals(results: Sequence[Throughput], cells: Sequence[PlanCell]) -> 
             None if memory is None else memory <= GOAL_MEMORY_VS_PANDAS,
         )
     )
-    at_least(f"DuckDB Parquet: sqlfeed >= {GOAL_VS_DUCKDB}x raw DuckDB", "parquet sqlfeed/duckdb",
-             GOAL_VS_DUCKDB)  # fmt: skip
-    at_least(f"DuckDB table: sqlfeed >= {GOAL_VS_DUCKDB}x raw DuckDB", "table sqlfeed/duckdb",
-             GOAL_VS_DUCKDB)  # fmt: skip
+    at_least(
+        f"DuckDB Parquet: sqlfeed >= {GOAL_VS_DUCKDB}x raw DuckDB",
+        "parquet sqlfeed/duckdb",
+        GOAL_VS_DUCKDB,
+    )
+    at_least(
+        f"DuckDB table: sqlfeed >= {GOAL_VS_DUCKDB}x raw DuckDB",
+        "table sqlfeed/duckdb",
+        GOAL_VS_DUCKDB,
+    )
     return goals
 
 
@@ -886,9 +920,14 @@ def _plan_sections(
             for query, text in queries.items():
                 if ("pg", query) in wanted:
                     got, note = measure_plans(
-                        "postgres", source, query, text.format(table=cfg.pg_table),
-                        _strategies(query, args.strategies), *common, scratch="public",
-                    )  # fmt: skip
+                        "postgres",
+                        source,
+                        query,
+                        text.format(table=cfg.pg_table),
+                        _strategies(query, args.strategies),
+                        *common,
+                        scratch="public",
+                    )
                     cells += got
                     notes[f"postgres {query}"] = note
         finally:
@@ -903,9 +942,14 @@ def _plan_sections(
                 for query, text in queries.items():
                     if ("duckdb", query) in wanted:
                         got, note = measure_plans(
-                            "duckdb", source, query, text.format(table=cfg.duckdb_table),
-                            _strategies(query, args.strategies), *common, scratch="main",
-                        )  # fmt: skip
+                            "duckdb",
+                            source,
+                            query,
+                            text.format(table=cfg.duckdb_table),
+                            _strategies(query, args.strategies),
+                            *common,
+                            scratch="main",
+                        )
                         cells += got
                         notes[f"duckdb {query}"] = note
     return cells, notes
@@ -926,37 +970,55 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor")
     parser.add_argument(
-        "--only", nargs="+", default=None, metavar="PATTERN",
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
         help="run only these: 'throughput', 'plans', or glob patterns over the ids ("
         + ", ".join(CONTENDERS)
         + ", plans-{pg,duckdb}-{scan,agg})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--partitions", type=int, nargs="+", default=[16, 64, 256], metavar="M",
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256],
+        metavar="M",
         help="partition counts for the plan costs (default: 16 64 256)",
-    )  # fmt: skip
+    )
     parser.add_argument("--readers", type=int, default=2, help="sqlfeed Feeder readers (default 2)")
     parser.add_argument(
-        "--strategies", nargs="+", default=None, metavar="NAME",
+        "--strategies",
+        nargs="+",
+        default=None,
+        metavar="NAME",
         help="plan costs: measure auto and only these (default: every strategy of the query)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--throughput-repeat", type=int, default=1,
+        "--throughput-repeat",
+        type=int,
+        default=1,
         help="runs of each throughput contender, fastest kept (default 1)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--repeat", type=int, default=2,
+        "--repeat",
+        type=int,
+        default=2,
         help="full reads per query in the plan costs, best kept (default 2)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--max-cell-seconds", type=float, default=100.0,
+        "--max-cell-seconds",
+        type=float,
+        default=100.0,
         help="estimate a plan's partition reads as M x (mean so far) when that exceeds this "
         "(default 100; 0 reads everything)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--child-timeout", type=float, default=900.0,
+        "--child-timeout",
+        type=float,
+        default=900.0,
         help="seconds after which a throughput child is killed (default 900)",
-    )  # fmt: skip
+    )
     parser.add_argument("--pg-url", default=None, help="libpq URL (default: benchmarks.tpch's)")
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--duckdb", type=Path, default=None, help="DuckDB database file")

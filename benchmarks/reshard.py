@@ -288,9 +288,17 @@ def _find(results: Sequence[Measurement], contender: str) -> Measurement | None:
 def format_table(results: Sequence[Measurement], target: int) -> str:
     """The results as an aligned text table; ratios over pandas."""
     header = (
-        "contender", "seconds", "peak MB", "base MB", "time / pandas", "peak / pandas",
-        "shards", "shard sizes (but last)", "max off target", "phases",
-    )  # fmt: skip
+        "contender",
+        "seconds",
+        "peak MB",
+        "base MB",
+        "time / pandas",
+        "peak / pandas",
+        "shards",
+        "shard sizes (but last)",
+        "max off target",
+        "phases",
+    )
     lines = [header]
     pandas = _find(results, "pandas")
     for m in results:
@@ -385,15 +393,24 @@ def main(argv: list[str] | None = None) -> int:
     parquet = lineitem_parquet(args.scale, cache).resolve()
     rows = int(pq.ParquetFile(parquet).metadata.num_rows)
     target = parse_size(args.shard_size, "--shard-size")
-    _progress(f"TPC-H lineitem SF {args.scale:g}: {parquet} ({rows} rows, "
-              f"{parquet.stat().st_size / 1e6:.0f} MB)")  # fmt: skip
+    _progress(
+        f"TPC-H lineitem SF {args.scale:g}: {parquet} ({rows} rows, "
+        f"{parquet.stat().st_size / 1e6:.0f} MB)"
+    )
     outputs = cache / "reshard-out" / f"sf{scale_tag(args.scale)}"
     outputs.mkdir(parents=True, exist_ok=True)
     jobs = [
-        Job(contender, str(parquet), str(outputs / contender), args.seed, target,
-            args.memory_limit, args.threads)
+        Job(
+            contender,
+            str(parquet),
+            str(outputs / contender),
+            args.seed,
+            target,
+            args.memory_limit,
+            args.threads,
+        )
         for contender in dict.fromkeys(args.contenders)
-    ]  # fmt: skip
+    ]
     results = measure(jobs, args.repeat, args.child_timeout, args.keep)
     if not args.keep:
         shutil.rmtree(outputs, ignore_errors=True)

@@ -236,9 +236,12 @@ def _dask_sqlfeed(cfg: Config, dask: Any, dtype_backend: str = "numpy_nullable")
     import sqlfeed.dask
 
     frame = sqlfeed.dask.dataframe(
-        cfg.sql, cfg.sa_url, strategy=cfg.strategy, partitions=cfg.partitions,
+        cfg.sql,
+        cfg.sa_url,
+        strategy=cfg.strategy,
+        partitions=cfg.partitions,
         dtype_backend=dtype_backend,
-    )  # fmt: skip
+    )
     return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
 
 
@@ -276,20 +279,42 @@ CONTENDERS: dict[str, Contender] = {
     c.id: c
     for c in (
         Contender("ray-sqlfeed", "ray", "sqlfeed.ray.dataset", _ray_setup, _ray_sqlfeed),
-        Contender("ray-read_sql", "ray", "ray.data.read_sql shard_keys (MD5)", _ray_setup,
-                  _ray_read_sql),
-        Contender("ray-read_sql-hashtext", "ray", "ray.data.read_sql shard_keys (hashtext)",
-                  _ray_setup, _ray_read_sql_hashtext),
-        Contender("dask-sqlfeed", "dask", "sqlfeed.dask.dataframe -> pandas", _dask_setup,
-                  _dask_sqlfeed),
-        Contender("dask-sqlfeed-pyarrow", "dask", "sqlfeed.dask.dataframe -> pandas (ArrowDtype)",
-                  _dask_setup, _dask_sqlfeed_pyarrow),
-        Contender("dask-sqlfeed-arrow", "dask", "sqlfeed partitions -> Arrow (delayed)",
-                  _dask_setup, _dask_sqlfeed_arrow),
-        Contender("dask-read_sql_query", "dask", "dd.read_sql_query -> pandas", _dask_setup,
-                  _dask_read_sql_query),
+        Contender(
+            "ray-read_sql", "ray", "ray.data.read_sql shard_keys (MD5)", _ray_setup, _ray_read_sql
+        ),
+        Contender(
+            "ray-read_sql-hashtext",
+            "ray",
+            "ray.data.read_sql shard_keys (hashtext)",
+            _ray_setup,
+            _ray_read_sql_hashtext,
+        ),
+        Contender(
+            "dask-sqlfeed", "dask", "sqlfeed.dask.dataframe -> pandas", _dask_setup, _dask_sqlfeed
+        ),
+        Contender(
+            "dask-sqlfeed-pyarrow",
+            "dask",
+            "sqlfeed.dask.dataframe -> pandas (ArrowDtype)",
+            _dask_setup,
+            _dask_sqlfeed_pyarrow,
+        ),
+        Contender(
+            "dask-sqlfeed-arrow",
+            "dask",
+            "sqlfeed partitions -> Arrow (delayed)",
+            _dask_setup,
+            _dask_sqlfeed_arrow,
+        ),
+        Contender(
+            "dask-read_sql_query",
+            "dask",
+            "dd.read_sql_query -> pandas",
+            _dask_setup,
+            _dask_read_sql_query,
+        ),
     )
-}  # fmt: skip
+}
 
 
 def _child_main(name: str, config_json: str) -> int:
@@ -306,8 +331,12 @@ def _child_main(name: str, config_json: str) -> int:
             started = time.perf_counter()
             rows, details = contender.read(cfg, context)
             result["seconds"] = time.perf_counter() - started
-        result.update(rows=rows, details=details, peak_tree_pss=memory.peak,
-                      read_pss=memory.peak - memory.baseline)  # fmt: skip
+        result.update(
+            rows=rows,
+            details=details,
+            peak_tree_pss=memory.peak,
+            read_pss=memory.peak - memory.baseline,
+        )
     except Exception as err:
         traceback.print_exc()
         result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
@@ -349,8 +378,15 @@ def measure(
         best: dict[str, Any] | None = None
         for attempt in range(repeat):
             _progress(f"{contender.id}: run {attempt + 1}/{repeat}")
-            command = [sys.executable, "-m", "benchmarks.scale_out", "--child", contender.id,
-                       "--child-config", json.dumps(asdict(cfg))]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.scale_out",
+                "--child",
+                contender.id,
+                "--child-config",
+                json.dumps(asdict(cfg)),
+            ]
             got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
             if "error" in got:
                 out.error = got["error"]
@@ -409,9 +445,11 @@ def format_results(results: Sequence[Result]) -> str:
 def _ratios(by_id: dict[str, Result]) -> list[str]:
     """sqlfeed's rows/s and memory against each peer, best run and median run."""
     lines = []
-    for ours, peers in (("ray-sqlfeed", ("ray-read_sql", "ray-read_sql-hashtext")),
-                        ("dask-sqlfeed", ("dask-read_sql_query",)),
-                        ("dask-sqlfeed-pyarrow", ("dask-read_sql_query",))):  # fmt: skip
+    for ours, peers in (
+        ("ray-sqlfeed", ("ray-read_sql", "ray-read_sql-hashtext")),
+        ("dask-sqlfeed", ("dask-read_sql_query",)),
+        ("dask-sqlfeed-pyarrow", ("dask-read_sql_query",)),
+    ):
         for peer in peers:
             mine, theirs = by_id.get(ours), by_id.get(peer)
             if mine is None or theirs is None or not theirs.rows_per_second:
@@ -439,8 +477,9 @@ def _prepare(args: argparse.Namespace) -> Config:
     sa_url = (
         f"postgresql+psycopg://{rest}" if sep and scheme in ("postgresql", "postgres") else pg_url
     )
-    return Config(pg_url, sa_url, table, args.partitions, args.cpus, args.strategy,
-                  args.dask_scheduler)  # fmt: skip
+    return Config(
+        pg_url, sa_url, table, args.partitions, args.cpus, args.strategy, args.dask_scheduler
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,8 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     print(format_results(results))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"title": title, "config": asdict(cfg), "scale": args.scale,
-                       "results": [asdict(r) for r in results]}, out, indent=2)  # fmt: skip
+            json.dump(
+                {
+                    "title": title,
+                    "config": asdict(cfg),
+                    "scale": args.scale,
+                    "results": [asdict(r) for r in results],
+                },
+                out,
+                indent=2,
+            )
     return 0
 
 

@@ -76,14 +76,26 @@ RESULT_MARK = "@@shardsets@@ "
 UID = "uid"
 GROUPS: dict[str, tuple[str, ...]] = {
     "a": (
-        "l_orderkey", "l_partkey", "l_suppkey", "l_linenumber",
-        "l_quantity", "l_extendedprice", "l_discount", "l_tax",
+        "l_orderkey",
+        "l_partkey",
+        "l_suppkey",
+        "l_linenumber",
+        "l_quantity",
+        "l_extendedprice",
+        "l_discount",
+        "l_tax",
     ),
     "b": (
-        "l_returnflag", "l_linestatus", "l_shipdate", "l_commitdate", "l_receiptdate",
-        "l_shipinstruct", "l_shipmode", "l_comment",
+        "l_returnflag",
+        "l_linestatus",
+        "l_shipdate",
+        "l_commitdate",
+        "l_receiptdate",
+        "l_shipinstruct",
+        "l_shipmode",
+        "l_comment",
     ),
-}  # fmt: skip
+}
 """The shardsets (oldest first, so ``a`` is the main one) and their feature columns."""
 
 VIEW_SQL = "SELECT * FROM dataset"
@@ -432,9 +444,14 @@ class Result:
 def _run_child(mode: Mode, cfg: Config, timeout: float) -> dict[str, Any]:
     """Run ``mode`` in a fresh interpreter; return its result dict."""
     command = [
-        sys.executable, "-m", "benchmarks.shardsets",
-        "--child", mode.id, "--child-config", json.dumps(asdict(cfg)),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "benchmarks.shardsets",
+        "--child",
+        mode.id,
+        "--child-config",
+        json.dumps(asdict(cfg)),
+    ]
     return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
 
 
@@ -549,9 +566,19 @@ def format_results(results: Sequence[Result]) -> str:
     """The results as an aligned text table, each mode's throughput against DuckDB's."""
     duck = next((r for r in results if r.id == "duckdb"), None)
     header = (
-        "mode", "what", "rows", "seconds", "median s", "rows/s", "x duckdb", "CPU s",
-        "peak RSS MB", "RSS at start MB", "partitions", "notes",
-    )  # fmt: skip
+        "mode",
+        "what",
+        "rows",
+        "seconds",
+        "median s",
+        "rows/s",
+        "x duckdb",
+        "CPU s",
+        "peak RSS MB",
+        "RSS at start MB",
+        "partitions",
+        "notes",
+    )
     rows = []
     for r in results:
         if r.error:
@@ -599,13 +626,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--shards", type=int, default=16, help="shards per shardset (default 16)")
     parser.add_argument(
-        "--only", nargs="+", default=None, metavar="PATTERN",
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
         help="run only the modes matching these glob patterns (" + ", ".join(MODES) + ")",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--child-timeout", type=float, default=900.0,
+        "--child-timeout",
+        type=float,
+        default=900.0,
         help="seconds after which a child is killed (default 900)",
-    )  # fmt: skip
+    )
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -372,9 +372,16 @@ def format_table(results: Sequence[Measurement]) -> str:
         The table, one line per measurement, with a header.
     """
     header = (
-        "engine", "contender", "seconds", "peak MB", "base MB", "time / pd", "peak / pd",
-        "rows", "notes",
-    )  # fmt: skip
+        "engine",
+        "contender",
+        "seconds",
+        "peak MB",
+        "base MB",
+        "time / pd",
+        "peak / pd",
+        "rows",
+        "notes",
+    )
     lines = [header]
     for m in results:
         if m.error is not None:
@@ -509,9 +516,12 @@ def _warm_up(engine: str, sql: str, url: str) -> dict[str, Any]:
         with psycopg.connect(libpq, autocommit=True) as conn:
             conn.execute(f"SELECT count(*) FROM ({sql}) AS q").fetchone()
             settings = (
-                "server_version", "max_parallel_workers_per_gather", "work_mem",
-                "shared_buffers", "jit",
-            )  # fmt: skip
+                "server_version",
+                "max_parallel_workers_per_gather",
+                "work_mem",
+                "shared_buffers",
+                "jit",
+            )
             info = {}
             for setting in settings:
                 row = conn.execute(f"SHOW {setting}").fetchone()
@@ -534,13 +544,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument(
-        "--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
+        "--contenders",
+        nargs="+",
+        choices=CONTENDERS,
+        default=list(CONTENDERS),
         help="what to run (default: all)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--skip-postgres-accumulate", action="store_true",
+        "--skip-postgres-accumulate",
+        action="store_true",
         help="leave out method='accumulate' on PostgreSQL (it streams every row)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--sample-rows", type=int, default=100_000, help="sample_rows of method='sample'"
     )
@@ -548,16 +562,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--readers", type=int, default=2, help="reader threads of method='accumulate'"
     )
     parser.add_argument(
-        "--partitions", type=int, default=None,
+        "--partitions",
+        type=int,
+        default=None,
         help="partitions of method='accumulate' (default: the planner's)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs per contender, fastest kept (default 1)"
     )
     parser.add_argument(
-        "--child-timeout", type=float, default=1800.0,
+        "--child-timeout",
+        type=float,
+        default=1800.0,
         help="seconds after which a contender's process is killed (default 1800)",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-warm-up", action="store_true", help="skip the warm-up reads")
     parser.add_argument("--sa-url", default=SA_URL, help="PostgreSQL as a SQLAlchemy URL")
     parser.add_argument("--cache-dir", type=Path, default=None, help="TPC-H data cache")

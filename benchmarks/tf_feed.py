@@ -136,10 +136,15 @@ def _sqlfeed(cfg: Config, source_target: Any, sql: str) -> Outcome:
     rows = _consume(feed.dataset)
     seconds = time.perf_counter() - start
     plan = feed.plan
-    return rows, seconds, {
-        "strategy": plan.strategy, "partitions": plan.num_partitions,
-        "plan_seconds": round(planned, 3),
-    }  # fmt: skip
+    return (
+        rows,
+        seconds,
+        {
+            "strategy": plan.strategy,
+            "partitions": plan.num_partitions,
+            "plan_seconds": round(planned, 3),
+        },
+    )
 
 
 def _sqlfeed_duckdb(cfg: Config) -> Outcome:
@@ -250,15 +255,25 @@ def _child_main(name: str, config_json: str) -> int:
 
 def _run_child(name: str, cfg: Config, timeout: float) -> dict[str, Any]:
     command = [
-        sys.executable, "-m", "benchmarks.tf_feed",
-        "--child", name, "--child-config", json.dumps(asdict(cfg)),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "benchmarks.tf_feed",
+        "--child",
+        name,
+        "--child-config",
+        json.dumps(asdict(cfg)),
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
         proc = subprocess.run(
-            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
-            check=False, env=env,
-        )  # fmt: skip
+            command,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         return {"id": name, "error": f"timed out after {timeout:g}s"}
     for line in reversed(proc.stdout.splitlines()):
@@ -327,15 +342,31 @@ def _report(results: dict[str, dict[str, Any]], cfg: Config, scale: float) -> st
         )
     lines.append("")
     checks = [
-        ("sqlfeed-duckdb", "memory-generator", GOAL_DUCKDB_VS_GENERATOR,
-         "sqlfeed from DuckDB vs the in-memory batch generator"),
-        ("sqlfeed-postgres", "pandas-postgres", GOAL_POSTGRES_VS_PANDAS,
-         "sqlfeed from PostgreSQL vs pandas.read_sql + from_tensor_slices"),
-        ("sqlfeed-duckdb", "memory-slices", None,
-         "sqlfeed from DuckDB vs from_tensor_slices(...).batch over in-memory columns"),
-        ("memory-generator", "row-generator", None,
-         "in-memory batch generator vs a per-row generator"),
-    ]  # fmt: skip
+        (
+            "sqlfeed-duckdb",
+            "memory-generator",
+            GOAL_DUCKDB_VS_GENERATOR,
+            "sqlfeed from DuckDB vs the in-memory batch generator",
+        ),
+        (
+            "sqlfeed-postgres",
+            "pandas-postgres",
+            GOAL_POSTGRES_VS_PANDAS,
+            "sqlfeed from PostgreSQL vs pandas.read_sql + from_tensor_slices",
+        ),
+        (
+            "sqlfeed-duckdb",
+            "memory-slices",
+            None,
+            "sqlfeed from DuckDB vs from_tensor_slices(...).batch over in-memory columns",
+        ),
+        (
+            "memory-generator",
+            "row-generator",
+            None,
+            "in-memory batch generator vs a per-row generator",
+        ),
+    ]
     for a, b, goal, what in checks:
         ratio = _ratio(results, a, b)
         if ratio is None:

@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table; 1 when a completed query's rows are invalid."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1)")
-    parser.add_argument("--engines", nargs="+", choices=("duckdb", "postgres"),
-                        default=["duckdb", "postgres"])  # fmt: skip
+    parser.add_argument(
+        "--engines", nargs="+", choices=("duckdb", "postgres"), default=["duckdb", "postgres"]
+    )
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs (3)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)

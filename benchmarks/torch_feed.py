@@ -103,16 +103,21 @@ def _sqlfeed(tcfg: TorchConfig, url: str, sql: str) -> Outcome:
 
     dataset_class = sqlfeed.torch.SQLDataset  # imports torch: before the clock starts
     start = time.perf_counter()
-    dataset = dataset_class(sql, url, batch_size=tcfg.base.batch_size,
-                                       readers=tcfg.base.readers)  # fmt: skip
+    dataset = dataset_class(sql, url, batch_size=tcfg.base.batch_size, readers=tcfg.base.readers)
     planned = time.perf_counter() - start
     loader = sqlfeed.torch.dataloader(dataset, num_workers=tcfg.workers, stateful=False)
     rows = _consume(loader)
     plan = dataset.plan
-    return rows, time.perf_counter() - start, {
-        "strategy": plan.strategy, "partitions": plan.num_partitions,
-        "workers": tcfg.workers, "plan_seconds": round(planned, 3),
-    }  # fmt: skip
+    return (
+        rows,
+        time.perf_counter() - start,
+        {
+            "strategy": plan.strategy,
+            "partitions": plan.num_partitions,
+            "workers": tcfg.workers,
+            "plan_seconds": round(planned, 3),
+        },
+    )
 
 
 def _sqlfeed_duckdb(tcfg: TorchConfig) -> Outcome:
@@ -211,11 +216,19 @@ def _child_main(name: str, config_json: str) -> int:
 
 
 def _run_child(name: str, tcfg: TorchConfig, timeout: float) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.torch_feed", "--child", name,
-               "--child-config", json.dumps(asdict(tcfg))]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.torch_feed",
+        "--child",
+        name,
+        "--child-config",
+        json.dumps(asdict(tcfg)),
+    ]
     try:
-        proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        proc = subprocess.run(
+            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         return {"id": name, "error": f"timed out after {timeout:g}s"}
     for line in reversed(proc.stdout.splitlines()):
@@ -277,13 +290,25 @@ def _report(results: dict[str, dict[str, Any]], tcfg: TorchConfig, scale: float)
         )
     lines.append("")
     checks = [
-        ("sqlfeed-duckdb", "memory-batches", GOAL_DUCKDB_VS_MEMORY,
-         "sqlfeed from DuckDB vs the in-memory batch loader"),
-        ("sqlfeed-duckdb", "memory-tensordataset", None,
-         "sqlfeed from DuckDB vs TensorDataset + DataLoader(batch_size=1024)"),
-        ("sqlfeed-postgres", "pandas-postgres", None,
-         "sqlfeed from PostgreSQL vs pandas.read_sql + TensorDataset"),
-    ]  # fmt: skip
+        (
+            "sqlfeed-duckdb",
+            "memory-batches",
+            GOAL_DUCKDB_VS_MEMORY,
+            "sqlfeed from DuckDB vs the in-memory batch loader",
+        ),
+        (
+            "sqlfeed-duckdb",
+            "memory-tensordataset",
+            None,
+            "sqlfeed from DuckDB vs TensorDataset + DataLoader(batch_size=1024)",
+        ),
+        (
+            "sqlfeed-postgres",
+            "pandas-postgres",
+            None,
+            "sqlfeed from PostgreSQL vs pandas.read_sql + TensorDataset",
+        ),
+    ]
     for a, b, goal, what in checks:
         first, second = results.get(a), results.get(b)
         if not first or not second or "error" in first or "error" in second:
@@ -322,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         result = _run_child(name, tcfg, args.timeout)
         if "error" not in result:
             result["rows_per_second"] = result["rows"] / max(result["seconds"], 1e-9)
-            _progress(f"[{name}] {result['rows']} rows in {result['seconds']:.2f}s "
-                      f"({result['rows_per_second']:,.0f} rows/s)")  # fmt: skip
+            _progress(
+                f"[{name}] {result['rows']} rows in {result['seconds']:.2f}s "
+                f"({result['rows_per_second']:,.0f} rows/s)"
+            )
         else:
             _progress(f"[{name}] ERROR {result['error']}")
         results[name] = result

@@ -480,8 +480,11 @@ def load_mariadb(url: str, parquet: Path, table: str = "lineitem", scale: float 
         )
         cur.execute(f"SELECT row_count, scale FROM {META_TABLE} WHERE table_name = %s", (name,))
         found = cur.fetchone()
-        cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
-                    " DATABASE() AND table_name = %s", (name,))  # fmt: skip
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
+            " DATABASE() AND table_name = %s",
+            (name,),
+        )
         exists = cur.fetchone()[0] > 0
         if found is not None and exists and found[0] == rows and found[1] == scale:
             return name

@@ -8,13 +8,51 @@ from dialects.base import Dialect
 
 HASHABLE_TYPE_OIDS = frozenset(
     {
-        16, 17, 18, 19, 20, 21, 23, 25, 26, 700, 701, 869, 1042, 1043, 1082, 1083, 1114,
-        1184, 1186, 1266, 1700, 2950, 3802,  # bool bytea char name ints oid floats inet
+        16,
+        17,
+        18,
+        19,
+        20,
+        21,
+        23,
+        25,
+        26,
+        700,
+        701,
+        869,
+        1042,
+        1043,
+        1082,
+        1083,
+        1114,
+        1184,
+        1186,
+        1266,
+        1700,
+        2950,
+        3802,  # bool bytea char name ints oid floats inet
         # text varchar date time timestamp(tz) interval timetz numeric uuid jsonb
-        1000, 1001, 1005, 1007, 1009, 1014, 1015, 1016, 1021, 1022, 1028, 1115, 1182,
-        1183, 1185, 1187, 1231, 2951, 3807,  # arrays of the above
+        1000,
+        1001,
+        1005,
+        1007,
+        1009,
+        1014,
+        1015,
+        1016,
+        1021,
+        1022,
+        1028,
+        1115,
+        1182,
+        1183,
+        1185,
+        1187,
+        1231,
+        2951,
+        3807,  # arrays of the above
     }
-)  # fmt: skip
+)
 """Type OIDs with an extended hash function (a hash opclass): usable by hash_record_extended.
 
 Columns of other types (json, xml, point, money, bit, tsvector, user types) are cast to

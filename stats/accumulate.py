@@ -183,10 +183,12 @@ class _Numeric:
         self.unit = unit_of(arrow_type)
         # Integers and times stay integers (exact to their limits); the rest is float64.
         self.dtype = (
-            np.float64 if self.floating
-            else np.uint64 if pa.types.is_uint64(arrow_type)
+            np.float64
+            if self.floating
+            else np.uint64
+            if pa.types.is_uint64(arrow_type)
             else np.int64
-        )  # fmt: skip
+        )
         self.count = self.nulls = self.nans = self.infinities = self.n = 0
         self.moments = _Moments()
         self.low: Any = None
@@ -282,10 +284,18 @@ class _Numeric:
     def result(self, name: str, spec: StatsSpec) -> ColumnStats:
         distinct, exact = self.distinct.estimate()
         present = self.count - self.nulls
-        stats = ColumnStats(name, "numeric", str(self.arrow_type), count=self.count,
-                            nulls=self.nulls, nans=self.nans, infinities=self.infinities,
-                            distinct=min(distinct, present), distinct_exact=exact,
-                            unit=self.unit)  # fmt: skip
+        stats = ColumnStats(
+            name,
+            "numeric",
+            str(self.arrow_type),
+            count=self.count,
+            nulls=self.nulls,
+            nans=self.nans,
+            infinities=self.infinities,
+            distinct=min(distinct, present),
+            distinct_exact=exact,
+            unit=self.unit,
+        )
         if not self.n:
             return stats
         stats.min, stats.max = self._back(self.low), self._back(self.high)
@@ -334,8 +344,9 @@ class _Categorical:
             return
         try:
             table = pa.table({"v": present}).group_by("v").aggregate([("v", "count")])
-            counted = dict(zip(table.column("v").to_pylist(), table.column("v_count").to_pylist(),
-                               strict=True))  # fmt: skip
+            counted = dict(
+                zip(table.column("v").to_pylist(), table.column("v_count").to_pylist(), strict=True)
+            )
         except pa.ArrowNotImplementedError:  # lists and structs: Arrow cannot group them
             counted = dict(Counter(_hashable(v) for v in present.to_pylist()))
         self.counts.update(counted)
@@ -362,12 +373,17 @@ class _Categorical:
         top = top[: spec.top_k]
         present = self.count - self.nulls
         return ColumnStats(
-            name, "categorical", str(self.arrow_type), count=self.count, nulls=self.nulls,
-            distinct=min(distinct, present), distinct_exact=exact,
+            name,
+            "categorical",
+            str(self.arrow_type),
+            count=self.count,
+            nulls=self.nulls,
+            distinct=min(distinct, present),
+            distinct_exact=exact,
             vocabulary=[_listed(v) for v, _ in top],
             vocabulary_counts=[c for _, c in top],
             other_count=present - sum(c for _, c in top),
-        )  # fmt: skip
+        )
 
 
 def _hashable(value: Any) -> Any:
@@ -424,8 +440,9 @@ class StatsAccumulator:
                 values = pc.list_flatten(values)
             if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
                 # views have no filter kernel
-                values = values.cast(pa.binary() if pa.types.is_binary_view(values.type)
-                                     else pa.string())  # fmt: skip
+                values = values.cast(
+                    pa.binary() if pa.types.is_binary_view(values.type) else pa.string()
+                )
             column.update(values)
 
     def merge(self, other: StatsAccumulator) -> StatsAccumulator:
@@ -442,8 +459,9 @@ class StatsAccumulator:
             stats.label = name == self.spec.label
             if self.depths[name]:
                 stats.arrow_type, stats.elements = str(self.schema.field(name).type), True
-        return FeatureStats(columns, self.rows, method, dialect=dialect, sql=sql,
-                            label=self.spec.label)  # fmt: skip
+        return FeatureStats(
+            columns, self.rows, method, dialect=dialect, sql=sql, label=self.spec.label
+        )
 
 
 def accumulate(

@@ -99,8 +99,9 @@ def _window(
 ) -> exp.Window:
     spec = None
     if running:  # every row of the partition up to this one (not its peers after it)
-        spec = exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
-                              end="CURRENT ROW")  # fmt: skip
+        spec = exp.WindowSpec(
+            kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+        )
     return exp.Window(
         this=this,
         partition_by=[_plain(_I)],
@@ -123,10 +124,14 @@ def _groups(relation: exp.Subquery, columns: list[Grouped], engine: Dialect) -> 
         select = select.from_(relation.copy())
         select.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
         return select
-    keys = exp.union(
-        *[exp.select(exp.Literal.number(i).as_(_I)) for i in range(len(columns))],
-        distinct=False,
-    ) if len(columns) > 1 else exp.select(exp.Literal.number(0).as_(_I))  # fmt: skip
+    keys = (
+        exp.union(
+            *[exp.select(exp.Literal.number(i).as_(_I)) for i in range(len(columns))],
+            distinct=False,
+        )
+        if len(columns) > 1
+        else exp.select(exp.Literal.number(0).as_(_I))
+    )
     picked = [
         exp.Case(
             ifs=[
@@ -181,23 +186,30 @@ def _windows(numbered: exp.Select, columns: list[Grouped]) -> exp.Select:
     order = [*numeric, exp.Ordered(this=_plain(_O), desc=True, nulls_first=False), *ranked]
     weighted = exp.Mul(this=_plain(_N), expression=_plain(_X))
     finite = exp.Case(
-        ifs=[exp.If(this=exp.Not(this=exp.Is(this=_plain(_X), expression=exp.null())),
-                    true=_plain(_N))]
-    )  # fmt: skip
+        ifs=[
+            exp.If(
+                this=exp.Not(this=exp.Is(this=_plain(_X), expression=exp.null())), true=_plain(_N)
+            )
+        ]
+    )
     names = [_plain(c.name) for c in columns]
     select = exp.select(
-        _plain(_I), *names, _plain(_N), _plain(_X),
+        _plain(_I),
+        *names,
+        _plain(_N),
+        _plain(_X),
         _window(exp.Sum(this=_plain(_N)), order=order, running=True).as_(_CUM),
         _window(exp.RowNumber(), order=[o.copy() for o in order]).as_(_RANK),
         _window(exp.Count(this=exp.Star())).as_(_DISTINCT),
         _window(exp.Sum(this=weighted)).as_(_SUM),
         _window(exp.Sum(this=finite)).as_(_FINITE),
-    )  # fmt: skip
+    )
     return select.from_(_derived(numbered))
 
 
-def _squares(windows: exp.Select, columns: list[Grouped], square: Callable[[exp.Expr], exp.Expr]
-             ) -> exp.Select:  # fmt: skip
+def _squares(
+    windows: exp.Select, columns: list[Grouped], square: Callable[[exp.Expr], exp.Expr]
+) -> exp.Select:
     """Adds each column's sum of squared deviations from its mean."""
     mean = exp.Div(this=_plain(_SUM), expression=_plain(_FINITE))
     deviation = exp.Sub(this=_plain(_X), expression=mean)
@@ -205,9 +217,15 @@ def _squares(windows: exp.Select, columns: list[Grouped], square: Callable[[exp.
     squares = _window(exp.Sum(this=weighted))
     names = [_plain(c.name) for c in columns]
     return exp.select(
-        _plain(_I), *names, _plain(_N), _plain(_CUM), _plain(_RANK), _plain(_DISTINCT),
-        _plain(_SUM), squares.as_(_SQUARES),
-    ).from_(_derived(windows))  # fmt: skip
+        _plain(_I),
+        *names,
+        _plain(_N),
+        _plain(_CUM),
+        _plain(_RANK),
+        _plain(_DISTINCT),
+        _plain(_SUM),
+        squares.as_(_SQUARES),
+    ).from_(_derived(windows))
 
 
 def _kept(i: int, column: Grouped, buckets: int, engine: Dialect) -> exp.Expr:
@@ -220,8 +238,9 @@ def _kept(i: int, column: Grouped, buckets: int, engine: Dialect) -> exp.Expr:
         b, total = exp.Literal.number(buckets), exp.Literal.number(column.numbers)
         before = exp.Sub(this=_plain(_CUM), expression=_plain(_N))
         low = engine.integer_division(exp.Mul(this=exp.paren(before), expression=b), total)
-        high = engine.integer_division(exp.Mul(this=_plain(_CUM), expression=b.copy()),
-                                       total.copy())  # fmt: skip
+        high = engine.integer_division(
+            exp.Mul(this=_plain(_CUM), expression=b.copy()), total.copy()
+        )
         holds = exp.and_(
             exp.LT(this=low, expression=exp.Literal.number(buckets - 1)),
             exp.LT(this=low.copy(), expression=high),
@@ -277,8 +296,9 @@ def read_grouped(table: pa.Table, columns: list[Grouped], buckets: int) -> list[
     return found
 
 
-def _boundaries(counted: Counted, column: Grouped, rows: list[dict[str, Any]], buckets: int
-                ) -> None:  # fmt: skip
+def _boundaries(
+    counted: Counted, column: Grouped, rows: list[dict[str, Any]], buckets: int
+) -> None:
     """Boundaries at positions ``ceil(i * N / b)``, and the histogram between them."""
     wanted = [max(1, -(-i * column.numbers // buckets)) for i in range(1, buckets)]
     ordered = sorted(rows, key=lambda r: int(r[_CUM]))

@@ -245,16 +245,17 @@ def compute_pushdown(
         result[field.name] = _elements(query, field, kinds[field.name], spec, run, read)
     ordered = {f.name: result[f.name] for f in described}
     text = relation_sql if isinstance(relation_sql, str) else engine.sql(relation_sql)
-    return FeatureStats(ordered, rows, method, dialect=engine.name, sql=text,
-                        label=spec.label)  # fmt: skip
+    return FeatureStats(ordered, rows, method, dialect=engine.name, sql=text, label=spec.label)
 
 
 def _is_list(arrow_type: pa.DataType) -> bool:
     return bool(
-        pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
-        or pa.types.is_fixed_size_list(arrow_type) or pa.types.is_list_view(arrow_type)
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+        or pa.types.is_list_view(arrow_type)
         or pa.types.is_large_list_view(arrow_type)
-    )  # fmt: skip
+    )
 
 
 def innermost(arrow_type: pa.DataType) -> tuple[pa.DataType, int]:
@@ -282,10 +283,15 @@ def _elements(
         )
     unnested = exp.Unnest(expressions=[value]).as_(exp.to_identifier(name, quoted=True))
     sql = query.select([unnested])
-    sub = StatsSpec(kinds={name: kind}, label=spec.label if spec.label == name else None,
-                    buckets=spec.buckets, top_k=spec.top_k)  # fmt: skip
-    found = compute_pushdown(sql, pa.schema([pa.field(name, element)]), run, sub,
-                             dialect=engine, read=read).columns[name]  # fmt: skip
+    sub = StatsSpec(
+        kinds={name: kind},
+        label=spec.label if spec.label == name else None,
+        buckets=spec.buckets,
+        top_k=spec.top_k,
+    )
+    found = compute_pushdown(
+        sql, pa.schema([pa.field(name, element)]), run, sub, dialect=engine, read=read
+    ).columns[name]
     found.arrow_type, found.elements = str(field.type), True
     return found
 
@@ -308,8 +314,11 @@ def _first_scan(
         if c.floating:
             first.append(exp.Count(this=c.value.copy()))
         if c.moment is not None and not _exact_number(c):
-            first += [exp.Count(this=c.moment.copy()), exp.Min(this=c.moment.copy()),
-                      exp.Max(this=c.moment.copy())]  # fmt: skip
+            first += [
+                exp.Count(this=c.moment.copy()),
+                exp.Min(this=c.moment.copy()),
+                exp.Max(this=c.moment.copy()),
+            ]
     values = _one_row(run(query.select(first)))
     rows = int(values.pop(0) or 0)
     result: dict[str, ColumnStats] = {}

@@ -222,7 +222,8 @@ def _clock_units(column: exp.Expr, clock: bool, engine: Dialect) -> exp.Expr | N
             scaled = exp.Mul(this=value, expression=exp.Literal.number(factor))
             parts = exp.Add(this=parts, expression=scaled)
         negative = exp.LT(this=column.copy(), expression=exp.Literal.string("00:00:00"))
-        sign = exp.Case(ifs=[exp.If(this=negative, true=exp.Literal.number(-1))],
-                        default=exp.Literal.number(1))  # fmt: skip
+        sign = exp.Case(
+            ifs=[exp.If(this=negative, true=exp.Literal.number(-1))], default=exp.Literal.number(1)
+        )
         return exp.Mul(this=sign, expression=exp.paren(parts))
     return None

@@ -33,8 +33,11 @@ def get_engine(name: str) -> Engine:
         rows = corpus.keyed_rows()
         engine.create_table("keyed", corpus.KEYED_COLUMNS, rows)
         engine.create_table("one_row", corpus.KEYED_COLUMNS, rows[1:2])
-        engine.create_table("same_k", corpus.KEYED_COLUMNS, [(i, 7 if i % 3 else None,
-                            None, 1.0, "x") for i in range(40)])  # fmt: skip
+        engine.create_table(
+            "same_k",
+            corpus.KEYED_COLUMNS,
+            [(i, 7 if i % 3 else None, None, 1.0, "x") for i in range(40)],
+        )
         engine.create_table("empty_keyed", corpus.KEYED_COLUMNS, [])
         _engines[name] = engine
     return _engines[name]

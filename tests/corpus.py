@@ -41,9 +41,20 @@ DUPS_COLUMNS = [("a", "int"), ("b", "text")]
 EMPTY_COLUMNS = [("a", "int"), ("b", "text")]
 
 STRINGS = [
-    "a|b", "a,b", 'he said "hi"', "it's", "back\\slash", "tab\tsep", "", "é ü 中文",
-    "NULL", "|", "line\nbreak", "semi;colon", None,
-]  # fmt: skip
+    "a|b",
+    "a,b",
+    'he said "hi"',
+    "it's",
+    "back\\slash",
+    "tab\tsep",
+    "",
+    "é ü 中文",
+    "NULL",
+    "|",
+    "line\nbreak",
+    "semi;colon",
+    None,
+]
 BIG = [9223372036854775807, -9223372036854775808, 0, -1, 2**40, -(2**53) - 1, None]
 FLOATS = [0.1, -2.5, 1e150, -1e-300, 0.0, 3.14159, 123456.789, None]
 CITIES = ["Oslo", "Lima", "Pune", "Kyiv", None]
@@ -91,8 +102,19 @@ def orders_rows(n: int = 600) -> list[tuple[Any, ...]]:
 
 def dups_rows() -> list[tuple[Any, ...]]:
     """Duplicate rows, including duplicate all-NULL rows."""
-    base = [(1, "x"), (1, "x"), (1, "x"), (2, None), (2, None), (None, None), (None, None),
-            (-3, "a|b"), (-3, "a|b"), (4, ""), (None, "")]  # fmt: skip
+    base = [
+        (1, "x"),
+        (1, "x"),
+        (1, "x"),
+        (2, None),
+        (2, None),
+        (None, None),
+        (None, None),
+        (-3, "a|b"),
+        (-3, "a|b"),
+        (4, ""),
+        (None, ""),
+    ]
     return base * 3
 
 
@@ -160,151 +182,276 @@ CORPUS: list[Case] = [
     Case("projection_dup_names", "SELECT id, id, name FROM people WHERE id % 3 = 0"),
     Case("projection_exprs_unnamed", "SELECT age + 1, score * 2, id FROM people"),
     Case("projection_exprs_dup_unnamed", "SELECT age + 1, age + 1 FROM people"),
-    Case("case_coalesce", "SELECT id, CASE WHEN age IS NULL THEN 'unknown' WHEN age < 18 THEN "
-         "'minor' ELSE 'adult' END AS band, COALESCE(name, '?') AS name2 FROM people"),
+    Case(
+        "case_coalesce",
+        "SELECT id, CASE WHEN age IS NULL THEN 'unknown' WHEN age < 18 THEN "
+        "'minor' ELSE 'adult' END AS band, COALESCE(name, '?') AS name2 FROM people",
+    ),
     Case("guarded_division", "SELECT id, 1000 / age AS per_year FROM people WHERE age <> 0"),
     Case("constants", "SELECT 1 AS one, 'x|y' AS s, NULL AS nil"),
     Case("null_column", "SELECT NULL AS n, id FROM people WHERE id < 50"),
     Case("extreme_ints", "SELECT big, id FROM people"),
     Case("floats", "SELECT score FROM people"),
-    Case("dates_timestamps", "SELECT born, seen, id FROM people WHERE born > '1960-01-01' "
-         "OR seen IS NULL"),
+    Case(
+        "dates_timestamps",
+        "SELECT born, seen, id FROM people WHERE born > '1960-01-01' OR seen IS NULL",
+    ),
     Case("decimals", "SELECT balance, id FROM people WHERE balance IS NULL OR balance < 0"),
     Case("booleans", "SELECT active, id FROM people"),
-    Case("strings_separators", "SELECT note, order_id FROM orders WHERE note LIKE '%|%' "
-         "OR note LIKE '%,%' OR note IS NULL OR note = ''"),
+    Case(
+        "strings_separators",
+        "SELECT note, order_id FROM orders WHERE note LIKE '%|%' "
+        "OR note LIKE '%,%' OR note IS NULL OR note = ''",
+    ),
     Case("duplicate_rows", "SELECT a, b FROM dups"),
     Case("duplicate_rows_one_column", "SELECT b FROM dups"),
     Case("empty_table", "SELECT * FROM empty_t"),
     Case("empty_result", "SELECT id, name FROM people WHERE 1 = 0"),
-    Case("in_between_like", "SELECT id FROM people WHERE id IN (1, 2, 3, 50) "
-         "OR age BETWEEN 10 AND 20 OR name LIKE 'a%'"),
-    Case("not_in_with_null", "SELECT id FROM people WHERE age NOT IN (SELECT a FROM dups "
-         "WHERE a IS NOT NULL)"),
+    Case(
+        "in_between_like",
+        "SELECT id FROM people WHERE id IN (1, 2, 3, 50) "
+        "OR age BETWEEN 10 AND 20 OR name LIKE 'a%'",
+    ),
+    Case(
+        "not_in_with_null",
+        "SELECT id FROM people WHERE age NOT IN (SELECT a FROM dups WHERE a IS NOT NULL)",
+    ),
     Case("keyed_low_cardinality", "SELECT id, city FROM people", key=("city",)),
-    Case("keyed_composite", "SELECT order_id, person_id, amount FROM orders",
-         key=("person_id", "amount")),
+    Case(
+        "keyed_composite",
+        "SELECT order_id, person_id, amount FROM orders",
+        key=("person_id", "amount"),
+    ),
     # -- joins
-    Case("inner_join", "SELECT p.id, p.name, o.order_id, o.amount FROM people p "
-         "JOIN orders o ON o.person_id = p.id"),
-    Case("left_join_nulls", "SELECT p.id, o.order_id, o.note FROM people p "
-         "LEFT JOIN orders o ON o.person_id = p.id AND o.amount > 200"),
-    Case("join_dup_output_names", "SELECT p.id, o.order_id AS id, o.amount FROM people p "
-         "JOIN orders o ON o.person_id = p.id"),
+    Case(
+        "inner_join",
+        "SELECT p.id, p.name, o.order_id, o.amount FROM people p "
+        "JOIN orders o ON o.person_id = p.id",
+    ),
+    Case(
+        "left_join_nulls",
+        "SELECT p.id, o.order_id, o.note FROM people p "
+        "LEFT JOIN orders o ON o.person_id = p.id AND o.amount > 200",
+    ),
+    Case(
+        "join_dup_output_names",
+        "SELECT p.id, o.order_id AS id, o.amount FROM people p JOIN orders o ON o.person_id = p.id",
+    ),
     Case("star_join_dup_names", "SELECT * FROM dups d1 JOIN dups d2 ON d1.a = d2.a"),
-    Case("three_way_join", "SELECT p.city, o.order_id, d.b FROM people p JOIN orders o ON "
-         "o.person_id = p.id JOIN dups d ON d.a = p.id % 5"),
-    Case("self_join", "SELECT a.id, b.id AS other FROM people a JOIN people b ON "
-         "a.age = b.age AND a.id < b.id"),
+    Case(
+        "three_way_join",
+        "SELECT p.city, o.order_id, d.b FROM people p JOIN orders o ON "
+        "o.person_id = p.id JOIN dups d ON d.a = p.id % 5",
+    ),
+    Case(
+        "self_join",
+        "SELECT a.id, b.id AS other FROM people a JOIN people b ON a.age = b.age AND a.id < b.id",
+    ),
     # -- aggregation
-    Case("group_by_having", "SELECT city, COUNT(*) AS n, MIN(age) AS youngest FROM people "
-         "GROUP BY city HAVING COUNT(*) > 1"),
-    Case("group_by_float_aggregates", "SELECT city, SUM(score) AS total, AVG(score) AS mean "
-         "FROM people GROUP BY city"),
-    Case("group_by_decimal_sum", "SELECT person_id, SUM(amount) AS total, COUNT(*) AS n "
-         "FROM orders GROUP BY person_id"),
+    Case(
+        "group_by_having",
+        "SELECT city, COUNT(*) AS n, MIN(age) AS youngest FROM people "
+        "GROUP BY city HAVING COUNT(*) > 1",
+    ),
+    Case(
+        "group_by_float_aggregates",
+        "SELECT city, SUM(score) AS total, AVG(score) AS mean FROM people GROUP BY city",
+    ),
+    Case(
+        "group_by_decimal_sum",
+        "SELECT person_id, SUM(amount) AS total, COUNT(*) AS n FROM orders GROUP BY person_id",
+    ),
     Case("aggregate_single_row_unnamed", "SELECT COUNT(*), SUM(age), MAX(name) FROM people"),
     Case("aggregate_empty_table", "SELECT COUNT(*) AS n, MAX(a) AS m FROM empty_t"),
-    Case("count_distinct", "SELECT active, COUNT(DISTINCT city) AS cities FROM people "
-         "GROUP BY active"),
+    Case(
+        "count_distinct",
+        "SELECT active, COUNT(DISTINCT city) AS cities FROM people GROUP BY active",
+    ),
     Case("distinct", "SELECT DISTINCT a, b FROM dups"),
     Case("distinct_expression", "SELECT DISTINCT age % 10 AS digit FROM people"),
     # -- subqueries
-    Case("scalar_subquery", "SELECT p.id, (SELECT COUNT(*) FROM orders o WHERE "
-         "o.person_id = p.id) AS n_orders FROM people p"),
-    Case("correlated_exists", "SELECT id, name FROM people p WHERE EXISTS (SELECT 1 FROM "
-         "orders o WHERE o.person_id = p.id AND o.amount > 300)"),
-    Case("derived_table", "SELECT x.city, x.n FROM (SELECT city, COUNT(*) AS n FROM people "
-         "GROUP BY city) x WHERE x.n > 10"),
-    Case("derived_with_total_limit", "SELECT x.id, x.age FROM (SELECT id, age FROM people "
-         "ORDER BY id, age LIMIT 30) x WHERE x.age IS NOT NULL"),
+    Case(
+        "scalar_subquery",
+        "SELECT p.id, (SELECT COUNT(*) FROM orders o WHERE "
+        "o.person_id = p.id) AS n_orders FROM people p",
+    ),
+    Case(
+        "correlated_exists",
+        "SELECT id, name FROM people p WHERE EXISTS (SELECT 1 FROM "
+        "orders o WHERE o.person_id = p.id AND o.amount > 300)",
+    ),
+    Case(
+        "derived_table",
+        "SELECT x.city, x.n FROM (SELECT city, COUNT(*) AS n FROM people "
+        "GROUP BY city) x WHERE x.n > 10",
+    ),
+    Case(
+        "derived_with_total_limit",
+        "SELECT x.id, x.age FROM (SELECT id, age FROM people "
+        "ORDER BY id, age LIMIT 30) x WHERE x.age IS NOT NULL",
+    ),
     # -- CTEs
-    Case("cte", "WITH t AS (SELECT person_id, SUM(amount) AS s FROM orders GROUP BY "
-         "person_id) SELECT p.name, t.s FROM t JOIN people p ON p.id = t.person_id"),
-    Case("cte_twice", "WITH t AS (SELECT person_id, COUNT(*) AS c FROM orders GROUP BY "
-         "person_id) SELECT a.person_id, a.c, b.c AS c2 FROM t a JOIN t b ON "
-         "a.person_id = b.person_id"),
-    Case("recursive_cte", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
-         "WHERE n < 100) SELECT n, n * n AS sq FROM r"),
+    Case(
+        "cte",
+        "WITH t AS (SELECT person_id, SUM(amount) AS s FROM orders GROUP BY "
+        "person_id) SELECT p.name, t.s FROM t JOIN people p ON p.id = t.person_id",
+    ),
+    Case(
+        "cte_twice",
+        "WITH t AS (SELECT person_id, COUNT(*) AS c FROM orders GROUP BY "
+        "person_id) SELECT a.person_id, a.c, b.c AS c2 FROM t a JOIN t b ON "
+        "a.person_id = b.person_id",
+    ),
+    Case(
+        "recursive_cte",
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+        "WHERE n < 100) SELECT n, n * n AS sq FROM r",
+    ),
     # -- windows
-    Case("window_row_number", "SELECT id, city, ROW_NUMBER() OVER (PARTITION BY city "
-         "ORDER BY id) AS rn FROM people"),
-    Case("window_rank_lag", "SELECT id, RANK() OVER (ORDER BY age) AS r, LAG(score) OVER "
-         "(ORDER BY id) AS prev FROM people"),
-    Case("window_sum_decimal", "SELECT order_id, SUM(amount) OVER (PARTITION BY person_id) "
-         "AS per_person FROM orders"),
+    Case(
+        "window_row_number",
+        "SELECT id, city, ROW_NUMBER() OVER (PARTITION BY city ORDER BY id) AS rn FROM people",
+    ),
+    Case(
+        "window_rank_lag",
+        "SELECT id, RANK() OVER (ORDER BY age) AS r, LAG(score) OVER "
+        "(ORDER BY id) AS prev FROM people",
+    ),
+    Case(
+        "window_sum_decimal",
+        "SELECT order_id, SUM(amount) OVER (PARTITION BY person_id) AS per_person FROM orders",
+    ),
     # -- set operations
     Case("union_distinct", "SELECT a FROM dups UNION SELECT age FROM people"),
     Case("union_all", "SELECT a, b FROM dups UNION ALL SELECT id, name FROM people"),
     Case("intersect", "SELECT a FROM dups INTERSECT SELECT id FROM people"),
     Case("except", "SELECT id FROM people EXCEPT SELECT a FROM dups"),
-    Case("union_order_limit", "SELECT a AS v FROM dups UNION SELECT id FROM people "
-         "ORDER BY 1 LIMIT 10"),
+    Case(
+        "union_order_limit",
+        "SELECT a AS v FROM dups UNION SELECT id FROM people ORDER BY 1 LIMIT 10",
+    ),
     # -- ORDER BY and LIMIT
     Case("order_by_no_limit", "SELECT id, name FROM people ORDER BY name, id"),
     Case("order_by_total_limit", "SELECT id, name FROM people ORDER BY id, name LIMIT 50"),
-    Case("order_by_limit_offset", "SELECT id, age FROM people ORDER BY id, age "
-         "LIMIT 20 OFFSET 5"),
+    Case("order_by_limit_offset", "SELECT id, age FROM people ORDER BY id, age LIMIT 20 OFFSET 5"),
     # -- quoting
-    Case("quoted_mixed_case", 'SELECT id AS "Id", name AS "NAME", city AS "a b" FROM people',
-         transpile_from="postgres"),
-    Case("values_list", "SELECT * FROM (VALUES (1, 'a'), (2, NULL), (2, NULL)) AS v(x, y)",
-         skip={"mysql": "MariaDB cannot name the columns of a VALUES derived table",
-               "sqlite": "SQLite cannot name the columns of a derived table"}),
+    Case(
+        "quoted_mixed_case",
+        'SELECT id AS "Id", name AS "NAME", city AS "a b" FROM people',
+        transpile_from="postgres",
+    ),
+    Case(
+        "values_list",
+        "SELECT * FROM (VALUES (1, 'a'), (2, NULL), (2, NULL)) AS v(x, y)",
+        skip={
+            "mysql": "MariaDB cannot name the columns of a VALUES derived table",
+            "sqlite": "SQLite cannot name the columns of a derived table",
+        },
+    ),
     # -- ORDER BY ... LIMIT with ties at the cut (completed with tie-breakers)
-    Case("limit_ties_at_the_cut", "SELECT id % 7 AS k, name, city FROM people ORDER BY k LIMIT 50",
-         valid=TopN("SELECT id % 7 AS k, name, city FROM people", (0,), 50)),
-    Case("limit_offset_ties_desc", "SELECT id % 5 AS k, age, score FROM people "
-         "ORDER BY k DESC LIMIT 20 OFFSET 30",
-         valid=TopN("SELECT id % 5 AS k, age, score FROM people", (0,), 20, 30, desc=True)),
-    Case("limit_ties_duplicate_rows", "SELECT COALESCE(a, -9) AS k, b FROM dups ORDER BY k LIMIT 7",
-         valid=TopN("SELECT COALESCE(a, -9) AS k, b FROM dups", (0,), 7)),
+    Case(
+        "limit_ties_at_the_cut",
+        "SELECT id % 7 AS k, name, city FROM people ORDER BY k LIMIT 50",
+        valid=TopN("SELECT id % 7 AS k, name, city FROM people", (0,), 50),
+    ),
+    Case(
+        "limit_offset_ties_desc",
+        "SELECT id % 5 AS k, age, score FROM people ORDER BY k DESC LIMIT 20 OFFSET 30",
+        valid=TopN("SELECT id % 5 AS k, age, score FROM people", (0,), 20, 30, desc=True),
+    ),
+    Case(
+        "limit_ties_duplicate_rows",
+        "SELECT COALESCE(a, -9) AS k, b FROM dups ORDER BY k LIMIT 7",
+        valid=TopN("SELECT COALESCE(a, -9) AS k, b FROM dups", (0,), 7),
+    ),
     Case("limit_without_order", "SELECT id % 3 AS k, big FROM people LIMIT 10"),
-    Case("limit_ties_nested", "SELECT x.k, COUNT(*) AS n FROM (SELECT id % 7 AS k, name "
-         "FROM people ORDER BY k LIMIT 50) x GROUP BY x.k"),
-    Case("limit_ties_in_subquery_filter", "SELECT id, name FROM people WHERE id IN (SELECT "
-         "person_id FROM (SELECT person_id FROM orders ORDER BY order_id % 4 LIMIT 30) x)"),
-    Case("limit_ties_union_all", "SELECT a AS v, b AS w FROM dups UNION ALL SELECT age % 3, city "
-         "FROM people ORDER BY 1 LIMIT 40"),
-    Case("limit_ties_aggregate_order", "SELECT age % 4 AS g, COUNT(*) AS n, SUM(score) AS s FROM "
-         "people GROUP BY age % 4 ORDER BY n DESC LIMIT 2"),
+    Case(
+        "limit_ties_nested",
+        "SELECT x.k, COUNT(*) AS n FROM (SELECT id % 7 AS k, name "
+        "FROM people ORDER BY k LIMIT 50) x GROUP BY x.k",
+    ),
+    Case(
+        "limit_ties_in_subquery_filter",
+        "SELECT id, name FROM people WHERE id IN (SELECT "
+        "person_id FROM (SELECT person_id FROM orders ORDER BY order_id % 4 LIMIT 30) x)",
+    ),
+    Case(
+        "limit_ties_union_all",
+        "SELECT a AS v, b AS w FROM dups UNION ALL SELECT age % 3, city "
+        "FROM people ORDER BY 1 LIMIT 40",
+    ),
+    Case(
+        "limit_ties_aggregate_order",
+        "SELECT age % 4 AS g, COUNT(*) AS n, SUM(score) AS s FROM "
+        "people GROUP BY age % 4 ORDER BY n DESC LIMIT 2",
+    ),
     Case("limit_ties_unnamed_columns", "SELECT id % 7, name FROM people ORDER BY 1 LIMIT 9"),
-    Case("limit_ties_duplicate_names", "SELECT id % 7 AS k, city AS k FROM people ORDER BY 1 "
-         "LIMIT 9"),
+    Case(
+        "limit_ties_duplicate_names", "SELECT id % 7 AS k, city AS k FROM people ORDER BY 1 LIMIT 9"
+    ),
     # -- GROUP BY / DISTINCT keys in the ORDER BY (provably total: nothing added)
-    Case("group_keys_order_limit", "SELECT city, COUNT(*) AS n FROM people GROUP BY city "
-         "ORDER BY city LIMIT 3"),
+    Case(
+        "group_keys_order_limit",
+        "SELECT city, COUNT(*) AS n FROM people GROUP BY city ORDER BY city LIMIT 3",
+    ),
     Case("distinct_order_limit", "SELECT DISTINCT age % 10 AS d FROM people ORDER BY d LIMIT 4"),
-    Case("union_distinct_order_limit", "SELECT a AS v FROM dups UNION SELECT age FROM people "
-         "ORDER BY v LIMIT 6"),
+    Case(
+        "union_distinct_order_limit",
+        "SELECT a AS v FROM dups UNION SELECT age FROM people ORDER BY v LIMIT 6",
+    ),
     # -- windows over non-unique orders (completed with tie-breakers)
-    Case("window_row_number_ties", "SELECT id % 3 AS t, city, name, ROW_NUMBER() OVER "
-         "(PARTITION BY city ORDER BY id % 3) AS rn FROM people",
-         valid=Numbering("SELECT id % 3 AS t, city, name FROM people", (1,), 0, 3)),
-    Case("window_row_number_duplicates", "SELECT COALESCE(a, 0) AS k, b, ROW_NUMBER() OVER "
-         "(ORDER BY COALESCE(a, 0)) AS rn FROM dups",
-         valid=Numbering("SELECT COALESCE(a, 0) AS k, b FROM dups", (), 0, 2)),
+    Case(
+        "window_row_number_ties",
+        "SELECT id % 3 AS t, city, name, ROW_NUMBER() OVER "
+        "(PARTITION BY city ORDER BY id % 3) AS rn FROM people",
+        valid=Numbering("SELECT id % 3 AS t, city, name FROM people", (1,), 0, 3),
+    ),
+    Case(
+        "window_row_number_duplicates",
+        "SELECT COALESCE(a, 0) AS k, b, ROW_NUMBER() OVER "
+        "(ORDER BY COALESCE(a, 0)) AS rn FROM dups",
+        valid=Numbering("SELECT COALESCE(a, 0) AS k, b FROM dups", (), 0, 2),
+    ),
     Case("window_without_order", "SELECT a, b, ROW_NUMBER() OVER () AS rn FROM dups"),
-    Case("window_lag_lead_ties", "SELECT id, LAG(id) OVER (ORDER BY city) AS prev, LEAD(name) "
-         "OVER (PARTITION BY active ORDER BY age) AS nxt FROM people"),
-    Case("window_first_value_ties", "SELECT id, FIRST_VALUE(name) OVER (PARTITION BY city "
-         "ORDER BY age) AS first_name FROM people"),
+    Case(
+        "window_lag_lead_ties",
+        "SELECT id, LAG(id) OVER (ORDER BY city) AS prev, LEAD(name) "
+        "OVER (PARTITION BY active ORDER BY age) AS nxt FROM people",
+    ),
+    Case(
+        "window_first_value_ties",
+        "SELECT id, FIRST_VALUE(name) OVER (PARTITION BY city "
+        "ORDER BY age) AS first_name FROM people",
+    ),
     Case("window_ntile_ties", "SELECT age, NTILE(4) OVER (ORDER BY city) AS q FROM people"),
-    Case("window_over_groups", "SELECT city, SUM(age) AS s, ROW_NUMBER() OVER (ORDER BY "
-         "COUNT(*)) AS rn FROM people GROUP BY city"),
-    Case("window_then_limit_ties", "SELECT id, city, ROW_NUMBER() OVER (PARTITION BY city "
-         "ORDER BY age) AS rn FROM people ORDER BY rn LIMIT 10"),
+    Case(
+        "window_over_groups",
+        "SELECT city, SUM(age) AS s, ROW_NUMBER() OVER (ORDER BY "
+        "COUNT(*)) AS rn FROM people GROUP BY city",
+    ),
+    Case(
+        "window_then_limit_ties",
+        "SELECT id, city, ROW_NUMBER() OVER (PARTITION BY city "
+        "ORDER BY age) AS rn FROM people ORDER BY rn LIMIT 10",
+    ),
     # -- SELECT * over joins, unnamed aggregates, duplicate names
     Case("star_join", "SELECT * FROM people p JOIN orders o ON o.person_id = p.id"),
-    Case("table_star_left_join", "SELECT p.*, o.amount FROM people p LEFT JOIN orders o "
-         "ON o.person_id = p.id AND o.amount > 400"),
-    Case("star_join_limit_ties", "SELECT * FROM people p JOIN orders o ON o.person_id = p.id "
-         "ORDER BY p.city LIMIT 25"),
+    Case(
+        "table_star_left_join",
+        "SELECT p.*, o.amount FROM people p LEFT JOIN orders o "
+        "ON o.person_id = p.id AND o.amount > 400",
+    ),
+    Case(
+        "star_join_limit_ties",
+        "SELECT * FROM people p JOIN orders o ON o.person_id = p.id ORDER BY p.city LIMIT 25",
+    ),
     Case("unnamed_aggregates", "SELECT city, COUNT(*), AVG(age) FROM people GROUP BY city"),
-    Case("unnamed_aggregates_limit", "SELECT COUNT(*), active FROM people GROUP BY active "
-         "ORDER BY 1 DESC LIMIT 2"),
+    Case(
+        "unnamed_aggregates_limit",
+        "SELECT COUNT(*), active FROM people GROUP BY active ORDER BY 1 DESC LIMIT 2",
+    ),
     Case("duplicate_names_grouped", "SELECT city, city, COUNT(*) FROM people GROUP BY city"),
-]  # fmt: skip
+]
 
 
 def invalid_result(
@@ -341,8 +488,13 @@ def invalid_result(
     return None
 
 
-KEYED_COLUMNS = [("id", "bigint"), ("k", "bigint"), ("ts", "timestamp"), ("v", "float"),
-                 ("s", "text")]  # fmt: skip
+KEYED_COLUMNS = [
+    ("id", "bigint"),
+    ("k", "bigint"),
+    ("ts", "timestamp"),
+    ("v", "float"),
+    ("s", "text"),
+]
 
 
 def keyed_rows(n: int = 400) -> list[tuple[Any, ...]]:

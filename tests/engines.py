@@ -38,21 +38,49 @@ MYSQL_URL = os.environ.get("SQLFEED_TEST_MYSQL_URL", "mysql://root@127.0.0.1:330
 
 # Column types per engine for the portable type names the tests use.
 TYPES: dict[str, dict[str, str]] = {
-    "duckdb": {"int": "INTEGER", "bigint": "BIGINT", "float": "DOUBLE", "text": "VARCHAR",
-               "decimal": "DECIMAL(14,2)", "date": "DATE", "timestamp": "TIMESTAMP",
-               "bool": "BOOLEAN"},
-    "sqlite": {"int": "INTEGER", "bigint": "INTEGER", "float": "REAL", "text": "TEXT",
-               "decimal": "NUMERIC", "date": "TEXT", "timestamp": "TEXT", "bool": "INTEGER"},
-    "postgres": {"int": "INTEGER", "bigint": "BIGINT", "float": "DOUBLE PRECISION",
-                 "text": "TEXT", "decimal": "NUMERIC(14,2)", "date": "DATE",
-                 "timestamp": "TIMESTAMP", "bool": "BOOLEAN"},
+    "duckdb": {
+        "int": "INTEGER",
+        "bigint": "BIGINT",
+        "float": "DOUBLE",
+        "text": "VARCHAR",
+        "decimal": "DECIMAL(14,2)",
+        "date": "DATE",
+        "timestamp": "TIMESTAMP",
+        "bool": "BOOLEAN",
+    },
+    "sqlite": {
+        "int": "INTEGER",
+        "bigint": "INTEGER",
+        "float": "REAL",
+        "text": "TEXT",
+        "decimal": "NUMERIC",
+        "date": "TEXT",
+        "timestamp": "TEXT",
+        "bool": "INTEGER",
+    },
+    "postgres": {
+        "int": "INTEGER",
+        "bigint": "BIGINT",
+        "float": "DOUBLE PRECISION",
+        "text": "TEXT",
+        "decimal": "NUMERIC(14,2)",
+        "date": "DATE",
+        "timestamp": "TIMESTAMP",
+        "bool": "BOOLEAN",
+    },
     # A binary collation: under MySQL's default ones distinct strings ('a', 'A', any two
     # emoji) are equal, and GROUP BY/DISTINCT return either at the engine's choice.
-    "mysql": {"int": "INT", "bigint": "BIGINT", "float": "DOUBLE",
-              "text": "VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-              "decimal": "DECIMAL(14,2)", "date": "DATE", "timestamp": "DATETIME(6)",
-              "bool": "BOOLEAN"},
-}  # fmt: skip
+    "mysql": {
+        "int": "INT",
+        "bigint": "BIGINT",
+        "float": "DOUBLE",
+        "text": "VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "decimal": "DECIMAL(14,2)",
+        "date": "DATE",
+        "timestamp": "DATETIME(6)",
+        "bool": "BOOLEAN",
+    },
+}
 
 
 class EngineUnavailable(Exception):

@@ -68,22 +68,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     with open(args.log, "a", encoding="utf-8") as log:
 
         def acknowledged(delivery: Delivery) -> None:
-            log.write(f"A {time.time():.6f} {delivery.epoch} {delivery.partition} "
-                      f"{delivery.offset}\n")  # fmt: skip
+            log.write(
+                f"A {time.time():.6f} {delivery.epoch} {delivery.partition} {delivery.offset}\n"
+            )
             log.flush()
 
         if args.tx_sleep:
             _slow_transactions(log, args.tx_sleep, args.tx_at, args.tx_every)
-        worker = Worker(args.queue, args.job, args.source, worker_id=args.worker_id,
-                        batch_size=args.batch_size, poll=0.05, on_ack=acknowledged,
-                        ack_interval=args.ack_interval)  # fmt: skip
+        worker = Worker(
+            args.queue,
+            args.job,
+            args.source,
+            worker_id=args.worker_id,
+            batch_size=args.batch_size,
+            poll=0.05,
+            on_ack=acknowledged,
+            ack_interval=args.ack_interval,
+        )
         worker.release_on_sigterm()
         log.write(f"R {time.time():.6f} {os.getpid()}\n")
         log.flush()
         for delivery in worker.deliveries():
             ids = " ".join(map(str, delivery.batch.column("id").to_pylist()))
-            log.write(f"D {time.time():.6f} {delivery.epoch} {delivery.partition} "
-                      f"{delivery.offset} {ids}\n")  # fmt: skip
+            log.write(
+                f"D {time.time():.6f} {delivery.epoch} {delivery.partition} "
+                f"{delivery.offset} {ids}\n"
+            )
             log.flush()
             time.sleep(args.consume)  # a consumer doing some work
         log.write(f"E {time.time():.6f}\n")

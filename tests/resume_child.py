@@ -80,9 +80,15 @@ def run_static(workdir: Path, phase: str, steps: int, log: Log) -> None:
     state_path = workdir / "state.json"
     state = json.loads(state_path.read_text()) if phase == "resume" else None
     feeder = sqlfeed.Feeder(
-        QUERY, source, batch_size=64, shuffle_buffer=500, seed=11, partitions=6,
-        strategy="hash", state=state,
-    )  # fmt: skip
+        QUERY,
+        source,
+        batch_size=64,
+        shuffle_buffer=500,
+        seed=11,
+        partitions=6,
+        strategy="hash",
+        state=state,
+    )
 
     def checkpoint() -> None:
         save_json(state_path, feeder.state_dict())
@@ -94,9 +100,14 @@ def run_torch(workdir: Path, phase: str, steps: int, log: Log) -> None:
     import sqlfeed.torch
 
     dataset = sqlfeed.torch.SQLDataset(
-        QUERY, f"duckdb:///{workdir / 'data.duckdb'}", batch_size=50, shuffle_buffer=300,
-        seed=5, partitions=6, strategy="hash",
-    )  # fmt: skip
+        QUERY,
+        f"duckdb:///{workdir / 'data.duckdb'}",
+        batch_size=50,
+        shuffle_buffer=300,
+        seed=5,
+        partitions=6,
+        strategy="hash",
+    )
     loader = sqlfeed.torch.dataloader(dataset, num_workers=2)
     state_path = workdir / "state.json"
     if phase == "resume":
@@ -112,9 +123,15 @@ def run_torch_job(workdir: Path, phase: str, steps: int, log: Log) -> None:
     import sqlfeed.torch
 
     dataset = sqlfeed.torch.SQLDataset(
-        QUERY, f"duckdb:///{workdir / 'data.duckdb'}", batch_size=50, partitions=6, seed=3,
-        job="j", queue=f"sqlite:///{workdir / 'queue.db'}", worker_id="t",
-    )  # fmt: skip
+        QUERY,
+        f"duckdb:///{workdir / 'data.duckdb'}",
+        batch_size=50,
+        partitions=6,
+        seed=3,
+        job="j",
+        queue=f"sqlite:///{workdir / 'queue.db'}",
+        worker_id="t",
+    )
     loader = sqlfeed.torch.dataloader(dataset, num_workers=2)
 
     def checkpoint() -> None:
@@ -132,8 +149,16 @@ def run_keras(workdir: Path, phase: str, steps: int, log: Log) -> None:
     import sqlfeed.tf
 
     source = sqlfeed.connect(f"duckdb:///{workdir / 'data.duckdb'}")
-    feed = sqlfeed.tf.Feed(QUERY, source, batch_size=64, label="x", shuffle_buffer=500, seed=11,
-                           partitions=6, strategy="hash")  # fmt: skip
+    feed = sqlfeed.tf.Feed(
+        QUERY,
+        source,
+        batch_size=64,
+        label="x",
+        shuffle_buffer=500,
+        seed=11,
+        partitions=6,
+        strategy="hash",
+    )
 
     class Logged(keras.Model):  # type: ignore[misc]
         """Logs the ids of every batch it trains on."""
@@ -181,8 +206,9 @@ def run_elastic(workdir: Path, phase: str, steps: int, log: Log) -> None:
         worker.checkpoint(steps)
 
     with worker:
-        consume(worker.batches(), lambda b: b.column("id").to_pylist(), log, phase, steps,
-                checkpoint)  # fmt: skip
+        consume(
+            worker.batches(), lambda b: b.column("id").to_pylist(), log, phase, steps, checkpoint
+        )
     worker.source.close()
 
 

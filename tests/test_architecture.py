@@ -1,10 +1,16 @@
-"""The code's shape: module and function sizes, and where imports may stand.
+"""The code's shape: design measures, not layout.
 
-docs/architecture.md is the map these checks keep true; import-linter (``make layers``)
-checks the layers and cycles themselves.
+``ruff format`` owns layout, so sizes are counted in statements (a statement is one
+``ast.stmt`` node, nested ones included), not physical lines. docs/architecture.md is the
+map these checks keep true; import-linter (``make layers``) checks the layers, and
+:func:`import_cycles` checks cycles between modules (``if TYPE_CHECKING:`` imports
+included: a cycle in the annotations is a cycle in the design).
 
-Run ``python -m tests.test_architecture`` to list the modules over the size limit and the
-functions over the length limit, justified or not.
+Other measures: ``# fmt: skip`` only on data tables (a literal assigned to a name), and
+engine-name comparisons (``dialect.name == "postgres"``) only in ``dialects/``, the engine
+folders of ``sqlfeed/io/`` and ``sqlfeed/cli/`` (its flag texts).
+
+Run ``python -m tests.test_architecture`` to print every measure.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sqlfeed", "stats", "dialects")
-MAX_MODULE_LINES = 600
-MAX_FUNCTION_LINES = 80
+MAX_MODULE_STATEMENTS = 400
+MAX_FUNCTION_STATEMENTS = 50
 JUSTIFIED = "Why this is long:"
 """A module docstring line starting with this says why the module or a function in it is long."""
 
@@ -61,30 +67,169 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
             yield node
 
 
-def _length(node: ast.AST) -> int:
-    return int(node.end_lineno or node.lineno) - int(node.lineno) + 1  # type: ignore[attr-defined]
+def statements(node: ast.AST) -> int:
+    """The statements inside ``node`` (itself excluded), nested ones included."""
+    return sum(isinstance(child, ast.stmt) for child in ast.walk(node)) - isinstance(node, ast.stmt)
 
 
-def long_modules() -> list[tuple[str, int, bool]]:
-    """(module, lines, justified) for every module over the limit."""
+def long_modules(limit: int = MAX_MODULE_STATEMENTS) -> list[tuple[str, int, bool]]:
+    """(module, statements, justified) for every module over ``limit`` statements."""
     out = []
     for path in _modules():
-        lines = len(path.read_text().splitlines())
-        if lines > MAX_MODULE_LINES:
-            out.append((_name(path), lines, _justified(ast.parse(path.read_text()))))
+        tree = ast.parse(path.read_text())
+        if statements(tree) > limit:
+            out.append((_name(path), statements(tree), _justified(tree)))
     return out
 
 
-def long_functions() -> list[tuple[str, int, bool]]:
-    """(module:line name, lines, justified) for every function over the limit."""
+def long_functions(limit: int = MAX_FUNCTION_STATEMENTS) -> list[tuple[str, int, bool]]:
+    """(module:line name, statements, justified) for every function over ``limit``."""
     out = []
     for path in _modules():
         tree = ast.parse(path.read_text())
         for node in _functions(tree):
-            if _length(node) > MAX_FUNCTION_LINES:
+            if statements(node) > limit:
                 where = f"{_name(path)}:{node.lineno} {node.name}"
-                out.append((where, _length(node), _justified(tree)))
+                out.append((where, statements(node), _justified(tree)))
     return out
+
+
+def _is_data_table(node: ast.AST) -> bool:
+    """A literal (constants in dicts, lists, tuples, sets) assigned to a name."""
+    if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+        return False
+    allowed = (ast.Dict, ast.List, ast.Tuple, ast.Set, ast.Constant, ast.UnaryOp, ast.USub)
+    allowed += (ast.Load, ast.Name, ast.Attribute)  # names of other constants, enum members
+    return all(isinstance(child, allowed) for child in ast.walk(node.value))
+
+
+def format_skips() -> list[str]:
+    """``# fmt: skip`` comments on anything but a data table, in code and tests."""
+    out = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        if path.parts[len(ROOT.parts)] not in (*PACKAGES, "tests", "benchmarks"):
+            continue
+        text = path.read_text()
+        if "fmt: skip" not in text:
+            continue
+        ends = {
+            int(node.end_lineno or node.lineno): node
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.stmt)
+        }
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.rstrip().endswith("# fmt: skip") and not _is_data_table(ends.get(number)):
+                out.append(f"{_name(path)}:{number}")
+    return out
+
+
+ENGINE_NAMES = frozenset(
+    {
+        "postgres",
+        "postgresql",
+        "mysql",
+        "mariadb",
+        "sqlite",
+        "duckdb",
+        "bigquery",
+        "snowflake",
+        "spark",
+        "hive",
+        "databricks",
+        "trino",
+        "presto",
+        "oracle",
+        "tsql",
+        "mssql",
+        "redshift",
+        "clickhouse",
+    }
+)
+"""Engine and dialect names, as ``dialect.name`` and SQLAlchemy spell them."""
+
+ENGINE_PLACES = ("dialects/", "sqlfeed/cli/")
+"""Where engine names may be compared; beside them, ``sqlfeed/io/<engine>(.py|/)``."""
+
+
+def _engine_place(name: str) -> bool:
+    parts = name.split("/")
+    if name.startswith(ENGINE_PLACES):
+        return True
+    return parts[:2] == ["sqlfeed", "io"] and parts[2].removesuffix(".py") in ENGINE_NAMES
+
+
+def _engine_literals(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if node.value.lower() in ENGINE_NAMES else []
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [name for element in node.elts for name in _engine_literals(element)]
+    return []
+
+
+def engine_comparisons() -> list[str]:
+    """Comparisons with an engine's name outside the places that own engine knowledge."""
+    out = []
+    for path in _modules():
+        if _engine_place(_name(path)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                names = [
+                    n for side in (node.left, *node.comparators) for n in _engine_literals(side)
+                ]
+            elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
+                names = _engine_literals(node.pattern.value)
+            else:
+                continue
+            if names:
+                out.append(f"{_name(path)}:{getattr(node, 'lineno', 0)} {'/'.join(names)}")
+    return out
+
+
+def _imported(tree: ast.Module, module: str, known: set[str]) -> set[str]:
+    """Project modules a module imports at its top level (``TYPE_CHECKING`` blocks included)."""
+    out: set[str] = set()
+    body = list(tree.body)
+    while body:
+        node = body.pop()
+        if isinstance(node, ast.If | ast.Try):
+            body.extend(node.body + node.orelse)
+            body.extend(h for handler in getattr(node, "handlers", []) for h in handler.body)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            package = module.rsplit(".", node.level)[0] if node.level else ""
+            base = ".".join(p for p in (package, node.module or "") if p)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in out if name in known and name != module}
+
+
+def import_cycles() -> list[list[str]]:
+    """Cycles in the graph of module-level imports between project modules."""
+    paths = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in _modules()
+    }
+    known = set(paths)
+    graph = {m: _imported(ast.parse(p.read_text()), m, known) for m, p in paths.items()}
+    for module in paths:  # a package's __init__ is not an edge of its submodules' cycles
+        graph[module] = {n for n in graph[module] if not module.startswith(n + ".")}
+    cycles, state = [], dict.fromkeys(graph, 0)
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        for name in sorted(graph[module]):
+            if state[name] == 1:
+                cycles.append([*stack[stack.index(name) :], name])
+            elif state[name] == 0:
+                visit(name, [*stack, name])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if state[module] == 0:
+            visit(module, [module])
+    return cycles
 
 
 def lazy_imports() -> list[str]:
@@ -108,18 +253,66 @@ def lazy_imports() -> list[str]:
 
 
 def test_no_module_is_over_the_limit_without_saying_why() -> None:
-    unjustified = [f"{name}: {lines} lines" for name, lines, ok in long_modules() if not ok]
+    unjustified = [f"{name}: {n} statements" for name, n, ok in long_modules() if not ok]
     assert not unjustified, (
-        f"modules over {MAX_MODULE_LINES} lines; split them or add a '{JUSTIFIED}' line "
-        f"to the module docstring: {unjustified}"
+        f"modules over {MAX_MODULE_STATEMENTS} statements; split them or add a "
+        f"'{JUSTIFIED}' line to the module docstring: {unjustified}"
     )
 
 
 def test_no_function_is_over_the_limit_without_saying_why() -> None:
-    unjustified = [f"{name}: {lines} lines" for name, lines, ok in long_functions() if not ok]
+    unjustified = [f"{name}: {n} statements" for name, n, ok in long_functions() if not ok]
     assert not unjustified, (
-        f"functions over {MAX_FUNCTION_LINES} lines; split them or add a '{JUSTIFIED}' "
-        f"line to the module docstring: {unjustified}"
+        f"functions over {MAX_FUNCTION_STATEMENTS} statements; split them or add a "
+        f"'{JUSTIFIED}' line to the module docstring: {unjustified}"
+    )
+
+
+def test_the_statement_count_sees_nested_statements() -> None:
+    tree = ast.parse("def f(x):\n    if x:\n        return 1\n    return 2\n")
+    assert statements(tree.body[0]) == 3
+    assert statements(tree) == 4
+
+
+def test_fmt_skip_is_only_on_data_tables() -> None:
+    assert not format_skips(), "let ruff format lay these out: " + ", ".join(format_skips())
+
+
+def test_the_data_table_rule_tells_tables_from_code() -> None:
+    assert _is_data_table(ast.parse("X = {'a': (1, -2), 'b': [None]}").body[0])
+    assert not _is_data_table(ast.parse("X = f(1)").body[0])
+    assert not _is_data_table(ast.parse("f(1, 2)").body[0])
+
+
+def test_engine_names_are_compared_only_where_engines_live() -> None:
+    found = engine_comparisons()
+    assert not found, (
+        "engine knowledge belongs in a dialect hook (dialects/) or in sqlfeed/io/<engine>/: "
+        + ", ".join(found)
+    )
+
+
+def test_the_engine_comparison_count_sees_every_form() -> None:
+    forms = 'a.name == "postgres"\nb in ("mysql", "x")\nmatch c:\n    case "sqlite": pass\n'
+    tree = ast.parse(forms)
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.Compare | ast.match_case)]
+    found = [
+        _engine_literals(n.comparators[0])
+        if isinstance(n, ast.Compare)
+        else _engine_literals(n.pattern.value)  # type: ignore[attr-defined]
+        for n in nodes
+    ]
+    assert found == [["postgres"], ["mysql"], ["sqlite"]]
+    assert _engine_place("sqlfeed/io/postgres/readers.py")
+    assert _engine_place("sqlfeed/io/mysql.py")
+    assert not _engine_place("sqlfeed/io/source.py")
+    assert not _engine_place("sqlfeed/plans/context.py")
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles()
+    assert not cycles, "import cycles (TYPE_CHECKING imports included): " + "; ".join(
+        " -> ".join(cycle) for cycle in cycles
     )
 
 
@@ -141,12 +334,21 @@ def test_the_architecture_map_names_every_layer() -> None:
 
 
 def main() -> None:
-    """Print the long modules and functions, justified or not."""
-    for title, rows in (("modules", long_modules()), ("functions", long_functions())):
-        limit = MAX_MODULE_LINES if title == "modules" else MAX_FUNCTION_LINES
-        print(f"{title} over {limit} lines: {len(rows)}")
-        for name, lines, ok in rows:
-            print(f"  {name}: {lines} lines{' (justified)' if ok else ''}")
+    """Print every measure: the longest modules and functions, skips, engine names, cycles."""
+    for title, rows in (("modules", long_modules(0)), ("functions", long_functions(0))):
+        rows.sort(key=lambda row: -row[1])
+        limit = MAX_MODULE_STATEMENTS if title == "modules" else MAX_FUNCTION_STATEMENTS
+        print(f"longest {title} (limit {limit} statements):")
+        for name, n, ok in rows[:5]:
+            print(f"  {name}: {n} statements{' (justified)' if ok else ''}")
+    for title, found in (
+        ("# fmt: skip outside data tables", format_skips()),
+        ("engine-name comparisons outside dialects/, io/<engine>, cli/", engine_comparisons()),
+        ("import cycles", [" -> ".join(c) for c in import_cycles()]),
+    ):
+        print(f"{title}: {len(found)}")
+        for line in found:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

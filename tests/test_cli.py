@@ -204,10 +204,20 @@ def test_plan_with_db_uses_the_planner_strategies(duck_file: str) -> None:
     assert plan["reason"].startswith("auto: ")
     ranged = json.loads(
         run_cli(
-            ["plan", "--db", duck_file, "-m", "4", "--strategy", "range", "--key", "id",
-             "SELECT id, s FROM t"]
+            [
+                "plan",
+                "--db",
+                duck_file,
+                "-m",
+                "4",
+                "--strategy",
+                "range",
+                "--key",
+                "id",
+                "SELECT id, s FROM t",
+            ]
         ).out
-    )  # fmt: skip
+    )
     assert ranged["strategy"] == "range"
     assert [p["estimated_rows"] for p in ranged["partitions"]] == [250, 250, 250, 250]
 
@@ -219,11 +229,35 @@ def test_strategies_other_than_hash_need_a_database() -> None:
 
 
 def test_sample_prints_rows(duck_file: str) -> None:
-    run = run_cli(["sample", "--db", duck_file, "--rows", "3", "--format", "json",
-                   "SELECT id, s FROM t ORDER BY id"])  # fmt: skip
+    run = run_cli(
+        [
+            "sample",
+            "--db",
+            duck_file,
+            "--rows",
+            "3",
+            "--format",
+            "json",
+            "SELECT id, s FROM t ORDER BY id",
+        ]
+    )
     assert json.loads(run.out) == [{"id": 0, "s": None}, {"id": 1, "s": "v1"}, {"id": 2, "s": "v2"}]
-    hashed = run_cli(["sample", "--db", duck_file, "--method", "hash", "--fraction", "0.1",
-                      "--rows", "1000", "--format", "csv", "SELECT id FROM t"])  # fmt: skip
+    hashed = run_cli(
+        [
+            "sample",
+            "--db",
+            duck_file,
+            "--method",
+            "hash",
+            "--fraction",
+            "0.1",
+            "--rows",
+            "1000",
+            "--format",
+            "csv",
+            "SELECT id FROM t",
+        ]
+    )
     assert 50 < len(hashed.out.splitlines()) - 1 < 150
 
 
@@ -231,8 +265,20 @@ def test_export_writes_a_parquet_file_and_refuses_to_overwrite(
     duck_file: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "rows.parquet"
-    run = run_cli(["export", "--db", duck_file, "--out", str(out), "-m", "3", "--format", "json",
-                   "SELECT * FROM t WHERE g < 3"])  # fmt: skip
+    run = run_cli(
+        [
+            "export",
+            "--db",
+            duck_file,
+            "--out",
+            str(out),
+            "-m",
+            "3",
+            "--format",
+            "json",
+            "SELECT * FROM t WHERE g < 3",
+        ]
+    )
     assert run.code == 0, run.err
     summary = json.loads(run.out)
     assert summary["rows"] == 429
@@ -240,16 +286,29 @@ def test_export_writes_a_parquet_file_and_refuses_to_overwrite(
     again = run_cli(["export", "--db", duck_file, "--out", str(out), "SELECT * FROM t"])
     assert again.code == 2
     assert "--overwrite" in again.err
-    replaced = run_cli(["export", "--db", duck_file, "--out", str(out), "--overwrite",
-                        "SELECT * FROM t"])  # fmt: skip
+    replaced = run_cli(
+        ["export", "--db", duck_file, "--out", str(out), "--overwrite", "SELECT * FROM t"]
+    )
     assert replaced.code == 0
     assert pq.read_table(out).num_rows == 1000
 
 
 def test_export_to_a_folder_writes_one_part_per_partition(duck_file: str, tmp_path: Path) -> None:
     out = tmp_path / "parts"
-    run = run_cli(["export", "--db", duck_file, "--out", str(out), "--as", "csv", "-m", "5",
-                   "SELECT * FROM t"])  # fmt: skip
+    run = run_cli(
+        [
+            "export",
+            "--db",
+            duck_file,
+            "--out",
+            str(out),
+            "--as",
+            "csv",
+            "-m",
+            "5",
+            "SELECT * FROM t",
+        ]
+    )
     assert run.code == 0, run.err
     parts = sorted(out.glob("part-*.csv"))
     assert len(parts) == 5
@@ -267,22 +326,53 @@ def sqlite_data(tmp_path: Path) -> str:
 
 def test_job_and_workers_from_the_command_line(sqlite_data: str, tmp_path: Path) -> None:
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
-    create = ["job", "create", "--queue", queue, "--job", "j", "--db", sqlite_data, "-m", "6",
-              "--epochs", "2", "--format", "json", "SELECT id, g FROM t"]  # fmt: skip
+    create = [
+        "job",
+        "create",
+        "--queue",
+        queue,
+        "--job",
+        "j",
+        "--db",
+        sqlite_data,
+        "-m",
+        "6",
+        "--epochs",
+        "2",
+        "--format",
+        "json",
+        "SELECT id, g FROM t",
+    ]
     made = run_cli(create)
     assert made.code == 0, made.err
     assert json.loads(made.out)["partitions"] == 6
     assert run_cli(create).code == 0  # idempotent
     out = tmp_path / "batches"
-    ran = run_cli(["worker", "--queue", queue, "--job", "j", "--db", sqlite_data,
-                   "--out", str(out), "--batch-size", "50", "--format", "json"])  # fmt: skip
+    ran = run_cli(
+        [
+            "worker",
+            "--queue",
+            queue,
+            "--job",
+            "j",
+            "--db",
+            sqlite_data,
+            "--out",
+            str(out),
+            "--batch-size",
+            "50",
+            "--format",
+            "json",
+        ]
+    )
     assert ran.code == 0, ran.err
     assert json.loads(ran.out)["rows"] == 1200
     for epoch in (0, 1):
         ids = [
-            i for f in (out / f"epoch={epoch}").glob("*.parquet")
+            i
+            for f in (out / f"epoch={epoch}").glob("*.parquet")
             for i in pq.read_table(f).column("id").to_pylist()
-        ]  # fmt: skip
+        ]
         assert sorted(ids) == list(range(600))
     status = json.loads(
         run_cli(["job", "status", "--queue", queue, "--job", "j", "--format", "json"]).out
@@ -320,16 +410,39 @@ def test_job_errors_are_one_line(sqlite_data: str, tmp_path: Path) -> None:
 def test_stats_writes_json_and_an_html_report(duck_file: str, tmp_path: Path) -> None:
     out, html = tmp_path / "stats.json", tmp_path / "report.html"
     options = ["--label", "g", "--kind", "g=categorical"]
-    run = run_cli(["stats", "--db", duck_file, "--out", str(out), "--html", str(html), *options,
-                   "SELECT id, g, s FROM t"])  # fmt: skip
+    run = run_cli(
+        [
+            "stats",
+            "--db",
+            duck_file,
+            "--out",
+            str(out),
+            "--html",
+            str(html),
+            *options,
+            "SELECT id, g, s FROM t",
+        ]
+    )
     assert run.code == 0, run.err
     stats = json.loads(out.read_text())
     assert stats["rows"] == 1000
     assert stats["columns"]["g"]["kind"] == "categorical"
     assert stats["columns"]["s"]["nulls"] == 200
     assert html.read_text().count("<img") == 3  # id's histogram, g's and s's bar charts
-    sampled = run_cli(["stats", "--db", duck_file, "--out", str(out), "--sample", "100",
-                       "--format", "json", "SELECT id FROM t"])  # fmt: skip
+    sampled = run_cli(
+        [
+            "stats",
+            "--db",
+            duck_file,
+            "--out",
+            str(out),
+            "--sample",
+            "100",
+            "--format",
+            "json",
+            "SELECT id FROM t",
+        ]
+    )
     assert json.loads(sampled.out)["method"] == "sample"
     assert json.loads(out.read_text())["rows"] == 100
 
@@ -394,8 +507,20 @@ def test_plan_count_sample_with_db_take_unnamed_columns(duck_file: str, sql: str
             parts.update(conn.execute(partition["sql"]).fetchall())
     assert parts == whole
     assert int(counted.out) == sum(whole.values())
-    sampled = run_cli(["sample", "--db", duck_file, "--method", "hash", "--fraction", "0.5",
-                       "--format", "json", sql])  # fmt: skip
+    sampled = run_cli(
+        [
+            "sample",
+            "--db",
+            duck_file,
+            "--method",
+            "hash",
+            "--fraction",
+            "0.5",
+            "--format",
+            "json",
+            sql,
+        ]
+    )
     assert sampled.code == 0, sampled.err
     assert 0 < len(json.loads(sampled.out)) <= sum(whole.values())
 
@@ -424,15 +549,18 @@ def test_sample_prints_null_as_null(duck_file: str) -> None:
     assert "NaN" not in "".join(table)
     assert "None" not in "".join(table)
     assert json.loads(run_cli([*base, "--format", "json", sql]).out)[0] == {
-        "id": 0, "s": None, "half": None,
-    }  # fmt: skip
+        "id": 0,
+        "s": None,
+        "half": None,
+    }
     assert run_cli([*base, "--format", "csv", sql]).out.splitlines()[1] == "0,,"
 
 
 def test_stats_checks_its_output_paths_before_computing(duck_file: str, tmp_path: Path) -> None:
     out, html = tmp_path / "stats.json", tmp_path / "missing" / "report.html"
-    run = run_cli(["stats", "--db", duck_file, "--out", str(out), "--html", str(html),
-                   "SELECT id, g FROM t"])  # fmt: skip
+    run = run_cli(
+        ["stats", "--db", duck_file, "--out", str(out), "--html", str(html), "SELECT id, g FROM t"]
+    )
     assert run.code == 2
     assert run.err.strip().splitlines() == [
         f"sqlfeed: error: --html {html}: the folder {html.parent} does not exist; create it first"
@@ -447,23 +575,50 @@ def test_stats_checks_its_output_paths_before_computing(duck_file: str, tmp_path
 def test_export_refuses_unknown_extensions_and_writes_nothing(
     duck_file: str, tmp_path: Path
 ) -> None:
-    run = run_cli(["export", "--db", duck_file, "--out", str(tmp_path / "x.xlsx"),
-                   "SELECT * FROM t"])  # fmt: skip
+    run = run_cli(
+        ["export", "--db", duck_file, "--out", str(tmp_path / "x.xlsx"), "SELECT * FROM t"]
+    )
     assert run.code == 2
     assert len(run.err.strip().splitlines()) == 1
     assert ".parquet, .csv, .jsonl" in run.err
     assert "--as" in run.err
     assert sorted(tmp_path.iterdir()) == [tmp_path / "data.duckdb"]
-    folder = run_cli(["export", "--db", duck_file, "--out", str(tmp_path / "v1.2"), "--as",
-                      "csv", "-m", "2", "SELECT * FROM t"])  # fmt: skip
+    folder = run_cli(
+        [
+            "export",
+            "--db",
+            duck_file,
+            "--out",
+            str(tmp_path / "v1.2"),
+            "--as",
+            "csv",
+            "-m",
+            "2",
+            "SELECT * FROM t",
+        ]
+    )
     assert folder.code == 0, folder.err
     assert len(list((tmp_path / "v1.2").glob("part-*.csv"))) == 2
 
 
 def test_export_drops_its_scratch_table(duck_file: str, tmp_path: Path) -> None:
     sql = "SELECT g, count(*) AS n FROM t GROUP BY g"
-    run = run_cli(["export", "--db", duck_file, "--out", str(tmp_path / "g.parquet"),
-                   "--strategy", "materialize", "--scratch", "main", "-m", "3", sql])  # fmt: skip
+    run = run_cli(
+        [
+            "export",
+            "--db",
+            duck_file,
+            "--out",
+            str(tmp_path / "g.parquet"),
+            "--strategy",
+            "materialize",
+            "--scratch",
+            "main",
+            "-m",
+            "3",
+            sql,
+        ]
+    )
     assert run.code == 0, run.err
     assert pq.read_table(tmp_path / "g.parquet").num_rows == 7
     assert _scratch_tables(duck_file) == []
@@ -476,9 +631,20 @@ def test_export_drops_its_scratch_table_when_it_fails(
         raise EngineError("the server went away")
 
     monkeypatch.setattr(cli_export, "export", failing)
-    run = run_cli(["export", "--db", duck_file, "--out", str(tmp_path / "g.parquet"),
-                   "--strategy", "materialize", "--scratch", "main",
-                   "SELECT g, count(*) AS n FROM t GROUP BY g"])  # fmt: skip
+    run = run_cli(
+        [
+            "export",
+            "--db",
+            duck_file,
+            "--out",
+            str(tmp_path / "g.parquet"),
+            "--strategy",
+            "materialize",
+            "--scratch",
+            "main",
+            "SELECT g, count(*) AS n FROM t GROUP BY g",
+        ]
+    )
     assert run.code == 1
     assert run.err.strip().splitlines() == ["sqlfeed: engine error: the server went away"]
     assert _scratch_tables(duck_file) == []
@@ -506,9 +672,22 @@ def test_job_delete_drops_the_jobs_scratch_table(duck_file: str, tmp_path: Path)
     )
     assert made.code == 0, made.err
     (table,) = _scratch_tables(duck_file)
-    again = run_cli(["job", "create", *target, "--db", duck_file, "--strategy", "materialize",
-                     "--scratch", "main", "-m", "2",
-                     "SELECT g, count(*) AS n FROM t WHERE g > 0 GROUP BY g"])  # fmt: skip
+    again = run_cli(
+        [
+            "job",
+            "create",
+            *target,
+            "--db",
+            duck_file,
+            "--strategy",
+            "materialize",
+            "--scratch",
+            "main",
+            "-m",
+            "2",
+            "SELECT g, count(*) AS n FROM t WHERE g > 0 GROUP BY g",
+        ]
+    )
     assert again.code == 2  # another definition: the table planned for it is dropped
     assert _scratch_tables(duck_file) == [table]
     refused = run_cli(["job", "delete", *target])
@@ -560,8 +739,18 @@ def test_scratch_list_and_drop(duck_file: str) -> None:
 
 def test_scratch_list_and_drop_on_sqlite(sqlite_data: str) -> None:
     base = ["--db", sqlite_data, "--schema", "main", "--format", "json"]
-    made = run_cli(["plan", "--db", sqlite_data, "--strategy", "materialize", "--scratch",
-                    "main", "SELECT g, count(*) AS n FROM t GROUP BY g"])  # fmt: skip
+    made = run_cli(
+        [
+            "plan",
+            "--db",
+            sqlite_data,
+            "--strategy",
+            "materialize",
+            "--scratch",
+            "main",
+            "SELECT g, count(*) AS n FROM t GROUP BY g",
+        ]
+    )
     assert made.code == 0, made.err
     (listed,) = json.loads(run_cli(["scratch", "list", *base]).out)
     assert f"main.{listed['table']}" == json.loads(made.out)["scratch_table"]
@@ -586,21 +775,27 @@ def test_scratch_list_and_drop_on_servers(engine: Engine) -> None:
     made = run_cli(["plan", "--db", url, "--strategy", "materialize", "--scratch", schema, sql])
     assert made.code == 0, made.err
     table = json.loads(made.out)["scratch_table"].rsplit(".", 1)[-1]
-    listed = json.loads(run_cli(["scratch", "list", "--db", url, "--schema", schema,
-                                 "--format", "json"]).out)  # fmt: skip
+    listed = json.loads(
+        run_cli(["scratch", "list", "--db", url, "--schema", schema, "--format", "json"]).out
+    )
     assert [t["table"] for t in listed] == [table]
     assert listed[0]["bytes"] > 0
     dropped = run_cli(["scratch", "drop", "--db", url, "--schema", schema, "--all"])
     assert dropped.code == 0, dropped.err
     assert table in dropped.out
-    assert json.loads(run_cli(["scratch", "list", "--db", url, "--schema", schema,
-                               "--format", "json"]).out) == []  # fmt: skip
+    assert (
+        json.loads(
+            run_cli(["scratch", "list", "--db", url, "--schema", schema, "--format", "json"]).out
+        )
+        == []
+    )
 
 
 def test_reshard_defaults_to_256mb_shards(tmp_path: Path) -> None:
     out = tmp_path / "shards"
-    run = run_cli(["reshard", "--out", str(out), "--format", "json",
-                   "SELECT range AS x FROM range(100)"])  # fmt: skip
+    run = run_cli(
+        ["reshard", "--out", str(out), "--format", "json", "SELECT range AS x FROM range(100)"]
+    )
     assert run.code == 0, run.err
     assert json.loads(run.out)["target_bytes"] == 256_000_000
     assert "default, without --shard-rows, is 256MB" in " ".join(

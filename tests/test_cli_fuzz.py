@@ -125,13 +125,32 @@ POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "other": (("x", "1"), ("",)),
 }
 DEST_POOL = {
-    "db": "db", "queue": "queue", "sql": "sql", "out": "path", "html": "path",
-    "temp_dir": "path", "dir": "path", "job": "name", "worker_id": "name", "key": "column",
-    "sort": "column", "group_by": "column", "label": "column", "uid": "column", "kind": "kind",
-    "tar": "tar", "shard_size": "size", "memory_limit": "size", "older_than": "duration",
-    "scratch": "schema", "schema": "schema", "dialect": "dialect", "lease_ttl": "lease_ttl",
-    "plan": "plan", "checkpoint_every": "seconds",
-}  # fmt: skip
+    "db": "db",
+    "queue": "queue",
+    "sql": "sql",
+    "out": "path",
+    "html": "path",
+    "temp_dir": "path",
+    "dir": "path",
+    "job": "name",
+    "worker_id": "name",
+    "key": "column",
+    "sort": "column",
+    "group_by": "column",
+    "label": "column",
+    "uid": "column",
+    "kind": "kind",
+    "tar": "tar",
+    "shard_size": "size",
+    "memory_limit": "size",
+    "older_than": "duration",
+    "scratch": "schema",
+    "schema": "schema",
+    "dialect": "dialect",
+    "lease_ttl": "lease_ttl",
+    "plan": "plan",
+    "checkpoint_every": "seconds",
+}
 SCRATCH_NAMES = ("sqlfeed_1_ab", "t", "sqlfeed_x", "")
 
 
@@ -221,9 +240,22 @@ def template() -> Iterator[Path]:
         os.chdir(base)
         try:
             _save_plans(base)
-            made = run_cli(["job", "create", "--queue", "sqlite:///queue.db", "--job", "j",
-                            "--db", "duckdb:///data.duckdb", "--lease-ttl", "2",
-                            "--plan", "plan.json"])  # fmt: skip
+            made = run_cli(
+                [
+                    "job",
+                    "create",
+                    "--queue",
+                    "sqlite:///queue.db",
+                    "--job",
+                    "j",
+                    "--db",
+                    "duckdb:///data.duckdb",
+                    "--lease-ttl",
+                    "2",
+                    "--plan",
+                    "plan.json",
+                ]
+            )
         finally:
             os.chdir(previous)
         assert made.code == 0, made.err

@@ -23,15 +23,26 @@ from tests.engines import MYSQL_URL, POSTGRES_URL
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     with duckdb.connect(str(tmp_path / "d.duckdb")) as conn:
-        conn.execute("CREATE TABLE t AS SELECT range AS id, 'c' || (range % 7) AS category "
-                     "FROM range(1000)")  # fmt: skip
+        conn.execute(
+            "CREATE TABLE t AS SELECT range AS id, 'c' || (range % 7) AS category FROM range(1000)"
+        )
     monkeypatch.chdir(tmp_path)
     return "duckdb:///d.duckdb"
 
 
 def test_the_reread_warning_does_not_ask_for_the_scratch_already_given(db: str) -> None:
-    run = run_cli(["plan", "--db", db, "--scratch", "main", "-m", "8",
-                   "SELECT id, category FROM t ORDER BY id LIMIT 100"])  # fmt: skip
+    run = run_cli(
+        [
+            "plan",
+            "--db",
+            db,
+            "--scratch",
+            "main",
+            "-m",
+            "8",
+            "SELECT id, category FROM t ORDER BY id LIMIT 100",
+        ]
+    )
     assert run.code == 0, run.err
     (warning,) = run.err.splitlines()
     assert "reads the whole query about 8 times" in warning
@@ -59,8 +70,20 @@ def test_the_reread_warning_without_scratch_offers_it(db: str) -> None:
 def test_a_range_key_of_the_wrong_type_is_named_with_its_type(
     db: str, key: str, expected: str
 ) -> None:
-    run = run_cli(["plan", "--db", db, "--strategy", "range", "--key", key, "-m", "4",
-                   "SELECT id, category FROM t"])  # fmt: skip
+    run = run_cli(
+        [
+            "plan",
+            "--db",
+            db,
+            "--strategy",
+            "range",
+            "--key",
+            key,
+            "-m",
+            "4",
+            "SELECT id, category FROM t",
+        ]
+    )
     assert run.code == 2
     (line,) = run.err.splitlines()
     assert expected in line, line
@@ -88,14 +111,16 @@ def test_a_worker_out_of_another_job_gets_only_that_advice(db: str) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("postgres://u:secret@127.0.0.1:9/x",
-         "SQLAlchemy has no 'postgres' dialect; did you mean postgresql+psycopg://u:***@127.0.0.1:9/x?"),
+        (
+            "postgres://u:secret@127.0.0.1:9/x",
+            "SQLAlchemy has no 'postgres' dialect; did you mean postgresql+psycopg://u:***@127.0.0.1:9/x?",
+        ),
         ("postgress://u@127.0.0.1:9/x", "did you mean postgresql+psycopg://u@127.0.0.1:9/x?"),
         ("mysq://root@127.0.0.1:9/x", "did you mean mysql+pymysql://root@127.0.0.1:9/x?"),
         ("snowflake://u@account/db", "pip install snowflake-sqlalchemy"),
         ("bigquery://project/dataset", "pip install sqlalchemy-bigquery"),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize(
     "command", [["count"], ["export", "--out", "o.parquet"], ["worker", "--job", "j"]]
 )
@@ -133,8 +158,9 @@ def test_materialize_without_scratch_uses_the_default_schema_as_auto_does(
     monkeypatch.chdir(tmp_path)
     url = _url(name)
     sql = "SELECT 1 AS x UNION ALL SELECT 2 UNION ALL SELECT 2"
-    run = run_cli(["export", "--db", url, "--strategy", "materialize", "-m", "2", "--out",
-                   "o.parquet", sql])  # fmt: skip
+    run = run_cli(
+        ["export", "--db", url, "--strategy", "materialize", "-m", "2", "--out", "o.parquet", sql]
+    )
     assert run.code == 0, run.err
     assert "materialize partitions" in run.out
     assert sorted(pq.read_table("o.parquet")["x"].to_pylist()) == [1, 2, 2]
@@ -158,11 +184,13 @@ def _url(name: str) -> str:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("postgres://u:secret@127.0.0.1:9/x",
-         "did you mean postgresql+psycopg://u:***@127.0.0.1:9/x?"),
+        (
+            "postgres://u:secret@127.0.0.1:9/x",
+            "did you mean postgresql+psycopg://u:***@127.0.0.1:9/x?",
+        ),
         ("snowflake://u@account/db", "pip install snowflake-sqlalchemy"),
     ],
-)  # fmt: skip
+)
 def test_the_python_api_gives_the_same_url_fix(url: str, expected: str) -> None:
     with pytest.raises(InvalidArgumentError) as refused:
         sqlfeed.connect(url)

@@ -26,9 +26,11 @@ SQL = "SELECT id, g, s FROM t WHERE id % 3 <> 0"
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     with duckdb.connect(str(tmp_path / "d.duckdb")) as conn:
-        conn.execute("CREATE TABLE t AS SELECT range AS id, range % 7 AS g, "
-                     "CASE WHEN range % 5 = 0 THEN NULL ELSE 'v' || range END AS s "
-                     "FROM range(5000)")  # fmt: skip
+        conn.execute(
+            "CREATE TABLE t AS SELECT range AS id, range % 7 AS g, "
+            "CASE WHEN range % 5 = 0 THEN NULL ELSE 'v' || range END AS s "
+            "FROM range(5000)"
+        )
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -52,11 +54,14 @@ def _expected(sql: str) -> Counter[tuple[object, ...]]:
 
 @pytest.mark.parametrize(
     "flags",
-    [["-m", "4", "--strategy", "hash"], ["-m", "5", "--strategy", "range", "--key", "id"],
-     ["-m", "3", "--strategy", "ctid"],
-     ["-m", "4", "--strategy", "materialize", "--scratch", "main"]],
+    [
+        ["-m", "4", "--strategy", "hash"],
+        ["-m", "5", "--strategy", "range", "--key", "id"],
+        ["-m", "3", "--strategy", "ctid"],
+        ["-m", "4", "--strategy", "materialize", "--scratch", "main"],
+    ],
     ids=["hash", "range", "rowid", "materialize"],
-)  # fmt: skip
+)
 def test_export_of_a_saved_plan_reads_the_querys_rows(work: Path, flags: list[str]) -> None:
     saved = _save(DB, SQL, *flags)
     run = run_cli(["export", "--db", DB, "--plan", "plan.json", "--out", "o.parquet"])
@@ -71,18 +76,46 @@ def test_export_of_a_saved_plan_reads_the_querys_rows(work: Path, flags: list[st
 
 def test_job_create_and_worker_take_the_saved_plan(work: Path) -> None:
     saved = _save(DB, SQL, "-m", "4")
-    made = run_cli(["job", "create", "--queue", "sqlite:///q.db", "--job", "j", "--db", DB,
-                    "--plan", "plan.json", "--format", "json"])  # fmt: skip
+    made = run_cli(
+        [
+            "job",
+            "create",
+            "--queue",
+            "sqlite:///q.db",
+            "--job",
+            "j",
+            "--db",
+            DB,
+            "--plan",
+            "plan.json",
+            "--format",
+            "json",
+        ]
+    )
     assert made.code == 0, made.err
     assert json.loads(made.out)["fingerprint"] == saved["fingerprint"]
     _save(DB, "SELECT id FROM t", "-m", "2", path="other.json")
-    refused = run_cli(["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db", DB,
-                       "--plan", "other.json"])  # fmt: skip
+    refused = run_cli(
+        ["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db", DB, "--plan", "other.json"]
+    )
     assert refused.code == 2
     assert "not --plan other.json" in refused.err
     assert open_queue("sqlite:///q.db").status("j").per_epoch[0]["pending"] == 4
-    worked = run_cli(["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db", DB,
-                      "--plan", "plan.json", "--out", "out"])  # fmt: skip
+    worked = run_cli(
+        [
+            "worker",
+            "--queue",
+            "sqlite:///q.db",
+            "--job",
+            "j",
+            "--db",
+            DB,
+            "--plan",
+            "plan.json",
+            "--out",
+            "out",
+        ]
+    )
     assert worked.code == 0, worked.err
     assert sum(_rows(str(f)).total() for f in Path("out").rglob("part-*.parquet")) == sum(
         _expected(SQL).values()
@@ -113,7 +146,7 @@ def _edited(document: dict[str, object]) -> str:
         (["--plan", "missing.json"], None, "--plan missing.json: cannot read it"),
         ([], None, "the SQL argument is required (or --plan FILE"),
     ],
-)  # fmt: skip
+)
 def test_a_saved_plan_that_does_not_fit_is_refused_before_anything_runs(
     work: Path, argv: list[str], content: str | None, expected: str
 ) -> None:
@@ -133,8 +166,9 @@ def test_a_saved_plan_that_does_not_fit_is_refused_before_anything_runs(
 def test_a_plan_for_another_engine_or_changed_tables_is_refused(work: Path) -> None:
     _save(DB, "SELECT * FROM t", "-m", "4")
     Path("x.sqlite").touch()
-    run = run_cli(["export", "--db", "sqlite:///x.sqlite", "--plan", "plan.json", "--out",
-                   "o.parquet"])  # fmt: skip
+    run = run_cli(
+        ["export", "--db", "sqlite:///x.sqlite", "--plan", "plan.json", "--out", "o.parquet"]
+    )
     assert run.code == 2
     assert "is a plan for duckdb, but --db is a sqlite URL" in run.err
     with duckdb.connect("d.duckdb") as conn:

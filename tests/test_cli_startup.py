@@ -15,10 +15,27 @@ import sqlfeed
 from sqlfeed.cli.main import COMMANDS, build_parser
 
 HEAVY = (
-    "pandas", "numpy", "pyarrow", "pyarrow.dataset", "duckdb", "sqlalchemy", "sqlglot",
-    "tensorflow", "keras", "torch", "dask", "ray", "matplotlib", "rich", "psycopg", "pymysql",
-    "connectorx", "adbc_driver_manager", "dialects", "stats",
-)  # fmt: skip
+    "pandas",
+    "numpy",
+    "pyarrow",
+    "pyarrow.dataset",
+    "duckdb",
+    "sqlalchemy",
+    "sqlglot",
+    "tensorflow",
+    "keras",
+    "torch",
+    "dask",
+    "ray",
+    "matplotlib",
+    "rich",
+    "psycopg",
+    "pymysql",
+    "connectorx",
+    "adbc_driver_manager",
+    "dialects",
+    "stats",
+)
 
 
 def _modules_after(code: str) -> set[str]:
@@ -49,8 +66,10 @@ def test_the_top_of_the_command_line_imports_no_heavy_module(argv: list[str]) ->
     loaded = _modules_after(_cli(argv))
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
     assert not {m for m in loaded if m.startswith("sqlfeed.") and m.count(".") == 2} - {
-        "sqlfeed.cli.main", "sqlfeed.cli.native", "sqlfeed.cli.parsing"
-    }  # fmt: skip
+        "sqlfeed.cli.main",
+        "sqlfeed.cli.native",
+        "sqlfeed.cli.parsing",
+    }
 
 
 def test_a_command_imports_its_own_module_only() -> None:

@@ -34,15 +34,20 @@ def _screen(command: str, folder: Path) -> list[str]:
     session = f"sqlfeed-{uuid.uuid4().hex[:8]}"
     done = folder / "done"
     script = f"cd {shlex.quote(str(folder))} && {command}; touch {shlex.quote(str(done))}; sleep 60"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "20", script],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "20", script], check=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert done.exists(), "the command did not finish in 120 s"
-        shown = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], check=True,
-                               capture_output=True, text=True).stdout  # fmt: skip
+        shown = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", session],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     return [line.rstrip() for line in shown.splitlines() if line.strip()]
@@ -68,10 +73,23 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
     env = {k: v for k, v in os.environ.items() if k != "SQLFEED_DEBUG"}
     run = subprocess.run(
-        [str(SQLFEED), "export", "--db", "duckdb:///d.duckdb", "--out", "o.parquet", "-m", "4",
-         "SELECT id FROM t"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+        [
+            str(SQLFEED),
+            "export",
+            "--db",
+            "duckdb:///d.duckdb",
+            "--out",
+            "o.parquet",
+            "-m",
+            "4",
+            "SELECT id FROM t",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
 

@@ -40,9 +40,22 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _create(job: str, *flags: str) -> None:
-    made = run_cli(["job", "create", "--queue", "sqlite:///q.db", "--job", job, "--db",
-                    "duckdb:///d.duckdb", "--strategy", "hash", *flags,
-                    "SELECT id FROM t"])  # fmt: skip
+    made = run_cli(
+        [
+            "job",
+            "create",
+            "--queue",
+            "sqlite:///q.db",
+            "--job",
+            job,
+            "--db",
+            "duckdb:///d.duckdb",
+            "--strategy",
+            "hash",
+            *flags,
+            "SELECT id FROM t",
+        ]
+    )
     assert made.code == 0, made.err
 
 
@@ -51,8 +64,19 @@ def test_a_waiting_worker_says_once_whose_leases_it_waits_for(work: Path) -> Non
     queue = open_queue("sqlite:///q.db")
     taken = [queue.acquire("j", "ghost") for _ in range(2)]  # a worker killed at once
     assert all(lease is not None for lease in taken)
-    run = run_cli(["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db",
-                   "duckdb:///d.duckdb", "--worker-id", "me"])  # fmt: skip
+    run = run_cli(
+        [
+            "worker",
+            "--queue",
+            "sqlite:///q.db",
+            "--job",
+            "j",
+            "--db",
+            "duckdb:///d.duckdb",
+            "--worker-id",
+            "me",
+        ]
+    )
     assert run.code == 0, run.err
     (line,) = run.err.splitlines()
     assert re.fullmatch(
@@ -79,10 +103,13 @@ def test_the_waiting_line_names_each_holder_and_nothing_when_busy() -> None:
     assert waiting_line([], "me", 60) is None
 
 
-@pytest.mark.parametrize(("argv", "text"), [
-    (["job", "create", "--help"], "(default 60)"),
-    (["worker", "--help"], "default 60 s"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["job", "create", "--help"], "(default 60)"),
+        (["worker", "--help"], "default 60 s"),
+    ],
+)
 def test_the_default_lease_ttl_is_stated(argv: list[str], text: str) -> None:
     run = run_cli(argv)
     assert run.code == 0
@@ -91,14 +118,16 @@ def test_the_default_lease_ttl_is_stated(argv: list[str], text: str) -> None:
 
 def test_a_finished_worker_leaves_a_checkpoint_that_rewinds_to_nothing(work: Path) -> None:
     _create("j", "-m", "4")
-    run = run_cli(["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db",
-                   "duckdb:///d.duckdb"])  # fmt: skip
+    run = run_cli(
+        ["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db", "duckdb:///d.duckdb"]
+    )
     assert run.code == 0, run.err
     queue = open_queue("sqlite:///q.db")
     (checkpoint,) = queue.checkpoints("j")
     assert abs(checkpoint - time.time()) < 60
-    rewound = run_cli(["job", "rewind", "--queue", "sqlite:///q.db", "--job", "j",
-                       "--to", str(checkpoint)])  # fmt: skip
+    rewound = run_cli(
+        ["job", "rewind", "--queue", "sqlite:///q.db", "--job", "j", "--to", str(checkpoint)]
+    )
     assert rewound.code == 0, rewound.err
     assert "4 partitions done then" in rewound.out
     status = run_cli(["job", "status", "--queue", "sqlite:///q.db", "--job", "j"])
@@ -108,8 +137,19 @@ def test_a_finished_worker_leaves_a_checkpoint_that_rewinds_to_nothing(work: Pat
 
 def test_no_checkpoint_with_checkpoint_every_zero(work: Path) -> None:
     _create("j", "-m", "2")
-    run = run_cli(["worker", "--queue", "sqlite:///q.db", "--job", "j", "--db",
-                   "duckdb:///d.duckdb", "--checkpoint-every", "0"])  # fmt: skip
+    run = run_cli(
+        [
+            "worker",
+            "--queue",
+            "sqlite:///q.db",
+            "--job",
+            "j",
+            "--db",
+            "duckdb:///d.duckdb",
+            "--checkpoint-every",
+            "0",
+        ]
+    )
     assert run.code == 0, run.err
     assert open_queue("sqlite:///q.db").checkpoints("j") == []
 
@@ -125,10 +165,23 @@ def test_rewinding_to_a_stopped_workers_checkpoint_hands_out_exactly_the_rest(wo
     the job; rewound to A's checkpoint, the job hands out again exactly what B delivered."""
     _create("j", "-m", "4", "--lease-ttl", "30")
     env = {k: v for k, v in os.environ.items() if k != "SQLFEED_DEBUG"}
-    worker = [sys.executable, "-m", "sqlfeed", "worker", "--queue", "sqlite:///q.db", "--job",
-              "j", "--db", "duckdb:///d.duckdb", "--batch-size", "5"]  # fmt: skip
-    first = subprocess.Popen([*worker, "--out", "a"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    worker = [
+        sys.executable,
+        "-m",
+        "sqlfeed",
+        "worker",
+        "--queue",
+        "sqlite:///q.db",
+        "--job",
+        "j",
+        "--db",
+        "duckdb:///d.duckdb",
+        "--batch-size",
+        "5",
+    ]
+    first = subprocess.Popen(
+        [*worker, "--out", "a"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while len(list(work.glob("a/epoch=0/part-*.parquet"))) < 10 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -139,11 +192,13 @@ def test_rewinding_to_a_stopped_workers_checkpoint_hands_out_exactly_the_rest(wo
     assert 0 < done_by_a < ROWS
     (checkpoint,) = open_queue("sqlite:///q.db").checkpoints("j")
     time.sleep(1.1)  # B's checkpoint gets a later id
-    second = subprocess.run([*worker[:-2], "--out", "b"], env=env, capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    second = subprocess.run(
+        [*worker[:-2], "--out", "b"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert second.returncode == 0, second.stderr
-    rewound = run_cli(["job", "rewind", "--queue", "sqlite:///q.db", "--job", "j",
-                       "--to", str(checkpoint)])  # fmt: skip
+    rewound = run_cli(
+        ["job", "rewind", "--queue", "sqlite:///q.db", "--job", "j", "--to", str(checkpoint)]
+    )
     assert rewound.code == 0, rewound.err
     third = run_cli([*worker[3:], "--out", "c"])  # the same batches: offsets count them
     assert third.code == 0, third.err
@@ -168,8 +223,9 @@ def test_every_queue_says_who_holds_its_leases_and_for_how_long(name: str, tmp_p
     }[name]
     queue = open_queue(url)
     job = f"leases_{uuid.uuid4().hex[:8]}"
-    queue.create_job(JobSpec(job, sqlfeed.plan("SELECT 1 AS x", partitions=2, strategy="hash"),
-                             lease_ttl=30.0))  # fmt: skip
+    queue.create_job(
+        JobSpec(job, sqlfeed.plan("SELECT 1 AS x", partitions=2, strategy="hash"), lease_ttl=30.0)
+    )
     try:
         assert queue.leases(job) == []
         lease = queue.acquire(job, "w1")

@@ -155,10 +155,13 @@ def _mysql_connect(engine: Engine) -> Callable[[], Any]:
 
     def connect() -> Any:
         return pymysql.connect(
-            host=url.hostname or "127.0.0.1", port=url.port or 3306,
-            user=url.username or "root", password=url.password or "",
-            database=engine.schema, autocommit=False,
-        )  # fmt: skip
+            host=url.hostname or "127.0.0.1",
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            database=engine.schema,
+            autocommit=False,
+        )
 
     return connect
 

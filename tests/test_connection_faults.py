@@ -92,9 +92,14 @@ class Server:
         import pymysql
 
         url = urlparse(MYSQL_URL)
-        return pymysql.connect(host=url.hostname or "127.0.0.1", port=url.port or 3306,
-                               user=url.username or "root", password=url.password or "",
-                               autocommit=True, connect_timeout=5)  # fmt: skip
+        return pymysql.connect(
+            host=url.hostname or "127.0.0.1",
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            autocommit=True,
+            connect_timeout=5,
+        )
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         for attempt in range(50):  # after a server restart: connect again, while it starts
@@ -143,8 +148,11 @@ class Server:
 
     def drop(self) -> None:
         with contextlib.suppress(Exception):
-            self._run(f"DROP SCHEMA IF EXISTS {self.tag} CASCADE" if self.name == "postgres"
-                      else f"DROP DATABASE IF EXISTS {self.tag}")  # fmt: skip
+            self._run(
+                f"DROP SCHEMA IF EXISTS {self.tag} CASCADE"
+                if self.name == "postgres"
+                else f"DROP DATABASE IF EXISTS {self.tag}"
+            )
         with contextlib.suppress(Exception):
             self.admin.close()
 
@@ -254,8 +262,17 @@ def test_a_static_feed_survives_killed_connections(
     # MariaDB cannot share a snapshot: its default consistent read is one connection whose
     # loss cannot resume (sqlfeed.io.pinned); a table that does not change needs none.
     options: dict[str, Any] = {"snapshot": False} if engine == "mysql" else {}
-    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
-                            readers=2, batch_size=250, read_batch_rows=250, **options)  # fmt: skip
+    feeder = sqlfeed.Feeder(
+        db.query,
+        db.url,
+        partitions=8,
+        strategy="range",
+        key="id",
+        readers=2,
+        batch_size=250,
+        read_batch_rows=250,
+        **options,
+    )
     caplog.set_level(logging.WARNING, logger="sqlfeed.io")
     ids: list[int] = []
     delivered: list[float] = []
@@ -268,9 +285,12 @@ def test_a_static_feed_survives_killed_connections(
         time.sleep(0.03)  # a consumer doing some work
     killer.stop()
     reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
-    _report(capfd, f"{engine}/{readers} static feed: {killer.kills} connections killed, "
-            f"{len(reconnects)} reads reconnected, rows {len(ids)}/{ROWS}, "
-            f"{_recovery(killer.times, [delivered])}")  # fmt: skip
+    _report(
+        capfd,
+        f"{engine}/{readers} static feed: {killer.kills} connections killed, "
+        f"{len(reconnects)} reads reconnected, rows {len(ids)}/{ROWS}, "
+        f"{_recovery(killer.times, [delivered])}",
+    )
     assert reconnects, "no read lost its connection: the test did not test anything"
     assert Counter(ids) == Counter(db.ids())  # every row exactly once
     _no_traceback(capfd.readouterr().err, readers)
@@ -300,8 +320,10 @@ def test_a_connectorx_stream_survives_killed_connections(
         killer.stop()
         source.close()
     reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
-    print(f"\n{engine}/connectorx stream: {killer.kills} connections killed, "
-          f"{len(reconnects)} reads reconnected, rows {len(ids)}/{len(set(ids))}")  # fmt: skip
+    print(
+        f"\n{engine}/connectorx stream: {killer.kills} connections killed, "
+        f"{len(reconnects)} reads reconnected, rows {len(ids)}/{len(set(ids))}"
+    )
     assert reconnects, "no read lost its connection: the test did not test anything"
     assert Counter(ids) == Counter(db.ids())
 
@@ -361,8 +383,15 @@ def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     caplog.set_level(logging.WARNING)
-    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
-                            batch_size=100, read_batch_rows=100)  # fmt: skip
+    feeder = sqlfeed.Feeder(
+        db.query,
+        db.url,
+        partitions=8,
+        strategy="range",
+        key="id",
+        batch_size=100,
+        read_batch_rows=100,
+    )
 
     def read_all() -> None:
         for count, _ in enumerate(feeder):
@@ -434,9 +463,22 @@ def test_a_read_whose_rows_changed_before_it_resumed_fails_rather_than_guess(
 def _start_worker(
     queue: str, job: str, source: str, logs: Path, name: str, env: dict[str, str], consume: float
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "tests.fault_worker", queue, job, source,
-            str(logs / f"{name}.log"), name, "--batch-size", "100", "--consume", str(consume),
-            "--ack-interval", "0.05"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.fault_worker",
+        queue,
+        job,
+        source,
+        str(logs / f"{name}.log"),
+        name,
+        "--batch-size",
+        "100",
+        "--consume",
+        str(consume),
+        "--ack-interval",
+        "0.05",
+    ]
     err = open(logs / f"{name}.err", "wb")  # noqa: SIM115 (closed when the test ends)
     return subprocess.Popen(argv, cwd=ROOT, stderr=err, env=env)
 
@@ -464,8 +506,10 @@ def _run_job(
     workers = [_start_worker(queue.url, job, db.url, logs, f"w{i}", env, consume) for i in (1, 2)]
     try:
         until = time.monotonic() + 120
-        while not all((logs / f"w{i}.log").exists() and "\nD " in
-                      (logs / f"w{i}.log").read_text() for i in (1, 2)):  # fmt: skip
+        while not all(
+            (logs / f"w{i}.log").exists() and "\nD " in (logs / f"w{i}.log").read_text()
+            for i in (1, 2)
+        ):
             assert time.monotonic() < until, "no worker delivered"
             assert all(w.poll() is None for w in workers), "a worker exited before delivering"
             time.sleep(0.05)
@@ -478,8 +522,9 @@ def _run_job(
                 w.wait()
         queue.close()
     errors = [(logs / f"w{i}.err").read_text() for i in (1, 2)]
-    logged = [[line.split() for line in (logs / f"w{i}.log").read_text().splitlines()]
-              for i in (1, 2)]  # fmt: skip
+    logged = [
+        [line.split() for line in (logs / f"w{i}.log").read_text().splitlines()] for i in (1, 2)
+    ]
     return codes, errors, logged
 
 
@@ -511,8 +556,10 @@ def test_b_job_workers_survive_killed_connections(
     lines = logged[0] + logged[1]
     delivered = [[float(line[1]) for line in log if line and line[0] == "D"] for log in logged]
     reconnects = sum(err.count("lost the connection") for err in errors)
-    print(f"\n{engine} job: {killer.kills} connections killed, {reconnects} reads "
-          f"reconnected, worker exits {codes}, {_recovery(killer.times, delivered)}")  # fmt: skip
+    print(
+        f"\n{engine} job: {killer.kills} connections killed, {reconnects} reads "
+        f"reconnected, worker exits {codes}, {_recovery(killer.times, delivered)}"
+    )
     assert codes == [0, 0], errors
     table = Counter(db.ids())
     assert all(ids == table for ids in _epoch_ids(lines, 2))  # every row once per epoch
@@ -523,8 +570,12 @@ def test_b_job_workers_survive_killed_connections(
 
 def _restart_postgres() -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _restart(engine: str) -> None:
@@ -535,8 +586,9 @@ def _restart(engine: str) -> None:
     _restart_postgres()
 
 
-@pytest.mark.skipif(not RESTART, reason="restarts the shared PostgreSQL server: set "
-                    "SQLFEED_TEST_RESTART_SERVER=1")  # fmt: skip
+@pytest.mark.skipif(
+    not RESTART, reason="restarts the shared PostgreSQL server: set SQLFEED_TEST_RESTART_SERVER=1"
+)
 @pytest.mark.parametrize(("engine", "queue"), [("postgres", "sqlite"), ("postgres", "postgres")])
 def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
     engine: str,
@@ -560,16 +612,21 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
             restarts.append((started, time.time()))
             time.sleep(3)
 
-    codes, errors, logged = _run_job(db, tmp_path, restart_twice, consume=0.06,
-                                     queue_url=queue_url)  # fmt: skip
+    codes, errors, logged = _run_job(db, tmp_path, restart_twice, consume=0.06, queue_url=queue_url)
     lines = logged[0] + logged[1]
     delivered = sorted(float(line[1]) for line in lines if line and line[0] == "D")
-    back = [min(t for t in delivered if t > end) - start for start, end in restarts
-            if delivered[-1] > end]  # fmt: skip
+    back = [
+        min(t for t in delivered if t > end) - start
+        for start, end in restarts
+        if delivered[-1] > end
+    ]
     took = ", ".join(f"{end - start:.1f}s" for start, end in restarts)
-    _report(capfd, f"{engine} job ({queue} queue), {len(restarts)} restarts (each {took}): "
-            f"worker exits {codes}, first delivery "
-            f"{', '.join(f'{s:.1f}s' for s in back)} after each began")  # fmt: skip
+    _report(
+        capfd,
+        f"{engine} job ({queue} queue), {len(restarts)} restarts (each {took}): "
+        f"worker exits {codes}, first delivery "
+        f"{', '.join(f'{s:.1f}s' for s in back)} after each began",
+    )
     assert codes == [0, 0], errors
     assert len(back) == len(restarts), "the job ended before a restart: it tested nothing"
     table = Counter(db.ids())
@@ -584,9 +641,17 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
 def _static_feeds_through_a_restart(
     engine: str, db: Server, table: Counter[int], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    feeder = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
-                            readers=2, batch_size=250, read_batch_rows=250,
-                            snapshot=False)  # fmt: skip
+    feeder = sqlfeed.Feeder(
+        db.query,
+        db.url,
+        partitions=8,
+        strategy="range",
+        key="id",
+        readers=2,
+        batch_size=250,
+        read_batch_rows=250,
+        snapshot=False,
+    )
     ids: list[int] = []
     started = ended = 0.0
     times: list[float] = []
@@ -609,8 +674,16 @@ def _static_feeds_through_a_restart(
     # In one snapshot (the default): a restart ends the snapshot's session (PostgreSQL's
     # exported one, MariaDB's consistent read), so the read cannot resume; it says so in
     # one line, and closing the snapshot adds nothing.
-    snapped = sqlfeed.Feeder(db.query, db.url, partitions=8, strategy="range", key="id",
-                             readers=2, batch_size=250, read_batch_rows=250)  # fmt: skip
+    snapped = sqlfeed.Feeder(
+        db.query,
+        db.url,
+        partitions=8,
+        strategy="range",
+        key="id",
+        readers=2,
+        batch_size=250,
+        read_batch_rows=250,
+    )
 
     def read_through_a_restart() -> None:
         for count, _ in enumerate(snapped):
@@ -626,12 +699,15 @@ def _static_feeds_through_a_restart(
 
 @pytest.mark.parametrize(
     "message",
-    ["terminating connection due to administrator command",
-     "consuming input failed: server closed the connection unexpectedly",
-     "(2013, 'Lost connection to MySQL server during query')",
-     "(1927, 'Connection was killed')", "connection failed: Connection refused",
-     "Source(MySQLError(CodecError { IO error: `bytes remaining on stream' }))"],
-)  # fmt: skip
+    [
+        "terminating connection due to administrator command",
+        "consuming input failed: server closed the connection unexpectedly",
+        "(2013, 'Lost connection to MySQL server during query')",
+        "(1927, 'Connection was killed')",
+        "connection failed: Connection refused",
+        "Source(MySQLError(CodecError { IO error: `bytes remaining on stream' }))",
+    ],
+)
 def test_lost_connections_are_told_from_other_errors(message: str) -> None:
     """The one classification: a lost connection by its words, sqlfeed's own errors and
     a query's errors never (an unrelated word like "connection" in a table name)."""

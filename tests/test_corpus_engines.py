@@ -167,11 +167,26 @@ RE_RENDERING = [
     case
     for case in CASES
     if case.id.split("-", 1)[1]
-    in {"cast_numeric", "cast_numeric_grouped", "regexp", "rlike", "not_regexp", "from_dual",
-        "from_dual_where", "json_arrayagg_grouped", "ifnull_if", "distinct_on", "json_each",
-        "sql_no_cache", "alias_in_where", "hash_comment", "trailing_comment", "regexp_top",
-        "cast_numeric_top"}
-]  # fmt: skip
+    in {
+        "cast_numeric",
+        "cast_numeric_grouped",
+        "regexp",
+        "rlike",
+        "not_regexp",
+        "from_dual",
+        "from_dual_where",
+        "json_arrayagg_grouped",
+        "ifnull_if",
+        "distinct_on",
+        "json_each",
+        "sql_no_cache",
+        "alias_in_where",
+        "hash_comment",
+        "trailing_comment",
+        "regexp_top",
+        "cast_numeric_top",
+    }
+]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

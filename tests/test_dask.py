@@ -137,9 +137,12 @@ def test_a_key_with_nulls_gives_unknown_divisions_but_every_row() -> None:
 def test_pyarrow_dtypes_and_an_empty_result() -> None:
     engine, url = url_engine("duckdb")
     frame = sqlfeed.dask.dataframe(
-        QUERY.format(keyed="empty_keyed"), url, strategy="hash", partitions=3,
+        QUERY.format(keyed="empty_keyed"),
+        url,
+        strategy="hash",
+        partitions=3,
         dtype_backend="pyarrow",
-    )  # fmt: skip
+    )
     result = frame.compute(scheduler="threads")
     assert len(result) == 0
     assert list(result.columns) == ["id", "k", "ts", "v", "s"]

@@ -67,9 +67,20 @@ MISSING_COMMANDS = {
     "sample": ["sample", "--db", "{url}", "SELECT * FROM t"],
     "export": ["export", "--db", "{url}", "--out", "out.parquet", "SELECT * FROM t"],
     "stats": ["stats", "--db", "{url}", "--out", "stats.json", "SELECT * FROM t"],
-    "job create": ["job", "create", "--queue", "sqlite:///q.db", "--job", "j", "--db", "{url}",
-                   "-m", "2", "SELECT * FROM t"],
-}  # fmt: skip
+    "job create": [
+        "job",
+        "create",
+        "--queue",
+        "sqlite:///q.db",
+        "--job",
+        "j",
+        "--db",
+        "{url}",
+        "-m",
+        "2",
+        "SELECT * FROM t",
+    ],
+}
 
 
 @pytest.mark.parametrize("url", ["duckdb:///nosuch.duckdb", "sqlite:///nosuch.sqlite"])
@@ -171,8 +182,20 @@ def test_a_scratch_table_cannot_be_written_while_another_connection_reads(
 def test_reshard_reads_a_duckdb_file_it_opened_read_only(tmp_path: Path) -> None:
     path = _duckdb_file(tmp_path / "data.duckdb")
     out = tmp_path / "shards"
-    run = run_cli(["reshard", "--db", f"duckdb:///{path}", "--out", str(out), "--shuffle", "1",
-                   "--shard-rows", "300", "SELECT * FROM t"])  # fmt: skip
+    run = run_cli(
+        [
+            "reshard",
+            "--db",
+            f"duckdb:///{path}",
+            "--out",
+            str(out),
+            "--shuffle",
+            "1",
+            "--shard-rows",
+            "300",
+            "SELECT * FROM t",
+        ]
+    )
     assert run.code == 0, run.err
     ids = Counter(
         i for f in out.glob("*.parquet") for i in pq.read_table(f).column("id").to_pylist()
@@ -228,12 +251,36 @@ def test_four_workers_and_a_count_share_one_duckdb_file(tmp_path: Path) -> None:
     rows = 200_000
     path = _duckdb_file(tmp_path / "data.duckdb", rows=rows)
     url, queue = f"duckdb:///{path}", f"sqlite:///{tmp_path / 'queue.db'}"
-    created = run_cli(["job", "create", "--queue", queue, "--job", "j", "--db", url,
-                       "-m", "24", "SELECT * FROM t"])  # fmt: skip
+    created = run_cli(
+        [
+            "job",
+            "create",
+            "--queue",
+            queue,
+            "--job",
+            "j",
+            "--db",
+            url,
+            "-m",
+            "24",
+            "SELECT * FROM t",
+        ]
+    )
     assert created.code == 0, created.err
     out = tmp_path / "out"
-    worker = ["worker", "--queue", queue, "--job", "j", "--db", url, "--batch-size", "5000",
-              "--out", str(out)]  # fmt: skip
+    worker = [
+        "worker",
+        "--queue",
+        queue,
+        "--job",
+        "j",
+        "--db",
+        url,
+        "--batch-size",
+        "5000",
+        "--out",
+        str(out),
+    ]
     processes = [_sqlfeed(worker, tmp_path) for _ in range(4)]
     counter = _sqlfeed(["count", "--db", url, "SELECT * FROM t WHERE g = 3"], tmp_path)
     count_out, count_err = counter.communicate(timeout=300)

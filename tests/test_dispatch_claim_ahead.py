@@ -120,8 +120,15 @@ def test_a_dead_workers_lease_claimed_ahead_is_done_once_by_another_after_it_exp
     while it holds the partition it reads and the one it claimed ahead."""
     spec = queue.create_job(make_spec(source, partitions=3, lease_ttl=0.5, order="index"))
     acked: list[Delivery] = []
-    dying = Worker(queue, spec.name, source, worker_id="dying", batch_size=100,
-                   ack_interval=0, on_ack=acked.append)  # fmt: skip
+    dying = Worker(
+        queue,
+        spec.name,
+        source,
+        worker_id="dying",
+        batch_size=100,
+        ack_interval=0,
+        on_ack=acked.append,
+    )
     stream = dying.deliveries()
     first = [next(stream) for _ in range(3)]
     _until(lambda: _leased(queue, spec.name) == 2, "a lease claimed ahead")

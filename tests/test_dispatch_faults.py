@@ -60,8 +60,14 @@ class Run:
 
     def start(self, name: str, *options: str) -> Any:
         """Fork worker ``name`` (its log: LOGS/name.log)."""
-        argv = [self.queue.url, self.job, self.source, str(self.logs / f"{name}.log"), name,
-                *options]  # fmt: skip
+        argv = [
+            self.queue.url,
+            self.job,
+            self.source,
+            str(self.logs / f"{name}.log"),
+            name,
+            *options,
+        ]
         process = _context().Process(target=fault_worker.main, args=(argv,), name=name)
         process.start()
         self.processes[name] = process
@@ -122,8 +128,12 @@ def _context() -> Any:
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = mp.get_context("forkserver")
-        drivers = ["sqlalchemy.dialects.postgresql.psycopg", "sqlalchemy.dialects.mysql.pymysql",
-                   "psycopg", "pymysql"]  # fmt: skip
+        drivers = [
+            "sqlalchemy.dialects.postgresql.psycopg",
+            "sqlalchemy.dialects.mysql.pymysql",
+            "psycopg",
+            "pymysql",
+        ]
         _CONTEXT.set_forkserver_preload(["tests.fault_worker", *drivers])
     return _CONTEXT
 
@@ -147,8 +157,9 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     def make(backend: str, partitions: int, epochs: int = 1, ttl: float = 1.0) -> Run:
         source = f"sqlite:///{data}"
-        plan = sqlfeed.plan("SELECT id FROM t", source, partitions=partitions,
-                            strategy="range", key="id")  # fmt: skip
+        plan = sqlfeed.plan(
+            "SELECT id FROM t", source, partitions=partitions, strategy="range", key="id"
+        )
         queue = SQLQueue(queue_url(backend, tmp_path))
         job = f"faults-{uuid.uuid4().hex[:8]}"
         queue.create_job(JobSpec(job, plan, epochs=epochs, seed=11, lease_ttl=ttl))
@@ -237,8 +248,11 @@ def test_killed_terminated_and_frozen_workers_lose_nothing_and_repeat_nothing_ac
         for name in terminated.keys() - exited.keys():
             if not run.processes[name].is_alive():
                 exited[name] = now
-        running = [n for n, p in run.processes.items() if p.is_alive()
-                   and n not in terminated and n not in frozen_until]  # fmt: skip
+        running = [
+            n
+            for n, p in run.processes.items()
+            if p.is_alive() and n not in terminated and n not in frozen_until
+        ]
         if events and running:
             event, victim = events.pop(), rng.choice(running)
             process = run.processes[victim]
@@ -261,7 +275,9 @@ def test_killed_terminated_and_frozen_workers_lose_nothing_and_repeat_nothing_ac
         process = run.processes[name]
         ready = any(line[0] == "R" for line in run.log(name))
         assert process.exitcode == 143 or (process.exitcode == -signal.SIGTERM and not ready), (
-            name, process.exitcode)  # fmt: skip
+            name,
+            process.exitcode,
+        )
         assert exited.get(name, sent) - sent <= DEADLINE_SECONDS + SLACK, name
 
 

@@ -77,8 +77,7 @@ def write_format(folder: Path, layout: str) -> str:
         return f"read_parquet('{folder}/part*.parquet')"
     if layout == "hive":
         for year in (2023, 2024):
-            chunk = table.filter(pc.equal(pc.bit_wise_and(table["id"], 1),
-                                                  year - 2023))  # fmt: skip
+            chunk = table.filter(pc.equal(pc.bit_wise_and(table["id"], 1), year - 2023))
             (folder / f"year={year}").mkdir()
             pq.write_table(chunk, folder / f"year={year}" / "data.parquet", row_group_size=70)
         return f"read_parquet('{folder}/*/*.parquet', hive_partitioning = true)"
@@ -238,8 +237,9 @@ def test_the_cli_warns_once_when_an_auto_plan_rereads_the_query(
     assert "--key" in warnings[0]
     assert "--scratch" in warnings[0]
     assert json.loads(run.out)["cost"] == 6.0
-    rows = run_cli(["plan", "--db", "duckdb://", "--partitions", "6",
-                    f"SELECT * FROM {formats['parquet']}"])  # fmt: skip
+    rows = run_cli(
+        ["plan", "--db", "duckdb://", "--partitions", "6", f"SELECT * FROM {formats['parquet']}"]
+    )
     assert rows.code == 0
     assert "warning" not in rows.err
     assert json.loads(rows.out)["strategy"] == "fragments"
@@ -330,8 +330,9 @@ def _two_shardsets(folder: Path, order: str) -> Any:
     ds.add_shardset("a", pa.table({"uid": uid, "x": uid * 2}), shard_rows=500, row_group_rows=64)
     b = pa.table({"uid": uid, "y": [f"y{u}" for u in uid]})
     if order == "reversed":
-        b = pa.concat_tables([b.slice(i, 500).take(np.arange(499, -1, -1)) for i in
-                              range(0, 2_000, 500)])  # fmt: skip
+        b = pa.concat_tables(
+            [b.slice(i, 500).take(np.arange(499, -1, -1)) for i in range(0, 2_000, 500)]
+        )
     ds.add_shardset("b", b, row_group_rows=100)
     return ds
 
@@ -383,17 +384,20 @@ def test_reshard_of_parquet_files_needs_no_extract_and_orders_as_before(
     folder = tmp_path / "in"
     folder.mkdir()
     for part in range(3):
-        pq.write_table(rows_table(700, first=part * 700), folder / f"p{part}.parquet",
-                       row_group_size=128)  # fmt: skip
+        pq.write_table(
+            rows_table(700, first=part * 700), folder / f"p{part}.parquet", row_group_size=128
+        )
     files = f"read_parquet('{folder}/*.parquet')"
-    direct = reshard(f"SELECT * FROM {files}", out=tmp_path / "direct", shuffle=5,
-                     shard_rows=400, uid=uid)  # fmt: skip
+    direct = reshard(
+        f"SELECT * FROM {files}", out=tmp_path / "direct", shuffle=5, shard_rows=400, uid=uid
+    )
     assert direct.bytes_extracted == 0
     assert direct.bytes_in_from == "files"
     with duckdb.connect() as con:  # the same rows in a table: the extract path
         con.execute(f"CREATE TABLE t AS SELECT * FROM {files}")
-        copied = reshard("SELECT * FROM t", con, out=tmp_path / "copied", shuffle=5,
-                         shard_rows=400, uid=uid)  # fmt: skip
+        copied = reshard(
+            "SELECT * FROM t", con, out=tmp_path / "copied", shuffle=5, shard_rows=400, uid=uid
+        )
     assert copied.bytes_extracted > 0
     assert direct.files == copied.files
     for name in direct.files:

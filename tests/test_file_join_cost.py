@@ -61,8 +61,9 @@ def test_the_larger_table_is_cut_and_the_cost_counts_the_whole_reads(
     small, large = os.path.getsize(files["small"]), os.path.getsize(files["large"])
     assert plan.cost == _cost(large, small, plan.num_partitions)
     assert 1.0 < plan.cost < 2.0
-    got = Counter(tuple(r.values()) for b in Feeder(plan, source, format="arrow")
-                  for r in b.to_pylist())  # fmt: skip
+    got = Counter(
+        tuple(r.values()) for b in Feeder(plan, source, format="arrow") for r in b.to_pylist()
+    )
     assert got == _rows(source, sql)
 
 
@@ -104,8 +105,9 @@ def test_auto_runs_the_join_once_when_the_whole_reads_outweigh_the_cut(
     try:
         assert plan.strategy == "materialize"
         assert plan.cost == 2.0
-        got = Counter(tuple(r.values()) for b in Feeder(plan, source, format="arrow")
-                      for r in b.to_pylist())  # fmt: skip
+        got = Counter(
+            tuple(r.values()) for b in Feeder(plan, source, format="arrow") for r in b.to_pylist()
+        )
         assert got == _rows(source, sql)
     finally:
         sqlfeed.plans.drop_scratch(plan, source)
@@ -142,8 +144,20 @@ def test_a_dataset_joined_to_files_counts_the_files_read_whole(
     (plan.cost said 1.0 and nothing in the reason)."""
     folder = tmp_path / "users"
     users = f"SELECT * FROM read_parquet('{files['small']}')"
-    made = run_cli(["reshard", "--db", "duckdb://", "--out", str(folder), "--shuffle", "1",
-                    "--shard-rows", "4000", users])  # fmt: skip
+    made = run_cli(
+        [
+            "reshard",
+            "--db",
+            "duckdb://",
+            "--out",
+            str(folder),
+            "--shuffle",
+            "1",
+            "--shard-rows",
+            "4000",
+            users,
+        ]
+    )
     assert made.code == 0, made.err
     source = sqlfeed.connect(f"dataset:///{folder}")  # an absolute path: four slashes
     sql = (
@@ -155,6 +169,7 @@ def test_a_dataset_joined_to_files_counts_the_files_read_whole(
     assert plan.cost == _cost(shards, os.path.getsize(files["large"]), plan.num_partitions)
     assert f"every partition also reads {files['large']}" in plan.reason
     assert "WARNING" in plan.reason
-    got = Counter(tuple(r.values()) for b in Feeder(plan, source, format="arrow")
-                  for r in b.to_pylist())  # fmt: skip
+    got = Counter(
+        tuple(r.values()) for b in Feeder(plan, source, format="arrow") for r in b.to_pylist()
+    )
     assert got == _rows(source, sql)

@@ -110,8 +110,9 @@ def test_orc_reads_run_the_users_text(tmp_path: Path, table: str) -> None:
     orc.write_table(_table(), tmp_path / "rows.orc")
     pq.write_table(_table(), tmp_path / "rows.parquet")
     sql = "SELECT id, log2(f + 1) AS c, s FROM {t} WHERE s ^@ 'a'"
-    expected = Counter(duckdb.sql(sql.format(t=f"read_parquet('{tmp_path}/rows.parquet')"))
-                       .fetchall())  # fmt: skip
+    expected = Counter(
+        duckdb.sql(sql.format(t=f"read_parquet('{tmp_path}/rows.parquet')")).fetchall()
+    )
     query = sql.format(t=table.format(d=tmp_path))
     with sqlfeed.connect("duckdb://") as source:
         for m in (1, 3):
@@ -125,5 +126,6 @@ def test_orc_reads_run_the_users_text(tmp_path: Path, table: str) -> None:
 
 
 def _rows_of(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    return Counter(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)),
-                       strict=True))  # fmt: skip
+    return Counter(
+        zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True)
+    )

@@ -185,8 +185,11 @@ def test_auto_does_not_range_on_a_key_the_query_does_not_output(
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY CUBE (a)", "a", "postgres"),
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY GROUPING SETS ((a), ())", "a", "postgres"),
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY ALL", "a", "duckdb"),
-        ("SELECT a, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*)) AS r FROM t GROUP BY a",
-         "a", "postgres"),
+        (
+            "SELECT a, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*)) AS r FROM t GROUP BY a",
+            "a",
+            "postgres",
+        ),
         ("SELECT a + 1 AS k, COUNT(*) AS n FROM t GROUP BY a + 1", "k", "postgres"),
         ("SELECT CAST(a AS TEXT) AS k, COUNT(*) AS n FROM t GROUP BY a", "n", "postgres"),
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY a LIMIT 5", "a", "postgres"),
@@ -194,10 +197,8 @@ def test_auto_does_not_range_on_a_key_the_query_does_not_output(
         ("SELECT DISTINCT ON (n) a, COUNT(*) AS n FROM t GROUP BY a", "a", "postgres"),
         ("SELECT DISTINCT a, COUNT(*) AS n FROM t GROUP BY a", "a", "postgres"),
         ("SELECT t.a, COUNT(*) AS n FROM t JOIN u ON u.a = t.a GROUP BY t.a", "a", "postgres"),
-        ("SELECT a, COUNT(*) AS n FROM t WHERE b IN (SELECT b FROM u) GROUP BY a", "a",
-         "postgres"),
-        ("WITH c AS (SELECT * FROM t) SELECT a, COUNT(*) AS n FROM c GROUP BY a", "a",
-         "postgres"),
+        ("SELECT a, COUNT(*) AS n FROM t WHERE b IN (SELECT b FROM u) GROUP BY a", "a", "postgres"),
+        ("WITH c AS (SELECT * FROM t) SELECT a, COUNT(*) AS n FROM c GROUP BY a", "a", "postgres"),
         ("SELECT a AS k, COUNT(*) AS n FROM t GROUP BY k", "k", "postgres"),  # an alias
         ("SELECT a AS k, b AS a, COUNT(*) AS n FROM t GROUP BY a, b", "k", "postgres"),
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY a QUALIFY n > 1", "a", "duckdb"),
@@ -205,7 +206,7 @@ def test_auto_does_not_range_on_a_key_the_query_does_not_output(
         ('SELECT "A", COUNT(*) AS n FROM t GROUP BY a', "A", "postgres"),  # quoted alike?
         ("SELECT a, b, COUNT(*) AS n FROM t GROUP BY b", "a", "mysql"),  # a not grouped
     ],
-)  # fmt: skip
+)
 def test_refused_shapes_are_not_pushed_down(sql: str, key: str, dialect: str) -> None:
     assert range_pushdown(sql, key, dialect=dialect) == ""
 
@@ -215,13 +216,16 @@ def test_refused_shapes_are_not_pushed_down(sql: str, key: str, dialect: str) ->
     [
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY a", "a", "postgres"),
         ("SELECT a AS k, COUNT(*) AS n FROM t GROUP BY 1", "k", "mysql"),
-        ("SELECT x.a AS k, COUNT(*) AS n FROM s.t AS x GROUP BY a HAVING COUNT(*) > 2", "k",
-         "postgres"),
+        (
+            "SELECT x.a AS k, COUNT(*) AS n FROM s.t AS x GROUP BY a HAVING COUNT(*) > 2",
+            "k",
+            "postgres",
+        ),
         ("SELECT a, COUNT(*) AS n FROM t GROUP BY a, b + 1 ORDER BY n", "a", "duckdb"),
         ('SELECT "a", COUNT(*) AS n FROM t GROUP BY "a"', "a", "postgres"),
         ("SELECT a, a AS a2, COUNT(*) AS n FROM t GROUP BY a", "a2", "sqlite"),
     ],
-)  # fmt: skip
+)
 def test_provable_shapes_are_pushed_down(sql: str, key: str, dialect: str) -> None:
     assert range_pushdown(sql, key, dialect=dialect) == "groups"
 

@@ -272,8 +272,15 @@ def test_even_batches_give_every_replica_the_same_number_of_batches(
     import threading
 
     plan = sqlfeed.plan("SELECT id FROM t", source, partitions=7, strategy="ctid")
-    spec = JobSpec(f"even-{uuid.uuid4().hex[:6]}", plan, epochs=2, even_batches=True,
-                   replicas=3, batch_size=40, rows=1000)  # fmt: skip
+    spec = JobSpec(
+        f"even-{uuid.uuid4().hex[:6]}",
+        plan,
+        epochs=2,
+        even_batches=True,
+        replicas=3,
+        batch_size=40,
+        rows=1000,
+    )
     queue.create_job(spec)
     assert spec.share == 8  # 1000 // (3 x 40)
     got: dict[str, list[tuple[int, list[int]]]] = {}
@@ -302,8 +309,12 @@ def test_even_batches_give_every_replica_the_same_number_of_batches(
 def test_a_job_of_many_partitions_fits_the_queue(backend: str, tmp_path: Path) -> None:
     """A plan's JSON grows with its partitions: 3000 of them is ~0.5 MB (MySQL TEXT: 64 KiB)."""
     queue = SQLQueue(queue_url(backend, tmp_path))
-    plan = sqlfeed.plan("SELECT range AS id FROM range(10)", sqlfeed.connect("duckdb://"),
-                        partitions=3000, strategy="hash")  # fmt: skip
+    plan = sqlfeed.plan(
+        "SELECT range AS id FROM range(10)",
+        sqlfeed.connect("duckdb://"),
+        partitions=3000,
+        strategy="hash",
+    )
     spec = queue.create_job(JobSpec(f"big-{uuid.uuid4().hex[:6]}", plan))
     assert queue.job(spec.name, cached=False).plan.num_partitions == 3000
     queue.delete(spec.name)
@@ -504,8 +515,9 @@ def test_acknowledgements_go_together_and_with_the_completion(
     spec = queue.create_job(make_spec(source, partitions=2, lease_ttl=30))
     counting = _Proxy(queue)
     acked: list[Delivery] = []
-    worker = Worker(counting, spec.name, source, batch_size=100, ack_interval=60,
-                    on_ack=acked.append)  # fmt: skip
+    worker = Worker(
+        counting, spec.name, source, batch_size=100, ack_interval=60, on_ack=acked.append
+    )
     got = list(worker.deliveries())
     assert len(got) == 10
     assert "ack" not in counting.calls  # each partition's acks went with its completion

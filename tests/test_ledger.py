@@ -66,8 +66,7 @@ def test_rewinding_to_an_unknown_checkpoint_or_an_even_job_is_refused(
     queue.create_job(JobSpec("j", plan))
     with pytest.raises(InvalidArgumentError, match="no checkpoint 5 in its ledger"):
         queue.rewind("j", 5)
-    queue.create_job(JobSpec("even", plan, even_batches=True, replicas=2, batch_size=10,
-                             rows=900))  # fmt: skip
+    queue.create_job(JobSpec("even", plan, even_batches=True, replicas=2, batch_size=10, rows=900))
     queue.record("even", 1, "w", [])
     with pytest.raises(NotImplementedYetError, match="even batches"):
         queue.rewind("even", 1)

@@ -92,9 +92,13 @@ class Host:
         """Start ``sqlfeed ARGS`` on this host."""
         command = [*self.prefix, sys.executable, "-m", "sqlfeed", *args]
         return subprocess.Popen(
-            command, cwd=self.folder, env=self.env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            command,
+            cwd=self.folder,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def run(self, *args: str) -> str:
         proc = self.sqlfeed(*args)
@@ -149,16 +153,18 @@ def _try_namespaces(
     stop = threading.Event()
     address = (db_host, db_port or 5432)
     relay = threading.Thread(
-        target=serve, args=(listener, lambda: socket.create_connection(address), stop),
+        target=serve,
+        args=(listener, lambda: socket.create_connection(address), stop),
         daemon=True,
-    )  # fmt: skip
+    )
     relay.start()
     stack.callback(stop.set)
     for name in names:
         proc = subprocess.Popen(
             ["ip", "netns", "exec", name, sys.executable, str(RELAY), str(NS_PORT), path],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         stack.callback(_stop, proc)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -213,18 +219,49 @@ def test_workers_on_separate_hosts_share_only_the_queue_and_the_data() -> None:
         data = f"postgresql+psycopg://{coordinator.db_netloc}/{urlparse(POSTGRES_URL).path[1:]}"
         queue = f"{data}?options=-csearch_path%3D{engine.schema}"
         started = _db_clock(engine)
-        created = json.loads(coordinator.run(
-            "job", "create", "--queue", queue, "--job", job, "--db", data, "--strategy", "hash",
-            "-m", str(PARTITIONS), "--epochs", str(EPOCHS), "--lease-ttl", "5", "--format",
-            "json", sql,
-        ))  # fmt: skip
+        created = json.loads(
+            coordinator.run(
+                "job",
+                "create",
+                "--queue",
+                queue,
+                "--job",
+                job,
+                "--db",
+                data,
+                "--strategy",
+                "hash",
+                "-m",
+                str(PARTITIONS),
+                "--epochs",
+                str(EPOCHS),
+                "--lease-ttl",
+                "5",
+                "--format",
+                "json",
+                sql,
+            )
+        )
         assert created["partitions"] == PARTITIONS
 
         def work(host: Host) -> subprocess.Popen[str]:
             return host.sqlfeed(
-                "worker", "--queue", queue, "--job", job, "--db", data, "--out", "out",
-                "--batch-size", "50", "--worker-id", host.name, "--format", "json",
-            )  # fmt: skip
+                "worker",
+                "--queue",
+                queue,
+                "--job",
+                job,
+                "--db",
+                data,
+                "--out",
+                "out",
+                "--batch-size",
+                "50",
+                "--worker-id",
+                host.name,
+                "--format",
+                "json",
+            )
 
         procs = {host.name: work(host) for host in (leaver, ahead, behind)}
         try:
@@ -240,8 +277,9 @@ def test_workers_on_separate_hosts_share_only_the_queue_and_the_data() -> None:
             assert procs[name].returncode == 0, f"{name}: {outputs[name][1]}"
             assert json.loads(outputs[name][0])["worker"] == name
 
-        status = json.loads(coordinator.run("job", "status", "--queue", queue, "--job", job,
-                                            "--format", "json"))  # fmt: skip
+        status = json.loads(
+            coordinator.run("job", "status", "--queue", queue, "--job", job, "--format", "json")
+        )
         assert status["complete"]
         assert [e["done"] for e in status["per_epoch"]] == [PARTITIONS] * EPOCHS
         workers = [leaver, ahead, behind, joiner]

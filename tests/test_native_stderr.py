@@ -86,8 +86,14 @@ def test_the_terminal_is_found_before_the_filter_replaces_stderr(terminal: bool)
     env = {k: v for k, v in os.environ.items() if k != "SQLFEED_DEBUG"}
     leader, follower = pty.openpty() if terminal else os.pipe()  # (ours, the child's)
     try:
-        run = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                             stderr=follower, text=True, env=env, timeout=60)  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            env=env,
+            timeout=60,
+        )
     finally:
         os.close(follower)
         os.close(leader)

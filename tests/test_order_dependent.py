@@ -143,107 +143,232 @@ def on(engines: tuple[str, ...], sql: str) -> dict[str, str]:
 
 KEPT: list[Construct] = [
     # DISTINCT ON: the ORDER BY decides which row each group keeps.
-    Construct("distinct_on_total_order", on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} "
-              "ORDER BY g, x DESC, s")),
-    Construct("distinct_on_ties", on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} "
-              "ORDER BY g, x DESC"), valid=first_per_group(descending=True)),
-    Construct("distinct_on_without_order", on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t}"),
-              valid=first_per_group(descending=None)),
-    Construct("distinct_on_in_cte", on(PG_DUCK, "WITH c AS (SELECT DISTINCT ON (g) g, x, s "
-              "FROM {t} ORDER BY g, x) SELECT g, x, s FROM c WHERE x >= 0"),
-              valid=first_per_group(descending=False)),
-    Construct("distinct_on_star", on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM (SELECT "
-              "DISTINCT ON (g) * FROM {t} ORDER BY g, x) q"), valid=first_per_group(False)),
-    Construct("distinct_on_limit", on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} "
-              "ORDER BY g, x DESC, s LIMIT 4")),
+    Construct(
+        "distinct_on_total_order",
+        on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} ORDER BY g, x DESC, s"),
+    ),
+    Construct(
+        "distinct_on_ties",
+        on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} ORDER BY g, x DESC"),
+        valid=first_per_group(descending=True),
+    ),
+    Construct(
+        "distinct_on_without_order",
+        on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t}"),
+        valid=first_per_group(descending=None),
+    ),
+    Construct(
+        "distinct_on_in_cte",
+        on(
+            PG_DUCK,
+            "WITH c AS (SELECT DISTINCT ON (g) g, x, s "
+            "FROM {t} ORDER BY g, x) SELECT g, x, s FROM c WHERE x >= 0",
+        ),
+        valid=first_per_group(descending=False),
+    ),
+    Construct(
+        "distinct_on_star",
+        on(
+            PG_DUCK,
+            "SELECT DISTINCT ON (g) g, x, s FROM (SELECT "
+            "DISTINCT ON (g) * FROM {t} ORDER BY g, x) q",
+        ),
+        valid=first_per_group(False),
+    ),
+    Construct(
+        "distinct_on_limit",
+        on(PG_DUCK, "SELECT DISTINCT ON (g) g, x, s FROM {t} ORDER BY g, x DESC, s LIMIT 4"),
+    ),
     # FETCH ... WITH TIES keeps every row tied with the last one: one result.
-    Construct("with_ties", on(("postgres",), "SELECT x, s FROM {t} ORDER BY x "
-              "FETCH FIRST 5 ROWS WITH TIES")),
-    Construct("with_ties_offset_total", on(("postgres",), "SELECT x FROM {t} ORDER BY x "
-              "OFFSET 3 ROWS FETCH FIRST 5 ROWS WITH TIES")),
-    Construct("with_ties_mariadb", on(("mysql",), "SELECT x, s FROM {t} ORDER BY x "
-              "FETCH FIRST 5 ROWS WITH TIES")),
-    Construct("with_ties_in_subquery_mariadb", on(("mysql",), "SELECT q.x, COUNT(*) AS n "
-              "FROM (SELECT x, s FROM {t} ORDER BY x FETCH FIRST 2 ROWS WITH TIES) q "
-              "GROUP BY q.x")),
-    Construct("with_ties_in_subquery", on(("postgres",), "SELECT q.x, COUNT(*) AS n FROM "
-              "(SELECT x, s FROM {t} ORDER BY x FETCH FIRST 2 ROWS WITH TIES) q GROUP BY q.x")),
+    Construct(
+        "with_ties",
+        on(("postgres",), "SELECT x, s FROM {t} ORDER BY x FETCH FIRST 5 ROWS WITH TIES"),
+    ),
+    Construct(
+        "with_ties_offset_total",
+        on(
+            ("postgres",), "SELECT x FROM {t} ORDER BY x OFFSET 3 ROWS FETCH FIRST 5 ROWS WITH TIES"
+        ),
+    ),
+    Construct(
+        "with_ties_mariadb",
+        on(("mysql",), "SELECT x, s FROM {t} ORDER BY x FETCH FIRST 5 ROWS WITH TIES"),
+    ),
+    Construct(
+        "with_ties_in_subquery_mariadb",
+        on(
+            ("mysql",),
+            "SELECT q.x, COUNT(*) AS n "
+            "FROM (SELECT x, s FROM {t} ORDER BY x FETCH FIRST 2 ROWS WITH TIES) q "
+            "GROUP BY q.x",
+        ),
+    ),
+    Construct(
+        "with_ties_in_subquery",
+        on(
+            ("postgres",),
+            "SELECT q.x, COUNT(*) AS n FROM "
+            "(SELECT x, s FROM {t} ORDER BY x FETCH FIRST 2 ROWS WITH TIES) q GROUP BY q.x",
+        ),
+    ),
     # Ordered aggregates: completed with the aggregated value (without DISTINCT).
-    Construct("string_agg_ties", {"postgres": "SELECT g, string_agg(s, ',' ORDER BY x) AS v "
-              "FROM {t} GROUP BY g", "duckdb": "SELECT g, listagg(s, ',' ORDER BY x) AS v "
-              "FROM {t} GROUP BY g"}, valid=same_elements("SELECT g, s FROM {t}")),
-    Construct("group_concat_ties", on(("mysql",), "SELECT g, GROUP_CONCAT(s ORDER BY x "
-              "SEPARATOR ',') AS v FROM {t} GROUP BY g"),
-              valid=same_elements("SELECT g, s FROM {t}")),
-    Construct("string_agg_distinct", on(PG_DUCK, "SELECT g, string_agg(DISTINCT s, ',' "
-              "ORDER BY s) AS v FROM {t} GROUP BY g")),
-    Construct("group_concat_distinct", on(("mysql",), "SELECT g, GROUP_CONCAT(DISTINCT s "
-              "ORDER BY s) AS v FROM {t} GROUP BY g")),
-    Construct("array_agg_distinct", {"postgres": "SELECT g, array_to_string(array_agg("
-              "DISTINCT x ORDER BY x), ',') AS v FROM {t} GROUP BY g",
-              "duckdb": "SELECT g, array_to_string(list(DISTINCT x ORDER BY x), ',') AS v "
-              "FROM {t} GROUP BY g"}),
-    Construct("first_ordered", on(("duckdb",), "SELECT g, first(s ORDER BY id DESC) AS f, "
-              "last(x ORDER BY s) AS l FROM {t} GROUP BY g")),
-    Construct("json_agg_ordered", on(("postgres",), "SELECT g, json_agg(s ORDER BY id)::text "
-              "AS v FROM {t} GROUP BY g")),
-    Construct("jsonb_agg_ties", on(("postgres",), "SELECT g, jsonb_agg(s ORDER BY x)::text "
-              "AS v FROM {t} GROUP BY g"), valid=same_json("SELECT g, s FROM {t}")),
-    Construct("json_object_agg_ties", on(("postgres",), "SELECT g, json_object_agg(s, x "
-              "ORDER BY x)::text AS v FROM {t} GROUP BY g"),
-              valid=same_json("SELECT g, s, x FROM {t}")),
-    Construct("json_arrayagg_ties", on(("mysql",), "SELECT g, JSON_ARRAYAGG(s ORDER BY x) "
-              "AS v FROM {t} GROUP BY g"), valid=same_json("SELECT g, s FROM {t}")),
+    Construct(
+        "string_agg_ties",
+        {
+            "postgres": "SELECT g, string_agg(s, ',' ORDER BY x) AS v FROM {t} GROUP BY g",
+            "duckdb": "SELECT g, listagg(s, ',' ORDER BY x) AS v FROM {t} GROUP BY g",
+        },
+        valid=same_elements("SELECT g, s FROM {t}"),
+    ),
+    Construct(
+        "group_concat_ties",
+        on(
+            ("mysql",),
+            "SELECT g, GROUP_CONCAT(s ORDER BY x SEPARATOR ',') AS v FROM {t} GROUP BY g",
+        ),
+        valid=same_elements("SELECT g, s FROM {t}"),
+    ),
+    Construct(
+        "string_agg_distinct",
+        on(PG_DUCK, "SELECT g, string_agg(DISTINCT s, ',' ORDER BY s) AS v FROM {t} GROUP BY g"),
+    ),
+    Construct(
+        "group_concat_distinct",
+        on(("mysql",), "SELECT g, GROUP_CONCAT(DISTINCT s ORDER BY s) AS v FROM {t} GROUP BY g"),
+    ),
+    Construct(
+        "array_agg_distinct",
+        {
+            "postgres": "SELECT g, array_to_string(array_agg("
+            "DISTINCT x ORDER BY x), ',') AS v FROM {t} GROUP BY g",
+            "duckdb": "SELECT g, array_to_string(list(DISTINCT x ORDER BY x), ',') AS v "
+            "FROM {t} GROUP BY g",
+        },
+    ),
+    Construct(
+        "first_ordered",
+        on(
+            ("duckdb",),
+            "SELECT g, first(s ORDER BY id DESC) AS f, last(x ORDER BY s) AS l FROM {t} GROUP BY g",
+        ),
+    ),
+    Construct(
+        "json_agg_ordered",
+        on(("postgres",), "SELECT g, json_agg(s ORDER BY id)::text AS v FROM {t} GROUP BY g"),
+    ),
+    Construct(
+        "jsonb_agg_ties",
+        on(("postgres",), "SELECT g, jsonb_agg(s ORDER BY x)::text AS v FROM {t} GROUP BY g"),
+        valid=same_json("SELECT g, s FROM {t}"),
+    ),
+    Construct(
+        "json_object_agg_ties",
+        on(
+            ("postgres",),
+            "SELECT g, json_object_agg(s, x ORDER BY x)::text AS v FROM {t} GROUP BY g",
+        ),
+        valid=same_json("SELECT g, s, x FROM {t}"),
+    ),
+    Construct(
+        "json_arrayagg_ties",
+        on(("mysql",), "SELECT g, JSON_ARRAYAGG(s ORDER BY x) AS v FROM {t} GROUP BY g"),
+        valid=same_json("SELECT g, s FROM {t}"),
+    ),
     # Windows over an order that ties: completed with the other values they show.
-    Construct("row_number_ties", on(ALL, "SELECT x, g, s, ROW_NUMBER() OVER (PARTITION BY g "
-              "ORDER BY x) AS rn FROM {t}"),
-              valid=valid_by(Numbering("SELECT x, g, s FROM {t}", (1,), 0, 3))),
-    Construct("qualify_first_per_group", on(("duckdb",), "SELECT g, x, s FROM {t} QUALIFY "
-              "ROW_NUMBER() OVER (PARTITION BY g ORDER BY x DESC) = 1"),
-              valid=first_per_group(descending=True)),
+    Construct(
+        "row_number_ties",
+        on(ALL, "SELECT x, g, s, ROW_NUMBER() OVER (PARTITION BY g ORDER BY x) AS rn FROM {t}"),
+        valid=valid_by(Numbering("SELECT x, g, s FROM {t}", (1,), 0, 3)),
+    ),
+    Construct(
+        "qualify_first_per_group",
+        on(
+            ("duckdb",),
+            "SELECT g, x, s FROM {t} QUALIFY "
+            "ROW_NUMBER() OVER (PARTITION BY g ORDER BY x DESC) = 1",
+        ),
+        valid=first_per_group(descending=True),
+    ),
     # DuckDB's GROUP BY ALL groups by every output item not aggregated; ORDER BY ALL
     # orders by every output column (total: nothing to add).
-    Construct("group_by_all_limit", on(("duckdb",), "SELECT g, x, COUNT(*) AS n FROM {t} "
-              "GROUP BY ALL ORDER BY x LIMIT 4"),
-              valid=valid_by(TopN("SELECT g, x, COUNT(*) AS n FROM {t} GROUP BY g, x", (1,), 4))),
+    Construct(
+        "group_by_all_limit",
+        on(("duckdb",), "SELECT g, x, COUNT(*) AS n FROM {t} GROUP BY ALL ORDER BY x LIMIT 4"),
+        valid=valid_by(TopN("SELECT g, x, COUNT(*) AS n FROM {t} GROUP BY g, x", (1,), 4)),
+    ),
     Construct("order_by_all_limit", on(("duckdb",), "SELECT x, s FROM {t} ORDER BY ALL LIMIT 10")),
-    Construct("order_by_all_star_limit", on(("duckdb",), "SELECT * FROM {t} ORDER BY ALL "
-              "LIMIT 10")),
+    Construct(
+        "order_by_all_star_limit", on(("duckdb",), "SELECT * FROM {t} ORDER BY ALL LIMIT 10")
+    ),
     # A LIMIT inside a subquery or CTE that cuts between tied rows.
-    Construct("limit_in_cte", on(ALL, "WITH top AS (SELECT x, g, s FROM {t} ORDER BY x "
-              "LIMIT 7) SELECT x, g, s FROM top"),
-              valid=valid_by(TopN("SELECT x, g, s FROM {t}", (0,), 7))),
-    Construct("limit_in_subquery", on(ALL, "SELECT q.x, q.s FROM (SELECT x, s FROM {t} "
-              "ORDER BY x DESC LIMIT 9 OFFSET 2) q"),
-              valid=valid_by(TopN("SELECT x, s FROM {t}", (0,), 9, 2, desc=True))),
-]  # fmt: skip
+    Construct(
+        "limit_in_cte",
+        on(ALL, "WITH top AS (SELECT x, g, s FROM {t} ORDER BY x LIMIT 7) SELECT x, g, s FROM top"),
+        valid=valid_by(TopN("SELECT x, g, s FROM {t}", (0,), 7)),
+    ),
+    Construct(
+        "limit_in_subquery",
+        on(ALL, "SELECT q.x, q.s FROM (SELECT x, s FROM {t} ORDER BY x DESC LIMIT 9 OFFSET 2) q"),
+        valid=valid_by(TopN("SELECT x, s FROM {t}", (0,), 9, 2, desc=True)),
+    ),
+]
 
 _UNORDERED = r"without ORDER BY .*add ORDER BY inside the aggregate"
 REFUSED: list[Construct] = [
-    Construct("array_agg_unordered", on(PG_DUCK, "SELECT g, array_agg(x) AS v FROM {t} GROUP BY g"),
-              refused=dict.fromkeys(PG_DUCK, r"array_agg\(\) " + _UNORDERED)),
-    Construct("string_agg_unordered", on(PG_DUCK, "SELECT g, string_agg(s, ',') AS v FROM {t} "
-              "GROUP BY g"), refused=dict.fromkeys(PG_DUCK, r"string_agg\(\) " + _UNORDERED)),
-    Construct("json_agg_unordered", on(("postgres",), "SELECT g, json_agg(x) AS v FROM {t} "
-              "GROUP BY g"), refused={"postgres": r"json_agg\(\) " + _UNORDERED}),
-    Construct("list_unordered", on(("duckdb",), "SELECT g, list(x) AS v FROM {t} GROUP BY g"),
-              refused={"duckdb": r"list\(\) " + _UNORDERED}),
-    Construct("first_unordered", on(("duckdb",), "SELECT g, first(s) AS f FROM {t} GROUP BY g"),
-              refused={"duckdb": r"first\(\) without ORDER BY picks the value of an arbitrary "
-                       "row; add ORDER BY inside the aggregate"}),
-    Construct("group_concat_unordered", on(("mysql", "sqlite"), "SELECT g, GROUP_CONCAT(s) AS v "
-              "FROM {t} GROUP BY g"),
-              refused={"mysql": r"GROUP_CONCAT\(\) " + _UNORDERED,
-                       "sqlite": r"GROUP_CONCAT\(\) " + _UNORDERED + r" \(needs SQLite 3\.44"}),
-    Construct("group_concat_distinct_other_order", on(("mysql",), "SELECT g, GROUP_CONCAT("
-              "DISTINCT x ORDER BY s) AS v FROM {t} GROUP BY g"),
-              refused={"mysql": r"orders its DISTINCT values by other expressions"}),
-    Construct("with_ties_offset", on(("postgres",), "SELECT x, s FROM {t} ORDER BY x "
-              "OFFSET 3 ROWS FETCH FIRST 5 ROWS WITH TIES"),
-              refused={"postgres": r"may skip either of the rows that tie on its ORDER BY "
-                       r"\(sqlfeed cannot complete it: a tie-breaker would change which rows "
-                       "WITH TIES keeps"}),
-]  # fmt: skip
+    Construct(
+        "array_agg_unordered",
+        on(PG_DUCK, "SELECT g, array_agg(x) AS v FROM {t} GROUP BY g"),
+        refused=dict.fromkeys(PG_DUCK, r"array_agg\(\) " + _UNORDERED),
+    ),
+    Construct(
+        "string_agg_unordered",
+        on(PG_DUCK, "SELECT g, string_agg(s, ',') AS v FROM {t} GROUP BY g"),
+        refused=dict.fromkeys(PG_DUCK, r"string_agg\(\) " + _UNORDERED),
+    ),
+    Construct(
+        "json_agg_unordered",
+        on(("postgres",), "SELECT g, json_agg(x) AS v FROM {t} GROUP BY g"),
+        refused={"postgres": r"json_agg\(\) " + _UNORDERED},
+    ),
+    Construct(
+        "list_unordered",
+        on(("duckdb",), "SELECT g, list(x) AS v FROM {t} GROUP BY g"),
+        refused={"duckdb": r"list\(\) " + _UNORDERED},
+    ),
+    Construct(
+        "first_unordered",
+        on(("duckdb",), "SELECT g, first(s) AS f FROM {t} GROUP BY g"),
+        refused={
+            "duckdb": r"first\(\) without ORDER BY picks the value of an arbitrary "
+            "row; add ORDER BY inside the aggregate"
+        },
+    ),
+    Construct(
+        "group_concat_unordered",
+        on(("mysql", "sqlite"), "SELECT g, GROUP_CONCAT(s) AS v FROM {t} GROUP BY g"),
+        refused={
+            "mysql": r"GROUP_CONCAT\(\) " + _UNORDERED,
+            "sqlite": r"GROUP_CONCAT\(\) " + _UNORDERED + r" \(needs SQLite 3\.44",
+        },
+    ),
+    Construct(
+        "group_concat_distinct_other_order",
+        on(("mysql",), "SELECT g, GROUP_CONCAT(DISTINCT x ORDER BY s) AS v FROM {t} GROUP BY g"),
+        refused={"mysql": r"orders its DISTINCT values by other expressions"},
+    ),
+    Construct(
+        "with_ties_offset",
+        on(
+            ("postgres",),
+            "SELECT x, s FROM {t} ORDER BY x OFFSET 3 ROWS FETCH FIRST 5 ROWS WITH TIES",
+        ),
+        refused={
+            "postgres": r"may skip either of the rows that tie on its ORDER BY "
+            r"\(sqlfeed cannot complete it: a tie-breaker would change which rows "
+            "WITH TIES keeps"
+        },
+    ),
+]
 
 
 def qualified(engine: Engine, sql: str) -> str:
@@ -334,9 +459,11 @@ PUSHDOWN_BLOCKED = [
     ("mysql", "SELECT g, x FROM od_rows ORDER BY x LIMIT 5"),
     ("postgres", "SELECT g, x FROM od_rows ORDER BY x FETCH FIRST 5 ROWS WITH TIES"),
     ("postgres", "SELECT g, COUNT(*) AS n FROM od_rows GROUP BY g ORDER BY n LIMIT 3"),
-    ("postgres", "SELECT DISTINCT ON (g) g, COUNT(*) AS n FROM od_rows GROUP BY g, x "
-                 "ORDER BY g, n"),
-]  # fmt: skip
+    (
+        "postgres",
+        "SELECT DISTINCT ON (g) g, COUNT(*) AS n FROM od_rows GROUP BY g, x ORDER BY g, n",
+    ),
+]
 
 
 @pytest.mark.parametrize(("dialect", "sql"), PUSHDOWN_BLOCKED)
@@ -374,8 +501,10 @@ def test_cli_refusal_names_the_flag_once(tmp_path: Any) -> None:
 
 def test_duckdb_unpivot_and_columns_partition_exactly() -> None:
     engine = get_engine("duckdb")
-    engine.execute("CREATE OR REPLACE TABLE od_wide AS SELECT range AS id, range % 3 AS a, "
-                   "range % 5 AS b, 'v' || range AS c FROM range(40)")  # fmt: skip
+    engine.execute(
+        "CREATE OR REPLACE TABLE od_wide AS SELECT range AS id, range % 3 AS a, "
+        "range % 5 AS b, 'v' || range AS c FROM range(40)"
+    )
     with engine.source() as source:
         for sql in (
             "UNPIVOT od_wide ON a, b INTO NAME n VALUE v",

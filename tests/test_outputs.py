@@ -106,8 +106,13 @@ def test_a_folder_export_and_the_feeder_formats_key_by_unique_names(
     for fmt in ("numpy", "pandas", "arrow"):
         feeder = Feeder(_join(engine), url, partitions=3, batch_size=100, format=fmt)
         batch = next(iter(feeder))
-        keys = list(batch.keys()) if fmt == "numpy" else list(batch.columns) if fmt == "pandas" \
-            else batch.schema.names  # fmt: skip
+        keys = (
+            list(batch.keys())
+            if fmt == "numpy"
+            else list(batch.columns)
+            if fmt == "pandas"
+            else batch.schema.names
+        )
         assert keys == ["id", "x", "id_1", "y"], fmt
         assert feeder.schema.names == ["id", "x", "id_1", "y"]
     plan = sqlfeed.plan(_join(engine), url, partitions=2)
@@ -128,8 +133,9 @@ def test_sample_and_worker_out_files_have_unique_names(
     assert sampled
     assert all(list(r) == ["id", "x", "id_1", "y"] for r in sampled)
     queue, out = f"sqlite:///{tmp_path / 'queue.db'}", tmp_path / "out"
-    made = run_cli(["job", "create", "--queue", queue, "--job", "j", "--db", url, "-m", "3",
-                    _join(engine)])  # fmt: skip
+    made = run_cli(
+        ["job", "create", "--queue", queue, "--job", "j", "--db", url, "-m", "3", _join(engine)]
+    )
     assert made.code == 0, made.err
     ran = run_cli(["worker", "--queue", queue, "--job", "j", "--db", url, "--out", str(out)])
     assert ran.code == 0, ran.err
@@ -246,8 +252,10 @@ def test_mariadb_time_and_binary_export_to_csv(tmp_path: Path) -> None:
     engine = get_engine("mysql")
     table = f"t_{uuid.uuid4().hex[:8]}"
     engine.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, t TIME(6), b VARBINARY(8))")
-    engine.execute(f"INSERT INTO {table} VALUES (1, '-01:30:00', X'00ff'), "
-                   "(2, '838:59:59', NULL), (3, '00:00:00.25', X'')")  # fmt: skip
+    engine.execute(
+        f"INSERT INTO {table} VALUES (1, '-01:30:00', X'00ff'), "
+        "(2, '838:59:59', NULL), (3, '00:00:00.25', X'')"
+    )
     engine.commit()
     try:
         out = tmp_path / "m.csv"
@@ -284,8 +292,9 @@ def test_duckdb_lists_structs_maps_and_intervals_export_to_csv(tmp_path: Path) -
 
 def test_a_column_parquet_cannot_hold_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "i.parquet"
-    ran = run_cli(["export", "--db", "duckdb://", "--out", str(out),
-                   "SELECT INTERVAL 1 MONTH AS i, 1 AS n"])  # fmt: skip
+    ran = run_cli(
+        ["export", "--db", "duckdb://", "--out", str(out), "SELECT INTERVAL 1 MONTH AS i, 1 AS n"]
+    )
     assert ran.code == 2, ran.err
     assert "column 'i'" in ran.err
     assert "csv or jsonl" in ran.err
@@ -351,8 +360,9 @@ def test_scratch_list_counts_the_rows_of_a_table_not_yet_analyzed() -> None:
     assert made.code == 0, made.err
     table = json.loads(made.out)["scratch_table"].rpartition(".")[2]
     try:
-        listed = json.loads(run_cli(["scratch", "list", "--db", url, "--schema", schema,
-                                     "--format", "json"]).out)  # fmt: skip
+        listed = json.loads(
+            run_cli(["scratch", "list", "--db", url, "--schema", schema, "--format", "json"]).out
+        )
         assert [t["rows"] for t in listed if t["table"] == table] == [5000]  # 0 before
         text = run_cli(["scratch", "list", "--db", url, "--schema", schema]).out
         assert any(table in line and " 5000 " in line for line in text.splitlines())

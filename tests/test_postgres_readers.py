@@ -369,8 +369,11 @@ def test_batches_arrive_in_the_plan_types_on_every_reader(
         plan = sqlfeed.plan(sql, source, strategy="ctid", partitions=4)
         schema = plan.arrow_schema()
         assert [f.type for f in schema] == [
-            pa.int32(), pa.decimal128(15, 2), pa.string(), pa.date32()
-        ]  # fmt: skip
+            pa.int32(),
+            pa.decimal128(15, 2),
+            pa.string(),
+            pa.date32(),
+        ]
         batches = [b for p in plan.partitions for b in source.read(p.sql, schema=schema)]
     table = pa.Table.from_batches(batches).sort_by("n")
     assert [tuple(r.values()) for r in table.to_pylist()] == [tuple(r) for r in expected]

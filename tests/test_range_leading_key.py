@@ -192,8 +192,7 @@ def test_a_state_inside_a_merged_mysql_range_read_resumes_exactly(
     mysql_keyed: tuple[Engine, str], merge_after: bool
 ) -> None:
     engine, table = mysql_keyed
-    options = {"readers": 2, "batch_size": 100, "shuffle_buffer": 300, "shuffle": False,
-               "seed": 3}  # fmt: skip
+    options = {"readers": 2, "batch_size": 100, "shuffle_buffer": 300, "shuffle": False, "seed": 3}
     with engine.source() as source:
         plan = sqlfeed.plan(f"SELECT * FROM {table}", source, partitions=16)
         feeder = Feeder(plan, source, **options)

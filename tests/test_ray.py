@@ -114,8 +114,9 @@ def test_materialize_and_fragments_plans_are_exact(tmp_path: Any) -> None:
     finally:
         sqlfeed.plans.drop_scratch(plan, url)
 
-    keyed = pa.table({"uid": list(range(300)), "k": [None if i % 5 == 0 else i - 150
-                                                     for i in range(300)]})  # fmt: skip
+    keyed = pa.table(
+        {"uid": list(range(300)), "k": [None if i % 5 == 0 else i - 150 for i in range(300)]}
+    )
     dataset = sqlfeed.create_dataset(tmp_path / "data", uid="uid")
     dataset.add_shardset("main", keyed, shard_rows=70)
     dataset_url = f"dataset:///{tmp_path / 'data'}"
@@ -142,11 +143,18 @@ def test_a_source_other_processes_cannot_open_is_refused() -> None:
 def test_a_duckdb_file_open_for_writing_elsewhere_is_a_clear_error(tmp_path: Any) -> None:
     path = tmp_path / "busy.duckdb"
     writer = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
-         "c.execute('CREATE TABLE t AS SELECT 1 AS x'); print('ready', flush=True); "
-         "sys.stdin.read()", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+            "c.execute('CREATE TABLE t AS SELECT 1 AS x'); print('ready', flush=True); "
+            "sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout is not None
         assert writer.stdout.readline().strip() == "ready"

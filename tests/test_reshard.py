@@ -152,9 +152,22 @@ def test_a_postgres_query_is_streamed_into_duckdb(tmp_path: Path) -> None:
         url = os.environ.get(
             "SQLFEED_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
         ).replace("postgresql://", "postgresql+psycopg://", 1)
-        run = run_cli(["reshard", "--db", url, "--out", str(tmp_path / "cli"), "--sort", "id",
-                       "--shard-rows", "2000", "--format", "json",
-                       f"SELECT * FROM {table}"])  # fmt: skip
+        run = run_cli(
+            [
+                "reshard",
+                "--db",
+                url,
+                "--out",
+                str(tmp_path / "cli"),
+                "--sort",
+                "id",
+                "--shard-rows",
+                "2000",
+                "--format",
+                "json",
+                f"SELECT * FROM {table}",
+            ]
+        )
         assert run.code == 0, run.err
         assert json.loads(run.out)["rows"] == 5000
         _, tables = shards(tmp_path / "cli")
@@ -253,8 +266,7 @@ def test_the_same_seed_gives_byte_identical_shards_and_another_seed_another_orde
 ) -> None:
     def run(name: str, seed: int) -> tuple[list[bytes], list[int]]:
         out = tmp_path / name
-        reshard("SELECT * FROM events", duck, out=out, shuffle=seed, shard_size="80kB",
-                threads=2)  # fmt: skip
+        reshard("SELECT * FROM events", duck, out=out, shuffle=seed, shard_size="80kB", threads=2)
         manifest, tables = shards(out)
         files = [(out / e.file).read_bytes() for e in manifest.shards]
         return files, [i for t in tables for i in t.column("id").to_pylist()]
@@ -288,8 +300,14 @@ def test_the_sort_order_holds_across_shard_boundaries(
     duck: duckdb.DuckDBPyConnection, tmp_path: Path
 ) -> None:
     out = tmp_path / "sorted"
-    metrics = reshard("SELECT * FROM events", duck, out=out, sort="day desc, name",
-                      shard_rows=1500, format="jsonl")  # fmt: skip
+    metrics = reshard(
+        "SELECT * FROM events",
+        duck,
+        out=out,
+        sort="day desc, name",
+        shard_rows=1500,
+        format="jsonl",
+    )
     _, tables = shards(out)
     assert len(tables) == 14
     assert metrics.sort == ["day desc", "name"]
@@ -320,8 +338,9 @@ def test_an_empty_result_is_one_empty_shard(
     duck: duckdb.DuckDBPyConnection, tmp_path: Path
 ) -> None:
     out = tmp_path / "empty"
-    metrics = reshard("SELECT * FROM events WHERE id < 0", duck, out=out, shuffle=1,
-                      shard_size="1MB")  # fmt: skip
+    metrics = reshard(
+        "SELECT * FROM events WHERE id < 0", duck, out=out, shuffle=1, shard_size="1MB"
+    )
     manifest, tables = shards(out)
     assert metrics.rows == 0
     assert len(manifest.shards) == 1
@@ -415,8 +434,14 @@ def tar_members(out: Path) -> dict[tuple[str, str], bytes]:
 def test_tar_records_go_through_a_shuffle_byte_identical(tmp_path: Path) -> None:
     members = make_tars(tmp_path / "raw", files=3, records=80)
     out = tmp_path / "shuffled"
-    metrics = reshard("SELECT * FROM images", out=out, tar={"images": str(tmp_path / "raw/*.tar")},
-                      shuffle=7, shard_size="250kB", format="tar")  # fmt: skip
+    metrics = reshard(
+        "SELECT * FROM images",
+        out=out,
+        tar={"images": str(tmp_path / "raw/*.tar")},
+        shuffle=7,
+        shard_size="250kB",
+        format="tar",
+    )
     manifest, tables = shards(out)
     assert manifest.uid == "__key__"
     assert manifest.schema.names == ["__key__", "jpg", "json", "seg.png"]
@@ -434,8 +459,13 @@ def test_tar_records_go_through_a_shuffle_byte_identical(tmp_path: Path) -> None
     order = [k for t in tables for k in t.column("__key__").to_pylist()]
     assert order != sorted(order)
     # Shuffled again into Parquet: one row per record, the payloads as binary columns.
-    reshard("SELECT * FROM images WHERE json IS NOT NULL", out=tmp_path / "pq",
-            tar={"images": str(tmp_path / "raw/*.tar")}, shuffle=1, shard_rows=50)  # fmt: skip
+    reshard(
+        "SELECT * FROM images WHERE json IS NOT NULL",
+        out=tmp_path / "pq",
+        tar={"images": str(tmp_path / "raw/*.tar")},
+        shuffle=1,
+        shard_rows=50,
+    )
     _, tables = shards(tmp_path / "pq")
     rows = [r for t in tables for r in t.to_pylist()]
     assert len(rows) == 240
@@ -448,8 +478,14 @@ def test_rows_become_tar_records_with_the_uid_as_key(
     duck: duckdb.DuckDBPyConnection, tmp_path: Path
 ) -> None:
     out = tmp_path / "records"
-    reshard("SELECT id, name, score FROM events WHERE id < 500", duck, out=out, shuffle=1,
-            shard_rows=100, format="tar")  # fmt: skip
+    reshard(
+        "SELECT id, name, score FROM events WHERE id < 500",
+        duck,
+        out=out,
+        shuffle=1,
+        shard_rows=100,
+        format="tar",
+    )
     manifest, tables = shards(out)
     assert manifest.uid == "uid"
     with tarfile.open(out / manifest.shards[0].file) as archive:
@@ -458,8 +494,15 @@ def test_rows_become_tar_records_with_the_uid_as_key(
     ids = sorted(int(i) for t in tables for i in t.column("id").to_pylist())
     assert ids == list(range(500))
     with pytest.raises(InvalidArgumentError, match=r"cannot name tar records.*'0\.5'"):
-        reshard("SELECT id + 0.5 AS k, name FROM events", duck, out=tmp_path / "bad",
-                shuffle=1, shard_rows=100, format="tar", uid="k")  # fmt: skip
+        reshard(
+            "SELECT id + 0.5 AS k, name FROM events",
+            duck,
+            out=tmp_path / "bad",
+            shuffle=1,
+            shard_rows=100,
+            format="tar",
+            uid="k",
+        )
     assert not (tmp_path / "bad").exists()
     assert leftovers(tmp_path) == []
 
@@ -467,15 +510,43 @@ def test_rows_become_tar_records_with_the_uid_as_key(
 def test_the_cli_reshards_tar_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     members = make_tars(tmp_path / "raw", files=2, records=30)
     monkeypatch.chdir(tmp_path)
-    run = run_cli(["reshard", "--tar", "images=raw/*.tar", "--shuffle", "7", "--shard-size",
-                   "64kB", "--format", "tar", "--out", "shuffled",
-                   "SELECT * FROM images"])  # fmt: skip
+    run = run_cli(
+        [
+            "reshard",
+            "--tar",
+            "images=raw/*.tar",
+            "--shuffle",
+            "7",
+            "--shard-size",
+            "64kB",
+            "--format",
+            "tar",
+            "--out",
+            "shuffled",
+            "SELECT * FROM images",
+        ]
+    )
     assert run.code == 0, run.err
     assert "wrote 60 rows shuffled (seed 7) to shuffled" in run.out
     assert tar_members(tmp_path / "shuffled") == members
-    run = run_cli(["reshard", "--tar", "images=raw/*.tar", "--sort", "__key__", "--shard-rows",
-                   "25", "--format", "jsonl", "--format", "json", "--out", "sorted",
-                   "SELECT __key__, json FROM images"])  # fmt: skip
+    run = run_cli(
+        [
+            "reshard",
+            "--tar",
+            "images=raw/*.tar",
+            "--sort",
+            "__key__",
+            "--shard-rows",
+            "25",
+            "--format",
+            "jsonl",
+            "--format",
+            "json",
+            "--out",
+            "sorted",
+            "SELECT __key__, json FROM images",
+        ]
+    )
     assert run.code == 0, run.err
     document = json.loads(run.out)
     assert document["rows"] == 60
@@ -492,14 +563,26 @@ def test_a_uid_column_must_be_unique_and_not_null(
     duck: duckdb.DuckDBPyConnection, tmp_path: Path
 ) -> None:
     with pytest.raises(InvalidArgumentError) as caught:
-        reshard("SELECT * FROM events", duck, out=tmp_path / "o", shuffle=1, shard_rows=10,
-                uid="user_id")  # fmt: skip
+        reshard(
+            "SELECT * FROM events",
+            duck,
+            out=tmp_path / "o",
+            shuffle=1,
+            shard_rows=10,
+            uid="user_id",
+        )
     message = str(caught.value)
     assert "'user_id' is not unique: 1500 value(s) appear more than once" in message
     assert "e.g. 0 (14 times)" in message
     with pytest.raises(InvalidArgumentError, match=r"NULL in 1 row"):
-        reshard("SELECT NULLIF(id, 3) AS k FROM events", duck, out=tmp_path / "o", shuffle=1,
-                shard_rows=10, uid="k")  # fmt: skip
+        reshard(
+            "SELECT NULLIF(id, 3) AS k FROM events",
+            duck,
+            out=tmp_path / "o",
+            shuffle=1,
+            shard_rows=10,
+            uid="k",
+        )
     assert os.listdir(tmp_path) == []
 
 
@@ -532,8 +615,16 @@ def test_bad_input_exits_2_with_one_line_before_anything_runs(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
     size = [] if any(a.startswith("--shard") for a in extra) or not extra else ["--shard-rows", "5"]
-    run = run_cli(["reshard", "--out", str(tmp_path / "out"), *size, *extra,
-                   "SELECT i AS id, i % 3 AS g FROM range(10) r(i)"])  # fmt: skip
+    run = run_cli(
+        [
+            "reshard",
+            "--out",
+            str(tmp_path / "out"),
+            *size,
+            *extra,
+            "SELECT i AS id, i % 3 AS g FROM range(10) r(i)",
+        ]
+    )
     assert run.code == 2, run
     assert len(run.err.strip().splitlines()) == 1, run.err
     assert message in run.err, run.err
@@ -550,8 +641,9 @@ def test_the_output_folder_rules(duck: duckdb.DuckDBPyConnection, tmp_path: Path
     assert "exists; pass --overwrite" in run.err
     assert run_cli([*args, "--overwrite"]).code == 0
     assert sorted(os.listdir(out)) == ["manifest.json", "shard.00000.parquet"]
-    run = run_cli(["reshard", "--out", str(tmp_path / "no" / "out"), "--shard-rows", "5",
-                   "SELECT 1 AS a"])  # fmt: skip
+    run = run_cli(
+        ["reshard", "--out", str(tmp_path / "no" / "out"), "--shard-rows", "5", "SELECT 1 AS a"]
+    )
     assert run.code == 2
     assert "does not exist" in run.err
     with pytest.raises(InvalidArgumentError, match="shard format must be one of"):
@@ -579,8 +671,13 @@ def test_queries_that_cannot_be_resharded_are_refused(
 
 
 def test_an_unstable_query_is_allowed_on_request(tmp_path: Path) -> None:
-    metrics = reshard("SELECT i, random() AS r FROM range(100) t(i)", out=tmp_path / "out",
-                      shuffle=1, shard_rows=30, allow_unstable=True)  # fmt: skip
+    metrics = reshard(
+        "SELECT i, random() AS r FROM range(100) t(i)",
+        out=tmp_path / "out",
+        shuffle=1,
+        shard_rows=30,
+        allow_unstable=True,
+    )
     assert metrics.rows == 100
     assert metrics.shards == 4
 
@@ -619,9 +716,14 @@ def test_a_stale_temporary_folder_is_removed_and_a_live_one_kept(tmp_path: Path)
 def test_spills_and_work_files_go_to_the_temp_dir_and_are_removed(tmp_path: Path) -> None:
     temp = tmp_path / "scratch"
     temp.mkdir()
-    metrics = reshard("SELECT i, md5(i::VARCHAR) AS h FROM range(50000) t(i)",
-                      out=tmp_path / "out", shuffle=3, shard_size="500kB", temp_dir=temp,
-                      memory_limit="64MB")  # fmt: skip
+    metrics = reshard(
+        "SELECT i, md5(i::VARCHAR) AS h FROM range(50000) t(i)",
+        out=tmp_path / "out",
+        shuffle=3,
+        shard_size="500kB",
+        temp_dir=temp,
+        memory_limit="64MB",
+    )
     assert metrics.rows == 50_000
     assert metrics.bytes_extracted > 0
     assert os.listdir(temp) == []

@@ -59,12 +59,31 @@ def test_data_several_times_the_memory_limit_is_resharded_with_bounded_memory(
     rows = 12_000_000
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, "reshard", "--memory-limit", "128MB", "--threads", "2",
-         "--shuffle", "1", "--shard-size", "64MB", "--format", "json", "--out", str(out),
-         WIDE_ROWS.format(rows=rows)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "reshard",
+            "--memory-limit",
+            "128MB",
+            "--threads",
+            "2",
+            "--shuffle",
+            "1",
+            "--shard-size",
+            "64MB",
+            "--format",
+            "json",
+            "--out",
+            str(out),
+            WIDE_ROWS.format(rows=rows),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
         env={**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     metrics_line, memory_line = done.stdout.strip().splitlines()[-2:]
     metrics = json.loads(metrics_line)
@@ -89,9 +108,21 @@ def test_data_several_times_the_memory_limit_is_resharded_with_bounded_memory(
 
 
 def _reshard_command(out: Path, rows: int) -> list[str]:
-    return [sys.executable, "-m", "sqlfeed", "reshard", "--shuffle", "3", "--shard-rows",
-            "50000", "--threads", "1", "--out", str(out),
-            WIDE_ROWS.format(rows=rows)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "sqlfeed",
+        "reshard",
+        "--shuffle",
+        "3",
+        "--shard-rows",
+        "50000",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        WIDE_ROWS.format(rows=rows),
+    ]
 
 
 def _wait_for_a_shard(folder: Path, process: subprocess.Popen[bytes]) -> Path:

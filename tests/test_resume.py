@@ -31,16 +31,26 @@ def make_data(workdir: Path, rows: int = ROWS) -> None:
 
 def run_phase(mode: str, phase: str, workdir: Path, steps: int = 0, *extra: str) -> None:
     """Run one phase of the child; ``first`` is SIGKILLed a few batches after its checkpoint."""
-    command = [sys.executable, "-m", "tests.resume_child", mode, phase, str(workdir), str(steps),
-               *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tests.resume_child",
+        mode,
+        phase,
+        str(workdir),
+        str(steps),
+        *extra,
+    ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     if phase != "first":
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                              env=env)  # fmt: skip
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=env) as child:  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as child:
         assert child.stdout is not None
         for line in child.stdout:
             if line.strip() == "CHECKPOINT":
@@ -114,8 +124,13 @@ def test_a_killed_keras_training_resumes_from_its_checkpoint_in_order(tmp_path: 
 
 
 def sqlfeed_cli(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "sqlfeed", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "sqlfeed", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -126,9 +141,21 @@ def test_two_killed_job_workers_rewound_to_their_checkpoint_see_each_row_once(
 ) -> None:
     make_data(tmp_path)
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
-    sqlfeed_cli("job", "create", "--queue", queue, "--job", "j", "--db",
-                f"duckdb:///{tmp_path / 'data.duckdb'}", "--partitions", "8", "--seed", "3",
-                "SELECT id FROM t")  # fmt: skip
+    sqlfeed_cli(
+        "job",
+        "create",
+        "--queue",
+        queue,
+        "--job",
+        "j",
+        "--db",
+        f"duckdb:///{tmp_path / 'data.duckdb'}",
+        "--partitions",
+        "8",
+        "--seed",
+        "3",
+        "SELECT id FROM t",
+    )
     steps = 10
     command = [sys.executable, "-m", "tests.resume_child", "elastic"]
     children = [
@@ -153,8 +180,9 @@ def test_two_killed_job_workers_rewound_to_their_checkpoint_see_each_row_once(
         child.wait(timeout=60)
         assert child.stdout is not None
         child.stdout.close()
-    assert "rewound to checkpoint 10" in sqlfeed_cli("job", "rewind", "--queue", queue,
-                                                     "--job", "j", "--to", str(steps))  # fmt: skip
+    assert "rewound to checkpoint 10" in sqlfeed_cli(
+        "job", "rewind", "--queue", queue, "--job", "j", "--to", str(steps)
+    )
     resumed = [
         subprocess.Popen([*command, "resume", str(tmp_path), "0", name], cwd=ROOT)
         for name in ("w0", "w1")

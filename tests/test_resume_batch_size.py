@@ -33,9 +33,14 @@ def _queue_url(name: str, folder: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.engine),
-             pytest.param("mysql", marks=pytest.mark.engine)],
-)  # fmt: skip
+    "name",
+    [
+        "memory",
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.engine),
+        pytest.param("mysql", marks=pytest.mark.engine),
+    ],
+)
 @pytest.mark.parametrize(
     ("first", "second", "taken"), [(7, 1000, 10), (1000, 7, 2), (300, None, 3)]
 )
@@ -57,8 +62,9 @@ def test_a_taken_over_partition_is_read_exactly_once_across_batch_sizes(
         def acked(delivery: Delivery) -> None:
             seen.update(delivery.batch.column(0).to_pylist())
 
-        with Worker(queue, job, db, batch_size=first, ack_interval=0, claim_ahead=False,
-                    on_ack=acked) as a:  # fmt: skip
+        with Worker(
+            queue, job, db, batch_size=first, ack_interval=0, claim_ahead=False, on_ack=acked
+        ) as a:
             deliveries = a.deliveries()
             for _ in range(taken):  # then it stops: what was taken is acknowledged
                 next(deliveries)

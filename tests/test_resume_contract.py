@@ -79,11 +79,17 @@ class FeederAdapter:
 
 
 FEEDER_CASES: list[dict[str, Any]] = [
-    {"batch_size": 50, "shuffle_buffer": 300, "seed": 3, "partitions": 6, "strategy": "range",
-     "key": "id"},
+    {
+        "batch_size": 50,
+        "shuffle_buffer": 300,
+        "seed": 3,
+        "partitions": 6,
+        "strategy": "range",
+        "key": "id",
+    },
     {"batch_size": 70, "shuffle_buffer": 250, "seed": 4, "partitions": 5, "strategy": "hash"},
     {"batch_size": 64, "partitions": 4, "strategy": "range", "key": "id"},
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("options", FEEDER_CASES[:1])
@@ -165,8 +171,14 @@ class TorchAdapter:
 def torch_options(batch_size: int, partitions: int = 5) -> dict[str, Any]:
     """Range partitions of 1200 / ``partitions`` rows: 5 over 2 or 3 workers are uneven
     shares (in partitions and batches)."""
-    return {"batch_size": batch_size, "shuffle_buffer": 300, "seed": 5,
-            "partitions": partitions, "strategy": "range", "key": "id"}  # fmt: skip
+    return {
+        "batch_size": batch_size,
+        "shuffle_buffer": 300,
+        "seed": 5,
+        "partitions": partitions,
+        "strategy": "range",
+        "key": "id",
+    }
 
 
 def test_a_restored_torch_loader_with_uneven_worker_shares_is_the_uninterrupted_run(
@@ -292,8 +304,9 @@ def test_a_restored_keras_fit_of_several_epochs_is_the_uninterrupted_run(
 ) -> None:
     pytest.importorskip("tensorflow")
     url = make_table(tmp_path / "d.duckdb", ROWS)
-    adapter = KerasAdapter(url, tmp_path, batch_size=100, shuffle_buffer=300, seed=11,
-                           partitions=6, strategy="hash")  # fmt: skip
+    adapter = KerasAdapter(
+        url, tmp_path, batch_size=100, shuffle_buffer=300, seed=11, partitions=6, strategy="hash"
+    )
     # mid-epoch (the later epochs were cut to its rest), right after its last batch
     assert check(adapter, [Kill(0, 5), Kill(0, 12)], ROWS) == 2
 
@@ -344,8 +357,9 @@ class JobAdapter:
     def _worker(self, queue: str, name: str) -> Any:
         from sqlfeed.dispatch import Worker
 
-        return Worker(queue, "j", self.url, worker_id=name, batch_size=self.options["batch_size"],
-                      poll=0.02)  # fmt: skip
+        return Worker(
+            queue, "j", self.url, worker_id=name, batch_size=self.options["batch_size"], poll=0.02
+        )
 
     def full(self) -> list[Batches]:
         log = empty(self.epochs)
@@ -398,8 +412,9 @@ def test_sweep_feeder(tmp_path: Path, options: Any) -> None:
     adapter = FeederAdapter(url, **options)
     batches = len(adapter.full()[0])
     window = options.get("shuffle_buffer") or options["batch_size"]
-    kills = kill_points(batches, options["batch_size"], boundaries=boundaries(window, 200),
-                        seed=batches)  # fmt: skip
+    kills = kill_points(
+        batches, options["batch_size"], boundaries=boundaries(window, 200), seed=batches
+    )
     assert check(adapter, kills, ROWS) == len(kills)
 
 
@@ -411,8 +426,7 @@ def test_sweep_torch(tmp_path: Path, workers: int, batch_size: int) -> None:
     url = make_table(tmp_path / "d.duckdb", ROWS)
     adapter = TorchAdapter(url, workers, **torch_options(batch_size))
     batches = len(adapter.full()[0])
-    kills = kill_points(batches, batch_size, boundaries=boundaries(300, 240), drawn=1,
-                        seed=workers)  # fmt: skip
+    kills = kill_points(batches, batch_size, boundaries=boundaries(300, 240), drawn=1, seed=workers)
     assert check(adapter, kills, ROWS) == len(kills)
 
 
@@ -421,10 +435,10 @@ def test_sweep_torch(tmp_path: Path, workers: int, batch_size: int) -> None:
 def test_sweep_keras(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow")
     url = make_table(tmp_path / "d.duckdb", ROWS)
-    adapter = KerasAdapter(url, tmp_path, batch_size=100, shuffle_buffer=300, seed=11,
-                           partitions=6, strategy="hash")  # fmt: skip
-    kills = [Kill(0, 1), Kill(0, 3), Kill(0, 6), Kill(0, 11), Kill(1, 0), Kill(1, 4),
-             Kill(2, 12)]  # fmt: skip
+    adapter = KerasAdapter(
+        url, tmp_path, batch_size=100, shuffle_buffer=300, seed=11, partitions=6, strategy="hash"
+    )
+    kills = [Kill(0, 1), Kill(0, 3), Kill(0, 6), Kill(0, 11), Kill(1, 0), Kill(1, 4), Kill(2, 12)]
     assert check(adapter, kills, ROWS) == len(kills)
 
 

@@ -103,8 +103,9 @@ def round_trip(fmt: str, table: pa.Table, folder: Path) -> pa.Table:
 
 
 def assert_same_values(fmt: str, name: str, values: list[Any]) -> None:
-    table = pa.table({"uid": pa.array(range(len(values)), pa.int64()),
-                      "v": column_of(name, values)})  # fmt: skip
+    table = pa.table(
+        {"uid": pa.array(range(len(values)), pa.int64()), "v": column_of(name, values)}
+    )
     with tempfile.TemporaryDirectory(prefix="sqlfeed-roundtrip-") as folder:
         back = round_trip(fmt, table, Path(folder))
     assert back.column("uid").to_pylist() == list(range(len(values)))
@@ -139,16 +140,19 @@ def test_jsonl_shards_round_trip_lists_and_structs(name: str) -> None:
 
 def test_the_empty_string_is_not_null_in_csv_through_read_and_sql(tmp_path: Path) -> None:
     dataset = create_dataset(tmp_path / "ds")
-    dataset.add_shardset("text", pa.table({"uid": [1, 2, 3, 4], "s": ["", None, "NULL", " "]}),
-                         format="csv")  # fmt: skip
+    dataset.add_shardset(
+        "text", pa.table({"uid": [1, 2, 3, 4], "s": ["", None, "NULL", " "]}), format="csv"
+    )
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.read().column("s").to_pylist() == ["", None, "NULL", " "]
     with dataset.source() as source:
         rows = source.arrow("SELECT s, s IS NULL AS missing FROM dataset ORDER BY uid")
     assert rows.to_pylist() == [
-        {"s": "", "missing": False}, {"s": None, "missing": True},
-        {"s": "NULL", "missing": False}, {"s": " ", "missing": False},
-    ]  # fmt: skip
+        {"s": "", "missing": False},
+        {"s": None, "missing": True},
+        {"s": "NULL", "missing": False},
+        {"s": " ", "missing": False},
+    ]
 
 
 def test_csv_refuses_lists_and_jsonl_refuses_what_it_cannot_cast_back(tmp_path: Path) -> None:
@@ -184,14 +188,16 @@ def test_samples_in_a_shard_another_shardset_lacks_are_skipped_through_sql(
     with dataset.source() as source:
         assert source.arrow("SELECT * FROM dataset").to_pylist() == expected
         assert source.count(source.parse("SELECT * FROM dataset")) == 1
-        batches = sqlfeed.Feeder("SELECT * FROM dataset", source, strategy="fragments",
-                                 batch_size=2)  # fmt: skip
+        batches = sqlfeed.Feeder(
+            "SELECT * FROM dataset", source, strategy="fragments", batch_size=2
+        )
         assert [row for batch in batches for row in batch.to_pylist()] == expected
     monkeypatch.chdir(tmp_path)
     count = run_cli(["count", "--db", "dataset:///ds", "SELECT * FROM dataset"])
     assert (count.code, count.out.strip(), count.err) == (0, "1", "")
-    export = run_cli(["export", "--db", "dataset:///ds", "SELECT * FROM dataset",
-                      "--out", "out.parquet"])  # fmt: skip
+    export = run_cli(
+        ["export", "--db", "dataset:///ds", "SELECT * FROM dataset", "--out", "out.parquet"]
+    )
     assert export.code == 0, export.err
     assert pq.read_table(tmp_path / "out.parquet").to_pylist() == expected
 
@@ -202,13 +208,17 @@ def test_samples_in_a_shard_another_shardset_lacks_are_skipped_through_sql(
 def views(n: int = 10) -> pa.Table:
     """A table of view-typed columns, NULLs included."""
     text = [f"value {i}" * (i % 3) if i % 4 else None for i in range(n)]
-    return pa.table({
-        "uid": pa.array(range(n), pa.int64()),
-        "s": pa.array(text, pa.string_view()),
-        "b": pa.array([t.encode() + b"\xff" if t else None for t in text], pa.binary_view()),
-        "l": pa.array([[i, i + 1] if i % 3 else None for i in range(n)], pa.list_view(pa.int64())),
-        "ls": pa.array([[t or ""] for t in text], pa.list_(pa.string_view())),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "uid": pa.array(range(n), pa.int64()),
+            "s": pa.array(text, pa.string_view()),
+            "b": pa.array([t.encode() + b"\xff" if t else None for t in text], pa.binary_view()),
+            "l": pa.array(
+                [[i, i + 1] if i % 3 else None for i in range(n)], pa.list_view(pa.int64())
+            ),
+            "ls": pa.array([[t or ""] for t in text], pa.list_(pa.string_view())),
+        }
+    )
 
 
 PLAIN = {"s": pa.string(), "b": pa.binary(), "l": pa.list_(pa.int64()), "ls": pa.list_(pa.string())}
@@ -272,8 +282,11 @@ def test_view_typed_query_results_feed_shuffle_and_statistics() -> None:
     sql = "SELECT range AS id, 'k' || (range % 7) AS k FROM range(200)"
     assert connection.sql(sql).to_arrow_table().schema.field("k").type == pa.string_view()
     source = sqlfeed.connect(connection)
-    rows = [r for b in sqlfeed.Feeder(sql, source, batch_size=16, shuffle_buffer=50, seed=3,
-                                      partitions=4) for r in b.to_pylist()]  # fmt: skip
+    rows = [
+        r
+        for b in sqlfeed.Feeder(sql, source, batch_size=16, shuffle_buffer=50, seed=3, partitions=4)
+        for r in b.to_pylist()
+    ]
     assert sorted(r["id"] for r in rows) == list(range(200))
     assert all(r["k"] == f"k{r['id'] % 7}" for r in rows)
     stats = sqlfeed.compute_stats(sql, source, method="accumulate", partitions=3)

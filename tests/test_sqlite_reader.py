@@ -33,12 +33,30 @@ MODULES = {"adbc": "adbc_driver_sqlite", "connectorx": "connectorx", "sqlite3": 
 
 ROWS: list[tuple[Any, ...]] = [
     (1, None, None, None, None, None, None, None, None),
-    (2, -9223372036854775808, -1.5, "héllo 🐍", "2024-02-29", "2024-02-29 12:00:00.5",
-     b"\x00\xff", 1, 7),
-    (3, 9223372036854775807, 1e300, "日本語 'q' \\", "0001-01-01", "9999-12-31 23:59:59",
-     b"", 0, "seven"),
+    (
+        2,
+        -9223372036854775808,
+        -1.5,
+        "héllo 🐍",
+        "2024-02-29",
+        "2024-02-29 12:00:00.5",
+        b"\x00\xff",
+        1,
+        7,
+    ),
+    (
+        3,
+        9223372036854775807,
+        1e300,
+        "日本語 'q' \\",
+        "0001-01-01",
+        "9999-12-31 23:59:59",
+        b"",
+        0,
+        "seven",
+    ),
     (4, 0, -0.0, "", "2024-13-45", "not a date", b"\x01" * 300, 2, 7.5),
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +85,7 @@ TYPED: list[tuple[Any, ...]] = [
     (3, 9223372036854775807, 1e300, "日本語 'q' \\", 0),
     (4, 0, -0.0, "", 2),
     (5, 42, 2.0, "2024-02-29", None),
-]  # fmt: skip
+]
 """Declared INTEGER, REAL and TEXT affinities, each holding only its own kind: ADBC's."""
 
 
@@ -203,8 +221,13 @@ def test_the_plans_schema_carries_the_affinities_and_batches_do_not(
         plan = sqlfeed.plan("SELECT * FROM typed", opened, partitions=2)
         schema = plan.arrow_schema()
         hints = {f.name: (f.metadata or {}).get(SQLITE_HINT) for f in schema}
-        assert hints == {"id": b"INTEGER", "n": b"INTEGER", "r": b"REAL", "txt": b"TEXT",
-                         "flag": b"NUMERIC"}  # fmt: skip
+        assert hints == {
+            "id": b"INTEGER",
+            "n": b"INTEGER",
+            "r": b"REAL",
+            "txt": b"TEXT",
+            "flag": b"NUMERIC",
+        }
         batch = next(opened.read(plan.partitions[0].sql, schema=schema))
         assert batch.schema == schema
         assert all(not f.metadata for f in batch.schema)

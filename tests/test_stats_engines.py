@@ -92,8 +92,9 @@ def test_pushdown_sample_and_accumulators_agree(engine: Engine) -> None:
     with engine.source() as source:
         pushed = sqlfeed.compute_stats(sql, source, spec=spec)
         sampled = sqlfeed.compute_stats(sql, source, spec=spec, method="sample", sample_rows=10**6)
-        merged = sqlfeed.compute_stats(sql, source, spec=spec, method="accumulate", partitions=6,
-                                       strategy="hash")  # fmt: skip
+        merged = sqlfeed.compute_stats(
+            sql, source, spec=spec, method="accumulate", partitions=6, strategy="hash"
+        )
     assert_same(pushed, sampled)
     # Accumulators merged over the plan's 6 partitions give the statistics of the whole query.
     assert_same(merged, pushed)
@@ -115,8 +116,13 @@ def test_an_all_null_column_and_an_empty_table_are_well_defined(engine: Engine) 
         )
         empty = sqlfeed.compute_stats(f"SELECT * FROM {engine.qualify('empty_t')}", source)
     age = nulls["age"]
-    assert (age.count, age.nulls, age.distinct, age.min, age.mean) == (age.count, age.count, 0,
-                                                                      None, None)  # fmt: skip
+    assert (age.count, age.nulls, age.distinct, age.min, age.mean) == (
+        age.count,
+        age.count,
+        0,
+        None,
+        None,
+    )
     assert age.boundaries == []
     assert empty.rows == 0
     assert all(c.count == 0 and c.distinct == 0 for c in empty.columns.values())

@@ -263,14 +263,22 @@ def test_saved_statistics_build_the_same_layers(engine: Engine, tmp_path: Any) -
 def test_statistics_saved_by_format_1_still_load(tmp_path: Any) -> None:
     """Format 1 kept a binary column's values as UTF-8 text: read as that text, not base64."""
     column = sqlfeed.ColumnStats(
-        "b", "categorical", "binary", count=3, distinct=2, vocabulary=[b"ab", b"cd"],
+        "b",
+        "categorical",
+        "binary",
+        count=3,
+        distinct=2,
+        vocabulary=[b"ab", b"cd"],
         vocabulary_counts=[2, 1],
-    )  # fmt: skip
+    )
     saved = sqlfeed.FeatureStats({"b": column}, rows=3, method="pushdown").to_dict()
     assert saved["version"] == 2
     assert sqlfeed.FeatureStats.from_dict(saved)["b"].vocabulary == [b"ab", b"cd"]
-    old = {**saved, "version": 1, "columns": {"b": {**saved["columns"]["b"],
-                                                      "vocabulary": ["ab", "cd"]}}}  # fmt: skip
+    old = {
+        **saved,
+        "version": 1,
+        "columns": {"b": {**saved["columns"]["b"], "vocabulary": ["ab", "cd"]}},
+    }
     assert sqlfeed.FeatureStats.from_dict(old)["b"].vocabulary == ["ab", "cd"]
 
 

@@ -47,8 +47,11 @@ def test_lookups_index_the_vocabulary(stats: sqlfeed.FeatureStats) -> None:
     channel = np.asarray(layers["channel"](np.array(["web", "phone", "fax"])))
     assert channel.tolist() == [1, 3, 0]  # index 0 is out of vocabulary
     level = np.asarray(layers["level"](np.array([0, 3, 9])))
-    assert level.tolist() == [stats["level"].vocabulary.index(0) + 1,
-                              stats["level"].vocabulary.index(3) + 1, 0]  # fmt: skip
+    assert level.tolist() == [
+        stats["level"].vocabulary.index(0) + 1,
+        stats["level"].vocabulary.index(3) + 1,
+        0,
+    ]
 
 
 def test_discretization_uses_the_boundaries(stats: sqlfeed.FeatureStats) -> None:
@@ -94,8 +97,10 @@ def units(value: dt.date) -> int:
 @pytest.fixture(scope="module")
 def time_values() -> dict[str, list[int]]:
     table = duckdb.connect().sql(TIME_QUERY).to_arrow_table()
-    return {n: [units(v) for v in table.column(n).to_pylist() if v is not None]
-            for n in ("day", "moment", "zoned")}  # fmt: skip
+    return {
+        n: [units(v) for v in table.column(n).to_pylist() if v is not None]
+        for n in ("day", "moment", "zoned")
+    }
 
 
 @pytest.mark.parametrize("method", ["pushdown", "accumulate"])

@@ -53,9 +53,12 @@ def test_repeated_values_ties_and_nulls_match_python(engine: Engine) -> None:
     assert stats["heavy"].boundaries == [heavy[p - 1] for p in where]
     assert stats["heavy"].histogram == [
         sum(1 for v in heavy if low <= v < high)
-        for low, high in zip([-math.inf, *stats["heavy"].boundaries],
-                             [*stats["heavy"].boundaries, math.inf], strict=True)
-    ]  # fmt: skip
+        for low, high in zip(
+            [-math.inf, *stats["heavy"].boundaries],
+            [*stats["heavy"].boundaries, math.inf],
+            strict=True,
+        )
+    ]
     assert 0 in stats["heavy"].histogram  # equal boundaries leave empty buckets
     assert stats["heavy"].distinct == len(set(heavy))
     assert stats["heavy"].mean == pytest.approx(sum(heavy) / len(heavy), rel=1e-12)

@@ -61,27 +61,57 @@ class Collector(HTMLParser):
 def feature_stats() -> FeatureStats:
     columns = [
         ColumnStats(
-            "age", "numeric", "int64", count=1000, nulls=10, distinct=80, min=18, max=90,
-            mean=41.5, variance=144.0, boundaries=[25, 33, 41, 50, 62],
+            "age",
+            "numeric",
+            "int64",
+            count=1000,
+            nulls=10,
+            distinct=80,
+            min=18,
+            max=90,
+            mean=41.5,
+            variance=144.0,
+            boundaries=[25, 33, 41, 50, 62],
             histogram=[160, 170, 165, 165, 170, 160],
         ),
         ColumnStats("empty", "numeric", "double", count=1000, nulls=1000, distinct=0),
         ColumnStats(
-            "city", "categorical", "string", count=1000, nulls=100, distinct=250,
-            distinct_exact=False, min="Aachen", max="Zwickau",
-            vocabulary=["Berlin", EVIL, "$x$ Köln"], vocabulary_counts=[400, 200, 100],
+            "city",
+            "categorical",
+            "string",
+            count=1000,
+            nulls=100,
+            distinct=250,
+            distinct_exact=False,
+            min="Aachen",
+            max="Zwickau",
+            vocabulary=["Berlin", EVIL, "$x$ Köln"],
+            vocabulary_counts=[400, 200, 100],
             other_count=200,
         ),
         ColumnStats(
-            "flag", "categorical", "bool", count=1000, distinct=2,
-            vocabulary=[True, False], vocabulary_counts=[600, 400],
+            "flag",
+            "categorical",
+            "bool",
+            count=1000,
+            distinct=2,
+            vocabulary=[True, False],
+            vocabulary_counts=[600, 400],
         ),
         ColumnStats(
-            "target", "categorical", "int64", count=1000, distinct=2, min=0, max=1,
-            vocabulary=[0, 1], vocabulary_counts=[700, 300], label=True,
+            "target",
+            "categorical",
+            "int64",
+            count=1000,
+            distinct=2,
+            min=0,
+            max=1,
+            vocabulary=[0, 1],
+            vocabulary_counts=[700, 300],
+            label=True,
         ),
         ColumnStats("id", "skip", "int64", count=1000, distinct=1000),
-    ]  # fmt: skip
+    ]
     return FeatureStats(
         columns={c.name: c for c in columns},
         rows=1000,
@@ -201,14 +231,38 @@ def test_unusual_numeric_edges_still_chart() -> None:
     """Dates (also as ISO text, as after a JSON round trip) and repeated boundaries."""
     days = [dt.date(2024, 1, d) for d in (1, 8, 15, 22, 31)]
     columns = [
-        ColumnStats("day", "numeric", "date32", count=9, min=days[0], max=days[-1],
-                    boundaries=days[1:-1], histogram=[2, 3, 2, 2]),
-        ColumnStats("iso", "numeric", "date32", count=9, min=days[0].isoformat(),
-                    max=days[-1].isoformat(), boundaries=[d.isoformat() for d in days[1:-1]],
-                    histogram=[2, 3, 2, 2]),
-        ColumnStats("skewed", "numeric", "int64", count=9, min=0, max=9, boundaries=[0, 0, 1],
-                    histogram=[0, 5, 2, 2], boundaries_exact=False),
-    ]  # fmt: skip
+        ColumnStats(
+            "day",
+            "numeric",
+            "date32",
+            count=9,
+            min=days[0],
+            max=days[-1],
+            boundaries=days[1:-1],
+            histogram=[2, 3, 2, 2],
+        ),
+        ColumnStats(
+            "iso",
+            "numeric",
+            "date32",
+            count=9,
+            min=days[0].isoformat(),
+            max=days[-1].isoformat(),
+            boundaries=[d.isoformat() for d in days[1:-1]],
+            histogram=[2, 3, 2, 2],
+        ),
+        ColumnStats(
+            "skewed",
+            "numeric",
+            "int64",
+            count=9,
+            min=0,
+            max=9,
+            boundaries=[0, 0, 1],
+            histogram=[0, 5, 2, 2],
+            boundaries_exact=False,
+        ),
+    ]
     stats = FeatureStats({c.name: c for c in columns}, rows=9, method="accumulate")
     collector = Collector()
     collector.feed(html_report(stats))
@@ -266,13 +320,34 @@ def test_dates_from_year_1_to_9999_and_non_finite_floats_chart(method: str, tmp_
 
 def test_the_summary_shows_nan_and_infinity_counts_and_time_moments() -> None:
     columns = [
-        ColumnStats("x", "numeric", "double", count=10, nans=3, infinities=2, min=-1.0,
-                    max=math.inf, mean=0.5, variance=4.0, boundaries=[0.0],
-                    histogram=[3, 2]),
-        ColumnStats("d", "numeric", "date32[day]", count=2, min=dt.date(2024, 1, 1),
-                    max=dt.date(2024, 1, 3), mean=19724.0, variance=1.0, unit="days",
-                    boundaries=[dt.date(2024, 1, 3)], histogram=[1, 1]),
-    ]  # fmt: skip
+        ColumnStats(
+            "x",
+            "numeric",
+            "double",
+            count=10,
+            nans=3,
+            infinities=2,
+            min=-1.0,
+            max=math.inf,
+            mean=0.5,
+            variance=4.0,
+            boundaries=[0.0],
+            histogram=[3, 2],
+        ),
+        ColumnStats(
+            "d",
+            "numeric",
+            "date32[day]",
+            count=2,
+            min=dt.date(2024, 1, 1),
+            max=dt.date(2024, 1, 3),
+            mean=19724.0,
+            variance=1.0,
+            unit="days",
+            boundaries=[dt.date(2024, 1, 3)],
+            histogram=[1, 1],
+        ),
+    ]
     page = html_report(FeatureStats({c.name: c for c in columns}, rows=10, method="pushdown"))
     assert "<th>NaN</th><th>±inf</th>" in page
     row = re.search(r'<tr><td><a href="#col-0">x</a>.*?</tr>', page)
@@ -287,8 +362,18 @@ def test_cli_stats_html_renders_a_date_of_year_1(
     monkeypatch.chdir(tmp_path)
     with duckdb.connect("data.duckdb") as connection:
         connection.execute(f"CREATE TABLE t AS {EDGE_DAYS}")
-    run = run_cli(["stats", "--db", "duckdb:///data.duckdb", "SELECT day, spread FROM t",
-                   "--out", "stats.json", "--html", "report.html"])  # fmt: skip
+    run = run_cli(
+        [
+            "stats",
+            "--db",
+            "duckdb:///data.duckdb",
+            "SELECT day, spread FROM t",
+            "--out",
+            "stats.json",
+            "--html",
+            "report.html",
+        ]
+    )
     assert run.code == 0, run.err
     page = (tmp_path / "report.html").read_text()
     assert page.count("<img") == 2
@@ -298,9 +383,16 @@ def test_cli_stats_html_renders_a_date_of_year_1(
 def test_the_top_values_chart_draws_the_top_values_and_says_the_rest() -> None:
     """A large remainder is a share in the caption, not a bar that dwarfs the top values."""
     column = ColumnStats(
-        "c", "categorical", "string", count=1000, nulls=50, distinct=200,
-        vocabulary=[f"v{i}" for i in range(25)], vocabulary_counts=[10] * 25, other_count=700,
-    )  # fmt: skip
+        "c",
+        "categorical",
+        "string",
+        count=1000,
+        nulls=50,
+        distinct=200,
+        vocabulary=[f"v{i}" for i in range(25)],
+        vocabulary_counts=[10] * 25,
+        other_count=700,
+    )
     labels, counts, note = top_bars(column)
     assert labels == [f"v{i}" for i in range(20)]  # at most CHART_TOP bars, one scale
     assert counts == [10] * 20
@@ -313,22 +405,41 @@ def test_the_top_values_chart_draws_the_top_values_and_says_the_rest() -> None:
 
 def test_binary_values_are_labelled_with_their_bytes_escaped() -> None:
     column = ColumnStats(
-        "b", "categorical", "binary", count=3, distinct=2, vocabulary=[b"\xff\x00b", b"ok"],
+        "b",
+        "categorical",
+        "binary",
+        count=3,
+        distinct=2,
+        vocabulary=[b"\xff\x00b", b"ok"],
         vocabulary_counts=[2, 1],
-    )  # fmt: skip
+    )
     assert top_bars(column)[0] == ["\\xff\\x00b", "ok"]
 
 
 def test_summary_shows_time_means_as_durations_and_marks_element_statistics() -> None:
     clock = ColumnStats(
-        "clock", "numeric", "time64[us]", count=2, distinct=2, mean=3_716_250_000.0,
-        variance=4e12, boundaries=[dt.time(1)], histogram=[1, 1],
-        min=dt.time(1), max=dt.time(1, 2),
-    )  # fmt: skip
+        "clock",
+        "numeric",
+        "time64[us]",
+        count=2,
+        distinct=2,
+        mean=3_716_250_000.0,
+        variance=4e12,
+        boundaries=[dt.time(1)],
+        histogram=[1, 1],
+        min=dt.time(1),
+        max=dt.time(1, 2),
+    )
     tags = ColumnStats(
-        "tags", "categorical", "list<item: string>", count=4, distinct=2, elements=True,
-        vocabulary=["a", "b"], vocabulary_counts=[3, 1],
-    )  # fmt: skip
+        "tags",
+        "categorical",
+        "list<item: string>",
+        count=4,
+        distinct=2,
+        elements=True,
+        vocabulary=["a", "b"],
+        vocabulary_counts=[3, 1],
+    )
     report = html_report(FeatureStats({"clock": clock, "tags": tags}, rows=2, method="pushdown"))
     assert "<td>1:01:56.250000</td><td>2 s</td>" in report
     assert "<td>categorical (elements)</td>" in report

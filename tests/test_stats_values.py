@@ -108,8 +108,9 @@ def test_positions_are_exact_integer_arithmetic() -> None:
 @pytest.mark.parametrize("method", ["pushdown", "accumulate"])
 def test_quantile_boundaries_are_at_exact_positions(engine: Engine, method: str) -> None:
     values = [float(v) for v in range(1, 1000)]
-    engine.create_table("seq", [("id", "int"), ("x", "float")],
-                        [(int(v) * 7919 % 1000, v) for v in values])  # fmt: skip
+    engine.create_table(
+        "seq", [("id", "int"), ("x", "float")], [(int(v) * 7919 % 1000, v) for v in values]
+    )
     for n, buckets in ((50, 100), (1, 100), (10, 3), (999, 7), (37, 10), (101, 100)):
         sql = f"SELECT x FROM {engine.qualify('seq')} WHERE x <= {n}"
         stats = compute(engine, sql, method, StatsSpec(buckets=buckets))
@@ -236,8 +237,9 @@ def test_accumulated_moments_are_exact_to_the_spread_not_to_the_size() -> None:
     micros = [start // dt.timedelta(microseconds=1) + i * 1_000_000 for i in range(40)]
     unsigned = [18446744073709551000 + i for i in range(40)]
     connection = duckdb.connect()
-    result = sqlfeed.compute_stats(sql, sqlfeed.connect(connection), method="accumulate",
-                                   partitions=4, strategy="hash")  # fmt: skip
+    result = sqlfeed.compute_stats(
+        sql, sqlfeed.connect(connection), method="accumulate", partitions=4, strategy="hash"
+    )
     for name, values in (("x", micros), ("u", unsigned)):
         assert result[name].mean == pytest.approx(float(statistics.mean(values)), rel=1e-15)
         assert result[name].variance == pytest.approx(

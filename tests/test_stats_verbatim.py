@@ -32,14 +32,30 @@ __all__ = ["_close_sources"]  # the module fixture that closes the shared source
 # Queries sqlglot writes back differently (``sqlfeed.sql.rendering_problem``), and
 # everyday engine spellings next to them.
 _IDS = {
-    "mysql": ("regexp", "rlike", "not_regexp", "from_dual", "from_dual_where", "regexp_top",
-              "force_index", "adjacent_literals"),
+    "mysql": (
+        "regexp",
+        "rlike",
+        "not_regexp",
+        "from_dual",
+        "from_dual_where",
+        "regexp_top",
+        "force_index",
+        "adjacent_literals",
+    ),
     "sqlite": ("cast_numeric", "cast_numeric_grouped", "cast_numeric_top", "json_each"),
-    "duckdb": ("alias_in_where", "integer_division", "star_exclude", "from_first",
-               "starts_with_operator", "positional_refs", "lateral_alias", "list_ops",
-               "list_ordered"),
+    "duckdb": (
+        "alias_in_where",
+        "integer_division",
+        "star_exclude",
+        "from_first",
+        "starts_with_operator",
+        "positional_refs",
+        "lateral_alias",
+        "list_ops",
+        "list_ordered",
+    ),
     "postgres": ("regex_case_insensitive", "ilike_regex", "distinct_on", "dollar_quoted"),
-}  # fmt: skip
+}
 CASES = [
     case
     for engine, cases in ENGINE_CORPUS.items()
@@ -62,8 +78,11 @@ def expected_column(
 ) -> dict[str, Any]:
     """What a column's statistics must say, from the engine's own rows."""
     present = [_value(v) for v in values if v is not None]
-    found: dict[str, Any] = {"count": len(values), "nulls": len(values) - len(present),
-                             "distinct": len(set(present))}  # fmt: skip
+    found: dict[str, Any] = {
+        "count": len(values),
+        "nulls": len(values) - len(present),
+        "distinct": len(set(present)),
+    }
     if numeric:
         ordered = sorted(present)
         found["min"] = ordered[0] if ordered else None
@@ -78,8 +97,7 @@ def expected_column(
 
 
 def actual_column(stats: ColumnStats, numeric: bool) -> dict[str, Any]:
-    found: dict[str, Any] = {"count": stats.count, "nulls": stats.nulls,
-                             "distinct": stats.distinct}  # fmt: skip
+    found: dict[str, Any] = {"count": stats.count, "nulls": stats.nulls, "distinct": stats.distinct}
     if numeric:
         found["min"], found["max"] = _value(stats.min), _value(stats.max)
         if stats.count > stats.nulls:

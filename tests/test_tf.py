@@ -91,11 +91,16 @@ def test_element_spec_follows_the_arrow_schema(source: sqlfeed.Source) -> None:
     features, label = spec
     scalar = {
         **dict.fromkeys(["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"], tf.int64),
-        "f32": tf.float32, "f64": tf.float32, "b": tf.bool, "s": tf.string, "bin": tf.string,
-        "d": tf.float64, "d38": tf.float64,
+        "f32": tf.float32,
+        "f64": tf.float32,
+        "b": tf.bool,
+        "s": tf.string,
+        "bin": tf.string,
+        "d": tf.float64,
+        "d38": tf.float64,
         **dict.fromkeys(["dt", "ts", "ts_s", "ts_ms", "ts_ns", "tz", "tm"], tf.int64),
         "en": tf.string,
-    }  # fmt: skip
+    }
     for name, dtype in scalar.items():
         assert features[name] == tf.TensorSpec([None], dtype), name
     ragged = {
@@ -130,16 +135,28 @@ def test_values_of_every_type_arrive_exactly(source: sqlfeed.Source) -> None:
     )
     at = dt.datetime(2020, 1, 2, 3, 4, 5, 678901)
     expected = {
-        "i8": [1], "u64": [1], "f32": [1.5], "f64": [1.5], "b": [True], "s": ["é".encode()],
-        "bin": [b"x"], "d": [1.5], "d38": [1.5], "dt": [(dt.date(2020, 1, 2) - EPOCH.date()).days],
+        "i8": [1],
+        "u64": [1],
+        "f32": [1.5],
+        "f64": [1.5],
+        "b": [True],
+        "s": ["é".encode()],
+        "bin": [b"x"],
+        "d": [1.5],
+        "d38": [1.5],
+        "dt": [(dt.date(2020, 1, 2) - EPOCH.date()).days],
         "ts": [(at - EPOCH) // dt.timedelta(microseconds=1)],
         "ts_s": [(at.replace(microsecond=0) - EPOCH) // dt.timedelta(microseconds=1)],
         "ts_ms": [(at.replace(microsecond=678000) - EPOCH) // dt.timedelta(microseconds=1)],
         "ts_ns": [(dt.datetime(2020, 1, 2) - EPOCH) // dt.timedelta(microseconds=1)],
         "tz": [(at.replace(microsecond=0) - EPOCH) // dt.timedelta(microseconds=1)],
-        "tm": [3723 * 10**6], "en": [b"b"], "li": [[1, 2]], "lli": [[[1.5], []]],
-        "ls": [[b"a", b""]], "fixed": [[1, 2]],
-    }  # fmt: skip
+        "tm": [3723 * 10**6],
+        "en": [b"b"],
+        "li": [[1, 2]],
+        "lli": [[[1.5], []]],
+        "ls": [[b"a", b""]],
+        "fixed": [[1, 2]],
+    }
     for name, values in expected.items():
         assert features[name] == values, name
     assert label == [1]
@@ -206,8 +223,9 @@ def test_fill_values_are_given_in_the_tensors_type_or_converted() -> None:
     mappings = sqlfeed_tf.column_mappings(schema, fill=fill)
     assert [m.fill for m in mappings] == [2_000_000, 2, "?", 1.0]
     with pytest.raises(InvalidArgumentError, match="does not fit column 'ts'"):
-        sqlfeed_tf.column_mappings(schema, fill={"ts": dt.datetime(1970, 1, 1, 0, 0, 0, 1)},
-                                   time_unit="ms")  # fmt: skip
+        sqlfeed_tf.column_mappings(
+            schema, fill={"ts": dt.datetime(1970, 1, 1, 0, 0, 0, 1)}, time_unit="ms"
+        )
 
 
 @pytest.mark.parametrize(
@@ -277,20 +295,41 @@ def test_values_survive_the_trip_exactly(source: sqlfeed.Source) -> None:
         """
     )
     feed = sqlfeed_tf.Feed(
-        "SELECT * FROM awkward", source, batch_size=3, masks=["s", "big"], float_dtype="float64",
-        fill={"big": 42, "x": -1.0}, partitions=3,
-    )  # fmt: skip
-    got = {r[0]: r[1:] for r in rows(feed.dataset, ["id", "s", "big", "ts", "x", "b", "s_is_null",
-                                                      "big_is_null"])}  # fmt: skip
+        "SELECT * FROM awkward",
+        source,
+        batch_size=3,
+        masks=["s", "big"],
+        float_dtype="float64",
+        fill={"big": 42, "x": -1.0},
+        partitions=3,
+    )
+    got = {
+        r[0]: r[1:]
+        for r in rows(feed.dataset, ["id", "s", "big", "ts", "x", "b", "s_is_null", "big_is_null"])
+    }
     micros = dt.timedelta(microseconds=1)
     assert got == {
         1: ("é ü 中文 🙂".encode(), 2**63 - 1, -1, 1.5, True, False, False),
-        2: (b"", -(2**63), (dt.datetime(2262, 4, 11, 23, 47, 16, 854775) - EPOCH) // micros,
-            -0.1, False, False, False),
+        2: (
+            b"",
+            -(2**63),
+            (dt.datetime(2262, 4, 11, 23, 47, 16, 854775) - EPOCH) // micros,
+            -0.1,
+            False,
+            False,
+            False,
+        ),
         3: (b"", 42, 0, -1.0, False, True, True),
-        4: (b"tab\tand\nnewline", 0, (dt.datetime(1, 1, 1) - EPOCH) // micros, 1e300, False,
-            False, False),
-    }  # fmt: skip
+        4: (
+            b"tab\tand\nnewline",
+            0,
+            (dt.datetime(1, 1, 1) - EPOCH) // micros,
+            1e300,
+            False,
+            False,
+            False,
+        ),
+    }
 
 
 def test_lists_become_ragged_tensors_with_null_lists_empty(source: sqlfeed.Source) -> None:
@@ -310,8 +349,12 @@ def test_lists_become_ragged_tensors_with_null_lists_empty(source: sqlfeed.Sourc
 
 
 def test_batches_have_batch_size_rows_and_drop_remainder(source: sqlfeed.Source) -> None:
-    sizes = [len(f["id"]) for f, _ in elements(sqlfeed_tf.dataset("SELECT * FROM t", source,
-             batch_size=300, partitions=4))]  # fmt: skip
+    sizes = [
+        len(f["id"])
+        for f, _ in elements(
+            sqlfeed_tf.dataset("SELECT * FROM t", source, batch_size=300, partitions=4)
+        )
+    ]
     assert sizes == [300, 300, 300, 100]
     dropped = sqlfeed_tf.dataset(
         "SELECT * FROM t", source, batch_size=300, drop_remainder=True, partitions=4
@@ -374,9 +417,12 @@ for query in ("SELECT id, y FROM t", "SELECT id, li, y FROM t"):  # dense, ragge
 def test_a_null_label_logs_no_python_traceback() -> None:
     """TensorFlow logged the generator's traceback twice before raising (at WARNING)."""
     done = subprocess.run(
-        [sys.executable, "-c", NULL_LABEL_SCRIPT], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", NULL_LABEL_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"},
-    )  # fmt: skip
+    )
     assert done.stdout.count("RAISED InvalidArgumentError") == 2, done.stderr[-3000:]
     assert "has a NULL" in done.stderr  # TF's one-line warning says it
     assert "Traceback" not in done.stderr
@@ -453,8 +499,9 @@ def test_bad_arguments_are_refused_before_reading(
 
 def test_a_mask_name_taken_by_a_column_is_refused(source: sqlfeed.Source) -> None:
     with pytest.raises(InvalidArgumentError, match="would be named 'x_is_null'"):
-        sqlfeed_tf.dataset("SELECT x, x IS NULL AS x_is_null FROM t", source, batch_size=4,
-                           masks=True)  # fmt: skip
+        sqlfeed_tf.dataset(
+            "SELECT x, x IS NULL AS x_is_null FROM t", source, batch_size=4, masks=True
+        )
 
 
 def test_repeated_column_names_are_made_unique(source: sqlfeed.Source) -> None:
@@ -501,8 +548,14 @@ def test_a_keras_model_learns_a_target_from_a_select() -> None:
         "(hash(range, 'b') % 1000) / 1000.0 AS b FROM range(4096)"
     )
     query = "SELECT a, b, 3 * a - 2 * b + 1 AS target FROM s"
-    ds = sqlfeed_tf.dataset(query, sqlfeed.connect(conn), label="target", batch_size=128,
-                            shuffle_buffer=1000, partitions=4)  # fmt: skip
+    ds = sqlfeed_tf.dataset(
+        query,
+        sqlfeed.connect(conn),
+        label="target",
+        batch_size=128,
+        shuffle_buffer=1000,
+        partitions=4,
+    )
     keras.utils.set_random_seed(0)
     inputs = {name: keras.Input(shape=(1,), name=name) for name in ("a", "b")}
     output = keras.layers.Dense(1)(keras.layers.Concatenate()(list(inputs.values())))
@@ -664,9 +717,12 @@ def test_mirrored_strategy_replicas_stay_in_lockstep_with_job_workers() -> None:
     import json
 
     done = subprocess.run(
-        [sys.executable, "-c", STRATEGY_SCRIPT], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", STRATEGY_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    )  # fmt: skip
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
@@ -721,11 +777,17 @@ def test_feed_checkpoint_resumes_where_the_model_was_checkpointed(
         model({"id": tf.zeros([1], tf.int64)})
         model.compile("sgd", "mse", run_eagerly=True)
         backup = tmp_path / "backup"
-        callbacks = [sqlfeed_tf.FeedCheckpoint(feed, backup, save_freq=4),
-                     keras.callbacks.BackupAndRestore(backup, save_freq=4)]  # fmt: skip
+        callbacks = [
+            sqlfeed_tf.FeedCheckpoint(feed, backup, save_freq=4),
+            keras.callbacks.BackupAndRestore(backup, save_freq=4),
+        ]
         with contextlib.suppress(RuntimeError):
-            model.fit(feed.dataset, epochs=1, verbose=0,
-                      callbacks=callbacks + ([Crash()] if crash else []))  # fmt: skip
+            model.fit(
+                feed.dataset,
+                epochs=1,
+                verbose=0,
+                callbacks=callbacks + ([Crash()] if crash else []),
+            )
         feed.close()
         return ids
 
@@ -765,12 +827,22 @@ def test_input_fn_drops_only_the_table_it_materialized_and_only_when_nothing_rea
     make = sqlfeed_tf.input_fn(users, source, batch_size=64, label="y")
     del make
     gc.collect()
-    ids = [int(i) for x, _ in sqlfeed_tf.dataset(users, source, batch_size=64, label="y")
-           for i in x["id"].numpy()]  # fmt: skip
+    ids = [
+        int(i)
+        for x, _ in sqlfeed_tf.dataset(users, source, batch_size=64, label="y")
+        for i in x["id"].numpy()
+    ]
     assert sorted(ids) == list(range(500))
 
-    make = sqlfeed_tf.input_fn(query, source, batch_size=64, label="y",
-                               strategy="materialize", scratch="main", partitions=3)  # fmt: skip
+    make = sqlfeed_tf.input_fn(
+        query,
+        source,
+        batch_size=64,
+        label="y",
+        strategy="materialize",
+        scratch="main",
+        partitions=3,
+    )
     ds = make()
     del make
     gc.collect()

@@ -28,8 +28,12 @@ from sqlfeed import (  # noqa: E402
 from tests.engines import MYSQL_URL, POSTGRES_URL, Engine  # noqa: E402
 
 EPOCH = dt.datetime(1970, 1, 1)
-DTYPES = {"int64": torch.int64, "float32": torch.float32, "float64": torch.float64,
-          "bool": torch.bool}  # fmt: skip
+DTYPES = {
+    "int64": torch.int64,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bool": torch.bool,
+}
 
 
 def engine_url(engine: Engine, tmp_path: Path, tables: tuple[str, ...]) -> str:
@@ -90,9 +94,16 @@ def loader_rows(
     """The rows (columns in order, then masks) a DataLoader yields, the batch sizes, the
     dataset."""
     dataset = sqlfeed_torch.SQLDataset(
-        sql, url, batch_size=16, float_dtype="float64", masks=True, partitions=6, rank=rank,
-        world_size=world_size, **options,
-    )  # fmt: skip
+        sql,
+        url,
+        batch_size=16,
+        float_dtype="float64",
+        masks=True,
+        partitions=6,
+        rank=rank,
+        world_size=world_size,
+        **options,
+    )
     names = [m.name for m in dataset.mappings]
     rows, sizes = [], []
     for batch in sqlfeed_torch.dataloader(dataset, num_workers=workers, stateful=False):
@@ -189,8 +200,9 @@ def test_strings_are_lists_or_go_through_the_tokenizer(memory: Any) -> None:
     def lengths(texts: list[str]) -> Any:
         return torch.tensor([len(t) for t in texts])
 
-    dataset = sqlfeed_torch.SQLDataset(query, memory, batch_size=5, partitions=1,
-                                       tokenizer={"word": lengths})  # fmt: skip
+    dataset = sqlfeed_torch.SQLDataset(
+        query, memory, batch_size=5, partitions=1, tokenizer={"word": lengths}
+    )
     batch = next(iter(dataset))
     assert batch["word"].tolist() == [2, 2, 2, 2, 2]
     assert batch["other"] == ["x"] * 5
@@ -210,8 +222,9 @@ def test_a_label_makes_pairs_and_may_not_be_null(memory: Any) -> None:
 
 
 def test_tensors_own_their_memory_and_pin(memory: Any) -> None:
-    batch = next(iter(sqlfeed_torch.SQLDataset("SELECT range AS x FROM range(8)", memory,
-                                               batch_size=8)))  # fmt: skip
+    batch = next(
+        iter(sqlfeed_torch.SQLDataset("SELECT range AS x FROM range(8)", memory, batch_size=8))
+    )
     batch["x"] += 1  # writable: not a view of Arrow's read-only buffers
     assert sorted(batch["x"].tolist()) == list(range(1, 9))
     query = "SELECT range AS x, range * 0.5 AS y, range % 2 = 0 AS z FROM range(40)"
@@ -301,23 +314,27 @@ def test_a_stateful_dataloader_resumes_with_the_same_batches(memory: Any) -> Non
     def ids(batches: Any) -> list[list[int]]:
         return [b["id"].tolist() for b in batches]
 
-    full = ids(sqlfeed_torch.dataloader(sqlfeed_torch.SQLDataset("SELECT id FROM r", memory,
-                                                                 **options)))  # fmt: skip
-    loader = sqlfeed_torch.dataloader(sqlfeed_torch.SQLDataset("SELECT id FROM r", memory,
-                                                               **options))  # fmt: skip
+    full = ids(
+        sqlfeed_torch.dataloader(sqlfeed_torch.SQLDataset("SELECT id FROM r", memory, **options))
+    )
+    loader = sqlfeed_torch.dataloader(
+        sqlfeed_torch.SQLDataset("SELECT id FROM r", memory, **options)
+    )
     batches = iter(loader)
     before = [next(batches)["id"].tolist() for _ in range(9)]
     state = loader.state_dict()
-    again = sqlfeed_torch.dataloader(sqlfeed_torch.SQLDataset("SELECT id FROM r", memory,
-                                                              **options))  # fmt: skip
+    again = sqlfeed_torch.dataloader(
+        sqlfeed_torch.SQLDataset("SELECT id FROM r", memory, **options)
+    )
     again.load_state_dict(state)
     assert before + ids(again) == full
 
 
 def test_each_iteration_is_the_next_epoch_and_set_epoch_picks_one(memory: Any) -> None:
     memory.execute("CREATE TABLE e AS SELECT range AS id FROM range(500)")
-    dataset = sqlfeed_torch.SQLDataset("SELECT id FROM e", memory, batch_size=500,
-                                       shuffle_buffer=500, seed=1, partitions=3)  # fmt: skip
+    dataset = sqlfeed_torch.SQLDataset(
+        "SELECT id FROM e", memory, batch_size=500, shuffle_buffer=500, seed=1, partitions=3
+    )
     first, second = (next(iter(dataset))["id"].tolist() for _ in range(2))
     assert sorted(first) == sorted(second) == list(range(500))
     assert first != second
@@ -332,9 +349,15 @@ def test_two_workers_in_a_job_cover_each_partition_once(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(3000)")
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
     dataset = sqlfeed_torch.SQLDataset(
-        "SELECT id FROM t", f"duckdb:///{path}", batch_size=100, partitions=8, job="j",
-        queue=queue, epochs=2, worker_id="w",
-    )  # fmt: skip
+        "SELECT id FROM t",
+        f"duckdb:///{path}",
+        batch_size=100,
+        partitions=8,
+        job="j",
+        queue=queue,
+        epochs=2,
+        worker_id="w",
+    )
     loader = sqlfeed_torch.dataloader(dataset, num_workers=2, stateful=False)
     epochs = [[i for b in loader for i in b["id"].tolist()] for _ in range(2)]
     assert [Counter(e) for e in epochs] == [Counter(range(3000))] * 2
@@ -349,8 +372,14 @@ def test_a_job_dataset_rewound_to_its_checkpoint_delivers_each_row_once(tmp_path
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(2000)")
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
-    options: dict[str, Any] = {"batch_size": 64, "partitions": 6, "job": "j", "queue": queue,
-                               "worker_id": "w", "epochs": 2}  # fmt: skip
+    options: dict[str, Any] = {
+        "batch_size": 64,
+        "partitions": 6,
+        "job": "j",
+        "queue": queue,
+        "worker_id": "w",
+        "epochs": 2,
+    }
     dataset = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", **options)
     loader = sqlfeed_torch.dataloader(dataset, stateful=False)
     first = [b["id"].tolist() for b in loader]  # epoch 0, whole
@@ -373,9 +402,22 @@ def test_a_job_dataset_rewound_to_its_checkpoint_delivers_each_row_once(tmp_path
 @pytest.mark.slow
 def test_the_torch_demo_trains_with_two_dataloader_workers() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sqlfeed", "demo", "--framework", "torch", "--rows", "20000",
-         "-m", "4"], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sqlfeed",
+            "demo",
+            "--framework",
+            "torch",
+            "--rows",
+            "20000",
+            "-m",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 DataLoader worker processes" in done.stdout
     assert done.stdout.count("(each once)") == 2
@@ -389,8 +431,13 @@ def test_a_job_with_two_dataloader_workers_checkpoints_what_the_loop_took(tmp_pa
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(2000)")
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
-    options: dict[str, Any] = {"batch_size": 64, "partitions": 6, "job": "j", "queue": queue,
-                               "worker_id": "w"}  # fmt: skip
+    options: dict[str, Any] = {
+        "batch_size": 64,
+        "partitions": 6,
+        "job": "j",
+        "queue": queue,
+        "worker_id": "w",
+    }
     dataset = sqlfeed_torch.SQLDataset("SELECT id FROM t", f"duckdb:///{path}", **options)
     loader = sqlfeed_torch.dataloader(dataset, num_workers=2, stateful=False)
     batches = iter(loader)
@@ -420,9 +467,15 @@ def test_a_checkpoint_needs_a_job_and_an_even_batches_job_says_why_it_cannot(
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(200)")
     even = sqlfeed_torch.SQLDataset(
-        "SELECT id FROM t", f"duckdb:///{path}", batch_size=16, partitions=4, job="even",
-        queue=f"sqlite:///{tmp_path / 'queue.db'}", even_batches=True, worker_id="w",
-    )  # fmt: skip
+        "SELECT id FROM t",
+        f"duckdb:///{path}",
+        batch_size=16,
+        partitions=4,
+        job="even",
+        queue=f"sqlite:///{tmp_path / 'queue.db'}",
+        even_batches=True,
+        worker_id="w",
+    )
     next(iter(sqlfeed_torch.dataloader(even, stateful=False)))
     with pytest.raises(NotImplementedYetError, match="even batches, which cannot be rewound"):
         even.checkpoint(1)

@@ -31,8 +31,22 @@ def data(tmp_path: Path) -> str:
 
 
 def _create(queue: str, data: str, job: str = "j", *options: str) -> None:
-    made = run_cli(["job", "create", "--queue", queue, "--job", job, "--db", data, "-m", "6",
-                    *options, "SELECT id, g FROM t"])  # fmt: skip
+    made = run_cli(
+        [
+            "job",
+            "create",
+            "--queue",
+            queue,
+            "--job",
+            job,
+            "--db",
+            data,
+            "-m",
+            "6",
+            *options,
+            "SELECT id, g FROM t",
+        ]
+    )
     assert made.code == 0, made.err
 
 
@@ -41,8 +55,9 @@ def _ids(files: list[Path]) -> list[int]:
 
 
 def _pending(queue: str, job: str = "j") -> list[int]:
-    status = json.loads(run_cli(["job", "status", "--queue", queue, "--job", job,
-                                 "--format", "json"]).out)  # fmt: skip
+    status = json.loads(
+        run_cli(["job", "status", "--queue", queue, "--job", job, "--format", "json"]).out
+    )
     assert all(e["leased"] == 0 for e in status["per_epoch"])
     return [e["pending"] for e in status["per_epoch"]]
 
@@ -50,8 +65,23 @@ def _pending(queue: str, job: str = "j") -> list[int]:
 def test_the_committed_batches_are_the_rows_once_per_epoch(data: str, tmp_path: Path) -> None:
     queue, out = f"sqlite:///{tmp_path / 'queue.db'}", tmp_path / "out"
     _create(queue, data, "j", "--epochs", "2")
-    ran = run_cli(["worker", "--queue", queue, "--job", "j", "--db", data, "--out", str(out),
-                   "--batch-size", "40", "--format", "json"])  # fmt: skip
+    ran = run_cli(
+        [
+            "worker",
+            "--queue",
+            queue,
+            "--job",
+            "j",
+            "--db",
+            data,
+            "--out",
+            str(out),
+            "--batch-size",
+            "40",
+            "--format",
+            "json",
+        ]
+    )
     assert ran.code == 0, ran.err
     summary = json.loads(ran.out)
     assert (summary["rows"], summary["batches"]) == (
@@ -67,10 +97,12 @@ def test_the_committed_batches_are_the_rows_once_per_epoch(data: str, tmp_path: 
     assert json.loads((out / "_job.json").read_text())["job"] == "j"
 
 
-def _folder_and_lease(tmp_path: Path, attempt: int = 2, offset: int = 0) -> tuple[
-        BatchFolder, Lease, JobSpec]:  # fmt: skip
-    plan = sqlfeed.plan("SELECT range AS id FROM range(100)", "duckdb://", partitions=4,
-                        strategy="hash")  # fmt: skip
+def _folder_and_lease(
+    tmp_path: Path, attempt: int = 2, offset: int = 0
+) -> tuple[BatchFolder, Lease, JobSpec]:
+    plan = sqlfeed.plan(
+        "SELECT range AS id FROM range(100)", "duckdb://", partitions=4, strategy="hash"
+    )
     spec = JobSpec("j", plan)
     lease = Lease("j", 0, 3, uuid.uuid4().hex, "w", offset, attempt)
     return BatchFolder(tmp_path / "out", spec), lease, spec
@@ -123,8 +155,7 @@ def test_a_stalled_worker_does_not_write_over_its_successor(tmp_path: Path) -> N
     """Worker A stalls with a batch in hand past its TTL; B takes the partition over,
     writes and commits it; A's write then neither lands nor replaces B's file."""
     source = sqlfeed.connect("duckdb://")
-    plan = sqlfeed.plan("SELECT range AS id FROM range(300)", source, partitions=1,
-                        strategy="hash")  # fmt: skip
+    plan = sqlfeed.plan("SELECT range AS id FROM range(300)", source, partitions=1, strategy="hash")
     queue = SQLQueue(f"sqlite:///{tmp_path / 'queue.db'}")
     spec = queue.create_job(JobSpec("j", plan, lease_ttl=0.4))
     folder = BatchFolder(tmp_path / "out", spec)
@@ -151,8 +182,10 @@ def test_a_folder_of_another_job_is_refused_before_any_lease(data: str, tmp_path
     queue, out = f"sqlite:///{tmp_path / 'queue.db'}", tmp_path / "out"
     _create(queue, data, "a")
     _create(queue, data, "b")
-    assert run_cli(["worker", "--queue", queue, "--job", "a", "--db", data,
-                    "--out", str(out)]).code == 0  # fmt: skip
+    assert (
+        run_cli(["worker", "--queue", queue, "--job", "a", "--db", data, "--out", str(out)]).code
+        == 0
+    )
     other = run_cli(["worker", "--queue", queue, "--job", "b", "--db", data, "--out", str(out)])
     assert other.code == 2
     assert "holds the batches of job 'a'" in other.err
@@ -173,8 +206,19 @@ def test_an_out_path_that_cannot_be_written_takes_no_lease(
         bad.mkdir()
         bad.chmod(0o500)
     try:
-        ran = run_cli(["worker", "--queue", queue, "--job", "j", "--db", data,
-                       "--out", str(bad / "sub" if target == "unwritable" else bad)])  # fmt: skip
+        ran = run_cli(
+            [
+                "worker",
+                "--queue",
+                queue,
+                "--job",
+                "j",
+                "--db",
+                data,
+                "--out",
+                str(bad / "sub" if target == "unwritable" else bad),
+            ]
+        )
     finally:
         bad.chmod(0o700)
     if target == "unwritable" and ran.code == 0:
@@ -196,12 +240,26 @@ def test_a_worker_for_another_engine_takes_no_lease(data: str, tmp_path: Path) -
 
 def test_job_create_says_what_a_sqlite_queue_cannot_do(data: str, tmp_path: Path) -> None:
     queue = f"sqlite:///{tmp_path / 'queue.db'}"
-    made = run_cli(["job", "create", "--queue", queue, "--job", "j", "--db", data,
-                    "SELECT id FROM t"])  # fmt: skip
+    made = run_cli(
+        ["job", "create", "--queue", queue, "--job", "j", "--db", data, "SELECT id FROM t"]
+    )
     assert "note: a SQLite queue" in made.out
     assert "frozen" in made.out
-    made = run_cli(["job", "create", "--queue", queue, "--job", "j", "--db", data,
-                    "--format", "json", "SELECT id FROM t"])  # fmt: skip
+    made = run_cli(
+        [
+            "job",
+            "create",
+            "--queue",
+            queue,
+            "--job",
+            "j",
+            "--db",
+            data,
+            "--format",
+            "json",
+            "SELECT id FROM t",
+        ]
+    )
     assert "frozen" in json.loads(made.out)["caveat"]
 
 

@@ -154,10 +154,17 @@ def db_url(text: str) -> str:
 
 
 _EXTRAS = {
-    "psycopg": "postgres", "psycopg2": "postgres", "pymysql": "mysql", "MySQLdb": "mysql",
-    "connectorx": "fast", "adbc_driver_manager": "fast", "adbc_driver_postgresql": "fast",
-    "tensorflow": "tf", "keras": "tf", "matplotlib": "report",
-}  # fmt: skip
+    "psycopg": "postgres",
+    "psycopg2": "postgres",
+    "pymysql": "mysql",
+    "MySQLdb": "mysql",
+    "connectorx": "fast",
+    "adbc_driver_manager": "fast",
+    "adbc_driver_postgresql": "fast",
+    "tensorflow": "tf",
+    "keras": "tf",
+    "matplotlib": "report",
+}
 
 
 def missing_module_hint(err: ImportError) -> str:

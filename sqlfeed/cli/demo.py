@@ -108,8 +108,9 @@ def run_torch(rows: int = 200_000, partitions: int = 16, out: TextIO | None = No
         with duckdb.connect(str(path)) as connection:
             create_demo_tables(connection, rows)
         say(f"0. created demo tables in {path.name}: {rows} orders")
-        run_torch_demo(f"duckdb:///{path}", TRAINING_QUERY, VALIDATION_QUERY, say,
-                       partitions=partitions)  # fmt: skip
+        run_torch_demo(
+            f"duckdb:///{path}", TRAINING_QUERY, VALIDATION_QUERY, say, partitions=partitions
+        )
 
 
 def create_demo_tables(connection: Any, rows: int) -> None:
@@ -252,8 +253,10 @@ def _prepare_data(
     for column in stats.columns.values():
         if column.kind == "numeric":
             head = column.boundaries[:3]
-            say(f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
-                f"{column.null_rate:.1%} NULL, boundaries {head}...")  # fmt: skip
+            say(
+                f"   {column.name}: mean {column.mean:.2f}, std {column.stddev:.2f}, "
+                f"{column.null_rate:.1%} NULL, boundaries {head}..."
+            )
         elif column.kind == "categorical":
             say(f"   {column.name}: {column.distinct} values, top {column.vocabulary[:3]}")
     return training, to_keras(stats, list(FEATURES))
@@ -263,9 +266,14 @@ def _training_input(demo: _Demo, queue_url: str) -> tuple[Any, Any, str]:
     """The distribution strategy, the training dataset from the job, and how it is fed."""
     tf, devices, prepare = demo.tf, demo.devices, demo.prepare_fn()
     job_options = {
-        **_feed_options(), "job": JOB, "queue": queue_url, "epochs": demo.epochs,
-        "even_batches": True, "seed": 7, "worker_id": "worker",
-    }  # fmt: skip
+        **_feed_options(),
+        "job": JOB,
+        "queue": queue_url,
+        "epochs": demo.epochs,
+        "even_batches": True,
+        "seed": 7,
+        "worker_id": "worker",
+    }
     if not devices:
         # One thread takes from both workers in turn, so each prefetches in a thread of
         # its own: a worker's epoch ends only once the other one has its share too.
@@ -323,9 +331,14 @@ def _train(demo: _Demo, keras: Any, queue_url: str) -> tuple[Any, int, float]:
     if not status.complete:
         raise AssertionError(f"the job is not complete after training: {status.per_epoch}")
     fed = sum(int(worker["rows"]) for worker in status.workers)
-    say("7. the job: " + "; ".join(
-        f"epoch {e['epoch'] + 1}: {e['done']} partitions done, {e['dropped']} cut short"
-        for e in status.per_epoch) + " (once both workers had their share)")  # fmt: skip
+    say(
+        "7. the job: "
+        + "; ".join(
+            f"epoch {e['epoch'] + 1}: {e['done']} partitions done, {e['dropped']} cut short"
+            for e in status.per_epoch
+        )
+        + " (once both workers had their share)"
+    )
     for worker in sorted(status.workers, key=lambda w: str(w["worker"])):
         say(f"   {worker['worker']}: {worker['batches']} batches, {worker['rows']:,} rows")
     say(
@@ -338,9 +351,12 @@ def _train(demo: _Demo, keras: Any, queue_url: str) -> tuple[Any, int, float]:
 def _validate(demo: _Demo, model: Any) -> dict[str, Any]:
     """Step 8: the model's metrics on the held-out validation query."""
     validation = sqlfeed_tf.dataset(
-        VALIDATION_QUERY, demo.source, batch_size=demo.batch_size, partitions=4,
+        VALIDATION_QUERY,
+        demo.source,
+        batch_size=demo.batch_size,
+        partitions=4,
         **_feed_options(),
-    ).map(demo.prepare_fn())  # fmt: skip
+    ).map(demo.prepare_fn())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ran out of data.*")
         metrics: dict[str, Any] = model.evaluate(validation, verbose=0, return_dict=True)

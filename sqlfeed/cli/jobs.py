@@ -61,14 +61,23 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     actions.required = True
     _register_create(actions)
     others: tuple[tuple[str, str, Handler], ...] = (
-        ("status", "per-epoch done/leased/pending and per-worker counts and throughput",
-         _cmd_job_status),
+        (
+            "status",
+            "per-epoch done/leased/pending and per-worker counts and throughput",
+            _cmd_job_status,
+        ),
         ("reset", "make every partition pending again, from the start", _cmd_job_reset),
-        ("rewind", "hand out again everything delivered after a checkpoint of the ledger",
-         _cmd_job_rewind),
-        ("delete", "remove the job from the queue (and its scratch table, with --db)",
-         _cmd_job_delete),
-    )  # fmt: skip
+        (
+            "rewind",
+            "hand out again everything delivered after a checkpoint of the ledger",
+            _cmd_job_rewind,
+        ),
+        (
+            "delete",
+            "remove the job from the queue (and its scratch table, with --db)",
+            _cmd_job_delete,
+        ),
+    )
     for action, helptext, handler in others:
         sub = actions.add_parser(action, help=helptext)
         _add_job_target(sub)
@@ -80,8 +89,13 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
                 "CHECKPOINT: make what was delivered after it (by the workers' ledger, "
                 "Worker.checkpoint) pending again, so the restored model sees each row once."
             )
-            sub.add_argument("--to", type=int, required=True, metavar="CHECKPOINT",
-                             help="the checkpoint id the workers recorded")  # fmt: skip
+            sub.add_argument(
+                "--to",
+                type=int,
+                required=True,
+                metavar="CHECKPOINT",
+                help="the checkpoint id the workers recorded",
+            )
         if action == "delete":
             sub.description = (
                 "Remove the job from the queue. A job of --strategy materialize reads a "
@@ -246,12 +260,20 @@ def _create_job(args: argparse.Namespace, parsed: ParsedQuery, source: Source, o
                 rows = source.count(parsed, columns=list(plan.columns))
         holder = source.export_snapshot() if args.snapshot else None
         spec = queue.create_job(
-            JobSpec(args.job, plan, epochs=args.epochs, seed=args.seed,
-                    lease_ttl=args.lease_ttl, order=args.order,
-                    snapshot=holder.snapshot if holder else None,
-                    even_batches=args.even_batches is not None, replicas=args.even_batches,
-                    batch_size=args.batch_size, rows=rows)
-        )  # fmt: skip
+            JobSpec(
+                args.job,
+                plan,
+                epochs=args.epochs,
+                seed=args.seed,
+                lease_ttl=args.lease_ttl,
+                order=args.order,
+                snapshot=holder.snapshot if holder else None,
+                even_batches=args.even_batches is not None,
+                replicas=args.even_batches,
+                batch_size=args.batch_size,
+                rows=rows,
+            )
+        )
     except BaseException:
         with contextlib.suppress(Exception):  # the first error is the one to report
             drop_scratch(plan, source)  # no job reads it
@@ -294,8 +316,10 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
         write_json(out, status.to_dict() | {"checkpoints": checkpoints}, indent=2)
         return
-    out.write(f"job {status.name}: {status.partitions} partitions, {status.epochs} epoch(s)"
-              f"{', complete' if status.complete else ''}\n")  # fmt: skip
+    out.write(
+        f"job {status.name}: {status.partitions} partitions, {status.epochs} epoch(s)"
+        f"{', complete' if status.complete else ''}\n"
+    )
     out.write("epoch      done    leased   pending   dropped\n")
     for e in status.per_epoch:
         out.write(
@@ -304,8 +328,10 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
     if status.workers:
         out.write("worker                              batches        rows     rows/s\n")
         for w in status.workers:
-            out.write(f"{w['worker'][:34]:<34} {w['batches']:>9} {w['rows']:>11} "
-                      f"{w['rows_per_second']:>10.0f}\n")  # fmt: skip
+            out.write(
+                f"{w['worker'][:34]:<34} {w['batches']:>9} {w['rows']:>11} "
+                f"{w['rows_per_second']:>10.0f}\n"
+            )
     if checkpoints:
         shown = ", ".join(map(str, checkpoints[-5:]))
         more = f" (the last 5 of {len(checkpoints)})" if len(checkpoints) > 5 else ""
@@ -323,8 +349,10 @@ def _cmd_job_rewind(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_name(args.job)
     check_queue_url(args.queue, must_exist=True)
     summary = open_queue(args.queue).rewind(args.job, args.to)
-    out.write(f"job {args.job}: rewound to checkpoint {args.to}: {summary['done']} partitions "
-              f"done then, {summary['resumed']} resumed part-way, the rest pending\n")  # fmt: skip
+    out.write(
+        f"job {args.job}: rewound to checkpoint {args.to}: {summary['done']} partitions "
+        f"done then, {summary['resumed']} resumed part-way, the rest pending\n"
+    )
 
 
 def _cmd_job_delete(args: argparse.Namespace, out: TextIO) -> None:
@@ -375,16 +403,23 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
     stopped: SystemExit | None = None
     fresh = target is not None and not target.exists()
     try:
-        with Worker(args.queue, args.job, args.db, worker_id=args.worker_id,
-                    batch_size=args.batch_size, on_ack=acknowledged) as worker:  # fmt: skip
+        with Worker(
+            args.queue,
+            args.job,
+            args.db,
+            worker_id=args.worker_id,
+            batch_size=args.batch_size,
+            on_ack=acknowledged,
+        ) as worker:
             if saved is not None and worker.spec.plan.fingerprint != saved.fingerprint:
                 raise InvalidArgumentError(
                     f"job {args.job} reads plan {worker.spec.plan.fingerprint}, not --plan "
                     f"{args.plan} ({saved.fingerprint}): give the job made from it"
                 )
             ledger = Checkpoints(worker, args.checkpoint_every)
-            waits = WaitReporter(open_queue(args.queue), args.job, worker.worker_id,
-                                 worker.spec.lease_ttl)  # fmt: skip
+            waits = WaitReporter(
+                open_queue(args.queue), args.job, worker.worker_id, worker.spec.lease_ttl
+            )
             try:
                 with waits:
                     _work(worker, target, ledger, waits)
@@ -399,21 +434,28 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
         raise
     elapsed = time.perf_counter() - started
     rows, batches = acked["rows"], acked["batches"]
-    summary = {"worker": worker.worker_id, "batches": batches, "rows": rows,
-               "seconds": round(elapsed, 3)}  # fmt: skip
+    summary = {
+        "worker": worker.worker_id,
+        "batches": batches,
+        "rows": rows,
+        "seconds": round(elapsed, 3),
+    }
     if args.format == "json":
         write_json(out, summary)
     else:
-        out.write(f"worker {worker.worker_id}: {rows} rows in {batches} batches "
-                  f"acknowledged ({elapsed:.1f}s)\n")  # fmt: skip
+        out.write(
+            f"worker {worker.worker_id}: {rows} rows in {batches} batches "
+            f"acknowledged ({elapsed:.1f}s)\n"
+        )
     if stopped is not None:
         raise stopped
 
 
 def _remove_if_unused(folder: Path) -> None:
     """Remove the ``--out`` folder a failed worker made, if it holds no batch file."""
-    if folder.is_dir() and not any(p.is_file() and p.suffix == ".parquet"
-                                   for p in folder.rglob("*")):  # fmt: skip
+    if folder.is_dir() and not any(
+        p.is_file() and p.suffix == ".parquet" for p in folder.rglob("*")
+    ):
         shutil.rmtree(folder, ignore_errors=True)
 
 

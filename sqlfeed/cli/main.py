@@ -45,26 +45,39 @@ __all__ = [
 ]
 
 COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("query", (
-        ("plan", "split a SELECT into partition queries (count, sample, partitions)"),
-        ("count", "count the rows a SELECT returns"),
-        ("sample", "print a sample of a SELECT's rows"),
-    )),
+    (
+        "query",
+        (
+            ("plan", "split a SELECT into partition queries (count, sample, partitions)"),
+            ("count", "count the rows a SELECT returns"),
+            ("sample", "print a sample of a SELECT's rows"),
+        ),
+    ),
     ("export", (("export", "write a SELECT's rows to Parquet, CSV or JSONL, in parallel"),)),
-    ("statistics", (
-        ("stats", "feature statistics of a SELECT's columns, as JSON and/or an HTML report"),
-    )),
-    ("jobs", (
-        ("job", "create, inspect or reset a job: a plan handed out to elastic workers"),
-        ("worker", "pull a job's partitions and read them (joins and leaves at any time)"),
-    )),
+    (
+        "statistics",
+        (("stats", "feature statistics of a SELECT's columns, as JSON and/or an HTML report"),),
+    ),
+    (
+        "jobs",
+        (
+            ("job", "create, inspect or reset a job: a plan handed out to elastic workers"),
+            ("worker", "pull a job's partitions and read them (joins and leaves at any time)"),
+        ),
+    ),
     ("scratch", (("scratch", "list or drop the scratch tables of --strategy materialize"),)),
-    ("shardsets", (
-        ("reshard", "shuffle or sort a query's rows into a new shardset of a target shard size"),
-        ("shardset", "validate or describe a dataset of shardsets"),
-    )),
+    (
+        "shardsets",
+        (
+            (
+                "reshard",
+                "shuffle or sort a query's rows into a new shardset of a target shard size",
+            ),
+            ("shardset", "validate or describe a dataset of shardsets"),
+        ),
+    ),
     ("demo", (("demo", "run the main job end to end on an embedded DuckDB"),)),
-)  # fmt: skip
+)
 """Each command module of :mod:`sqlfeed.cli` and its commands with their help lines, in
 the order ``sqlfeed --help`` lists them (a test checks them against the modules' own)."""
 

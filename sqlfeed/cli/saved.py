@@ -122,8 +122,11 @@ def saved_plan(args: argparse.Namespace, engine: Dialect) -> ParsedQuery | None:
         raise InvalidArgumentError(
             "give the SQL or --plan FILE, not both: the saved plan carries its query"
         )
-    given = [flag for dest, (flag, default) in PLANNING_DEFAULTS.items()
-             if getattr(args, dest, default) not in (default, [])]  # fmt: skip
+    given = [
+        flag
+        for dest, (flag, default) in PLANNING_DEFAULTS.items()
+        if getattr(args, dest, default) not in (default, [])
+    ]
     if given:
         raise InvalidArgumentError(
             f"--plan {path} fixes the partitions: drop {', '.join(given)} (or plan again "

@@ -183,8 +183,9 @@ def _cmd_drop(args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
         write_json(out, {"schema": args.schema, "dropped": doomed})
     elif doomed:
-        out.write(f"dropped {len(doomed)} scratch table(s) from {args.schema}: "
-                  f"{', '.join(doomed)}\n")  # fmt: skip
+        out.write(
+            f"dropped {len(doomed)} scratch table(s) from {args.schema}: {', '.join(doomed)}\n"
+        )
     else:
         out.write(f"no scratch table to drop in {args.schema}\n")
 

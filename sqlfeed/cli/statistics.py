@@ -134,9 +134,16 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
         steps.update(done[0], 0)
 
     try:
-        result = compute_stats(parsed, args.db, spec=spec, method=method, sample_rows=args.sample,
-                               sample_method=args.method, fraction=args.fraction,
-                               progress=progress)  # fmt: skip
+        result = compute_stats(
+            parsed,
+            args.db,
+            spec=spec,
+            method=method,
+            sample_rows=args.sample,
+            sample_method=args.method,
+            fraction=args.fraction,
+            progress=progress,
+        )
     finally:
         steps.close()
     report = html_report(result) if args.html else None  # before any file is written
@@ -145,12 +152,22 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
     if args.html and report is not None:
         Path(args.html).write_text(report, encoding="utf-8")
     if args.format == "json":
-        write_json(out, {"out": args.out, "html": args.html, "rows": result.rows,
-                         "method": result.method, "columns": list(result.columns)})  # fmt: skip
+        write_json(
+            out,
+            {
+                "out": args.out,
+                "html": args.html,
+                "rows": result.rows,
+                "method": result.method,
+                "columns": list(result.columns),
+            },
+        )
     else:
         written = " and ".join(path for path in (args.out, args.html) if path is not None)
-        out.write(f"statistics of {len(result.columns)} columns over {result.rows} rows "
-                  f"({result.method}) written to {written}\n")  # fmt: skip
+        out.write(
+            f"statistics of {len(result.columns)} columns over {result.rows} rows "
+            f"({result.method}) written to {written}\n"
+        )
 
 
 def _check_named_columns(parsed: ParsedQuery, label: str | None, kinds: dict[str, str]) -> None:

@@ -57,20 +57,29 @@ def run_torch_demo(
     torch.manual_seed(0)
     with connect(url) as source:
         expected = sorted(r[0] for r in source.rows(f"SELECT order_id FROM ({training}) q"))
-        means = source.rows(f"SELECT AVG(age), STDDEV(age), AVG(amount), STDDEV(amount) FROM "
-                            f"({training}) q")[0]  # fmt: skip
+        means = source.rows(
+            f"SELECT AVG(age), STDDEV(age), AVG(amount), STDDEV(amount) FROM ({training}) q"
+        )[0]
     options: dict[str, Any] = {
         "label": "label",
         "features": ["order_id", *NUMERIC, *CATEGORICAL],
         "masks": list(NUMERIC),
         "tokenizer": {n: _encoder(torch, v) for n, v in CATEGORICAL.items()},
     }
-    dataset = sqlfeed_torch.SQLDataset(training, url, batch_size=batch_size, shuffle_buffer=20_000,
-                                       seed=7, partitions=partitions, **options)  # fmt: skip
+    dataset = sqlfeed_torch.SQLDataset(
+        training,
+        url,
+        batch_size=batch_size,
+        shuffle_buffer=20_000,
+        seed=7,
+        partitions=partitions,
+        **options,
+    )
     loader = sqlfeed_torch.dataloader(dataset, num_workers=2, stateful=False)
     say(f"1. {dataset!r}, 2 DataLoader worker processes, each with its own connection")
-    model = torch.nn.Sequential(torch.nn.Linear(2 * len(NUMERIC) + 7, 16), torch.nn.ReLU(),
-                                torch.nn.Linear(16, 1))  # fmt: skip
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2 * len(NUMERIC) + 7, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     loss_of = torch.nn.BCEWithLogitsLoss()
     fed, started = 0, time.perf_counter()
@@ -88,8 +97,10 @@ def run_torch_demo(
         fed += len(ids)
         if sorted(ids) != expected:
             raise AssertionError(f"epoch {epoch + 1} did not deliver each row exactly once")
-        say(f"2. epoch {epoch + 1}/{epochs}: {len(ids):,} rows (each once), loss "
-            f"{sum(losses) / len(losses):.4f}")  # fmt: skip
+        say(
+            f"2. epoch {epoch + 1}/{epochs}: {len(ids):,} rows (each once), loss "
+            f"{sum(losses) / len(losses):.4f}"
+        )
     rate = fed / (time.perf_counter() - started)
     accuracy = _accuracy(torch, sqlfeed_torch, model, validation, url, batch_size, options, means)
     say(f"3. validation accuracy {accuracy:.3f}; training fed {rate:,.0f} rows/s")
@@ -115,12 +126,19 @@ def _inputs(torch: Any, features: dict[str, Any], means: tuple[Any, ...]) -> Any
 
 
 def _accuracy(
-    torch: Any, sqlfeed_torch: Any, model: Any, query: str, url: str, batch_size: int,
-    options: dict[str, Any], means: tuple[Any, ...],
-) -> float:  # fmt: skip
+    torch: Any,
+    sqlfeed_torch: Any,
+    model: Any,
+    query: str,
+    url: str,
+    batch_size: int,
+    options: dict[str, Any],
+    means: tuple[Any, ...],
+) -> float:
     right = total = 0
-    validation = sqlfeed_torch.SQLDataset(query, url, batch_size=batch_size, partitions=4,
-                                          **options)  # fmt: skip
+    validation = sqlfeed_torch.SQLDataset(
+        query, url, batch_size=batch_size, partitions=4, **options
+    )
     with torch.no_grad():
         for features, label in validation:
             guess = model(_inputs(torch, features, means)).squeeze(1) > 0

@@ -172,7 +172,8 @@ class SQLLedger:
         metadata = sa.MetaData()
         name = sa.String(200)
         self.table = sa.Table(
-            "sqlfeed_ledger", metadata,
+            "sqlfeed_ledger",
+            metadata,
             sa.Column("job", name, primary_key=True),
             sa.Column("checkpoint", sa.BigInteger, primary_key=True, autoincrement=False),
             sa.Column("worker", name, primary_key=True),
@@ -182,7 +183,7 @@ class SQLLedger:
             sa.Column("stop", sa.Integer, nullable=False),
             sa.Column("rows", sa.BigInteger, nullable=False),
             sa.Column("done", sa.Integer, nullable=False),
-        )  # fmt: skip
+        )
         self._run(lambda c: metadata.create_all(c))
 
     def _run(self, action: Any) -> Any:
@@ -207,20 +208,38 @@ class SQLLedger:
                 )
                 new = merged.get((old.epoch, old.partition), old)
                 merged[old.epoch, old.partition] = LedgerEntry(
-                    old.epoch, old.partition, min(old.start, new.start), max(old.stop, new.stop),
-                    old.rows + (new.rows if new is not old else 0), old.done or new.done,
-                )  # fmt: skip
+                    old.epoch,
+                    old.partition,
+                    min(old.start, new.start),
+                    max(old.stop, new.stop),
+                    old.rows + (new.rows if new is not old else 0),
+                    old.done or new.done,
+                )
             c.execute(sa.delete(t).where(mine))
             if merged:
-                c.execute(sa.insert(t), [
-                    {"job": job, "checkpoint": checkpoint, "worker": worker, "epoch": e.epoch,
-                     "part": e.partition, "start": e.start, "stop": e.stop, "rows": e.rows,
-                     "done": int(e.done)} for e in merged.values()
-                ])  # fmt: skip
+                c.execute(
+                    sa.insert(t),
+                    [
+                        {
+                            "job": job,
+                            "checkpoint": checkpoint,
+                            "worker": worker,
+                            "epoch": e.epoch,
+                            "part": e.partition,
+                            "start": e.start,
+                            "stop": e.stop,
+                            "rows": e.rows,
+                            "done": int(e.done),
+                        }
+                        for e in merged.values()
+                    ],
+                )
             else:  # a checkpoint with nothing delivered still counts as recorded
                 nothing = {"epoch": -1, "part": -1, "start": 0, "stop": 0, "rows": 0, "done": 0}
-                c.execute(sa.insert(t), [{"job": job, "checkpoint": checkpoint, "worker": worker,
-                                          **nothing}])  # fmt: skip
+                c.execute(
+                    sa.insert(t),
+                    [{"job": job, "checkpoint": checkpoint, "worker": worker, **nothing}],
+                )
 
         self._run(write)
 
@@ -267,9 +286,15 @@ class SQLLedger:
                         "completions = CASE WHEN :s = 'done' THEN 1 ELSE 0 END "
                         "WHERE job = :j AND epoch = :e AND part = :p"
                     ),
-                    {"s": "done" if state.done else "pending", "a": state.acked,
-                     "r": state.rows, "j": job, "e": epoch, "p": part},
-                )  # fmt: skip
+                    {
+                        "s": "done" if state.done else "pending",
+                        "a": state.acked,
+                        "r": state.rows,
+                        "j": job,
+                        "e": epoch,
+                        "p": part,
+                    },
+                )
             c.execute(sa.delete(t).where((t.c.job == job) & (t.c.checkpoint > checkpoint)))
 
         self._run(write)

@@ -248,9 +248,14 @@ class LeaseQueue:
         raise NotImplementedError
 
     def complete_and_acquire(
-        self, lease: Lease, worker: str, *, offset: int | None = None, rows: int = 0,
+        self,
+        lease: Lease,
+        worker: str,
+        *,
+        offset: int | None = None,
+        rows: int = 0,
         batches: int = 0,
-    ) -> tuple[bool, Lease | Wait | None]:  # fmt: skip
+    ) -> tuple[bool, Lease | Wait | None]:
         """:meth:`complete` ``lease``, then :meth:`acquire` the next task for ``worker``.
 
         A SQL queue does both in one transaction (one round trip per partition for a

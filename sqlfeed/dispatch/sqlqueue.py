@@ -233,9 +233,14 @@ class SQLQueue(LeaseQueue):
         return result
 
     def complete_and_acquire(
-        self, lease: Lease, worker: str, *, offset: int | None = None, rows: int = 0,
+        self,
+        lease: Lease,
+        worker: str,
+        *,
+        offset: int | None = None,
+        rows: int = 0,
         batches: int = 0,
-    ) -> tuple[bool, Lease | Wait | None]:  # fmt: skip
+    ) -> tuple[bool, Lease | Wait | None]:
         """:meth:`complete` then :meth:`acquire`, in one transaction (one round trip)."""
         spec = self.job(lease.job)
         assignments, extra = _completion(offset, rows, batches)
@@ -310,11 +315,25 @@ class SQLQueue(LeaseQueue):
                 "expires = :exp, attempts = attempts + 1 "
                 "WHERE job = :j AND epoch = :e AND part = :p"
             ),
-            {"w": worker, "t": token, "exp": now + spec.lease_ttl, "j": job,
-             "e": epoch, "p": row.part},
-        )  # fmt: skip
-        return Lease(job, int(epoch), int(row.part), token, worker, int(row.acked),
-                     int(row.attempts) + 1, int(row.rows_acked))  # fmt: skip
+            {
+                "w": worker,
+                "t": token,
+                "exp": now + spec.lease_ttl,
+                "j": job,
+                "e": epoch,
+                "p": row.part,
+            },
+        )
+        return Lease(
+            job,
+            int(epoch),
+            int(row.part),
+            token,
+            worker,
+            int(row.acked),
+            int(row.attempts) + 1,
+            int(row.rows_acked),
+        )
 
     def _claim(self, c: Any, job: str, epoch: int, now: float) -> Any:
         """Lock the task to hand out next in ``epoch`` (part, acked, attempts, rows), or None:
@@ -425,12 +444,10 @@ class SQLQueue(LeaseQueue):
                     f"UPDATE sqlfeed_workers SET seen = {self._now}, batches = batches + :b, "
                     "rows_acked = rows_acked + :rows WHERE job = :j AND worker = :w"
                 ),
-                {"b": extra["batches"], "rows": extra["rows"], "j": lease.job,
-                 "w": lease.worker},
-            )  # fmt: skip
+                {"b": extra["batches"], "rows": extra["rows"], "j": lease.job, "w": lease.worker},
+            )
         if not changed and advance:
-            changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"),
-                                key).scalar()  # fmt: skip
+            changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"), key).scalar()
         return bool(changed)
 
     def heartbeat(self, lease: Lease) -> bool:

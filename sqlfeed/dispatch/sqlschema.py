@@ -19,16 +19,17 @@ def queue_tables() -> sa.MetaData:
     metadata = sa.MetaData()
     name = sa.String(200)
     sa.Table(
-        "sqlfeed_jobs", metadata,
+        "sqlfeed_jobs",
+        metadata,
         sa.Column("name", name, primary_key=True),
         sa.Column("fingerprint", sa.String(64), nullable=False),
         # LONGTEXT on MySQL: TEXT stops at 64 KiB, a plan of ~300 partitions.
-        sa.Column("spec", sa.Text().with_variant(LONGTEXT(), "mysql", "mariadb"),
-                  nullable=False),
+        sa.Column("spec", sa.Text().with_variant(LONGTEXT(), "mysql", "mariadb"), nullable=False),
         sa.Column("created", sa.Double, nullable=False),
-    )  # fmt: skip
+    )
     tasks = sa.Table(
-        "sqlfeed_tasks", metadata,
+        "sqlfeed_tasks",
+        metadata,
         sa.Column("job", name, primary_key=True),
         sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("part", sa.Integer, primary_key=True, autoincrement=False),
@@ -41,21 +42,23 @@ def queue_tables() -> sa.MetaData:
         sa.Column("rows_acked", sa.BigInteger, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False),
         sa.Column("completions", sa.Integer, nullable=False),
-    )  # fmt: skip
+    )
     sa.Index("sqlfeed_tasks_next", tasks.c.job, tasks.c.epoch, tasks.c.state, tasks.c.position)
     sa.Table(
-        "sqlfeed_workers", metadata,
+        "sqlfeed_workers",
+        metadata,
         sa.Column("job", name, primary_key=True),
         sa.Column("worker", name, primary_key=True),
         sa.Column("joined", sa.Double, nullable=False),
         sa.Column("seen", sa.Double, nullable=False),
         sa.Column("batches", sa.BigInteger, nullable=False),
         sa.Column("rows_acked", sa.BigInteger, nullable=False),
-    )  # fmt: skip
+    )
     sa.Table(
-        "sqlfeed_shares", metadata,
+        "sqlfeed_shares",
+        metadata,
         sa.Column("job", name, primary_key=True),
         sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("worker", name, primary_key=True),
-    )  # fmt: skip
+    )
     return metadata

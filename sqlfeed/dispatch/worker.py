@@ -236,8 +236,11 @@ class Worker:
         """Whether the lease on ``partition`` of ``epoch`` is still certainly this worker's
         (renewed first when due): for a consumer about to make a batch of it permanent."""
         with self._guard:
-            holds = [h for h in self._holds.values() if
-                     (h.lease.epoch, h.lease.partition) == (epoch, partition)]  # fmt: skip
+            holds = [
+                h
+                for h in self._holds.values()
+                if (h.lease.epoch, h.lease.partition) == (epoch, partition)
+            ]
         return any(self._trusted(hold) for hold in holds)
 
     def refuse(self, delivery: Delivery) -> None:
@@ -561,8 +564,7 @@ class Worker:
             if hold.ended and not (hold.over or hold.lost):
                 last = hold.taken[-1].offset + 1 if hold.taken else None
                 rows = sum(d.batch.num_rows for d in hold.taken)
-                if self.queue.complete(hold.lease, offset=last, rows=rows,
-                                       batches=len(hold.taken)):  # fmt: skip
+                if self.queue.complete(hold.lease, offset=last, rows=rows, batches=len(hold.taken)):
                     taken, hold.taken = hold.taken, []
             elif not (hold.over or hold.lost):
                 if hold.taken:

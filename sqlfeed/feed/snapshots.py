@@ -130,8 +130,11 @@ def consistent_reads(
         try:
             holder = source.export_snapshot()
         except EngineError as err:
-            warnings.warn(unshared(plan, f"PostgreSQL exported no snapshot: {err}"),
-                          SnapshotWarning, stacklevel=4)  # fmt: skip
+            warnings.warn(
+                unshared(plan, f"PostgreSQL exported no snapshot: {err}"),
+                SnapshotWarning,
+                stacklevel=4,
+            )
             yield ConsistentRead(source, None)
             return
         with holder:
@@ -177,9 +180,14 @@ class InSnapshot(Source):
     ) -> Iterator[pa.RecordBatch]:
         """The inner source's read, inside this snapshot."""
         return self.inner.read(
-            sql, schema=schema, batch_rows=batch_rows, stop=stop, ordered=ordered,
-            snapshot=self.snapshot, rows=rows,
-        )  # fmt: skip
+            sql,
+            schema=schema,
+            batch_rows=batch_rows,
+            stop=stop,
+            ordered=ordered,
+            snapshot=self.snapshot,
+            rows=rows,
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

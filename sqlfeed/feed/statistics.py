@@ -86,10 +86,18 @@ def compute_stats(
     if method == "sample":
         if sample_rows is None and fraction is None:
             raise InvalidArgumentError("method='sample' needs sample_rows and/or fraction")
-        relation = _as_text(src, sample_sql(
-            parsed, sample_rows, method=sample_method, fraction=fraction, seed=seed,
-            columns=columns,
-        ), schema)  # fmt: skip
+        relation = _as_text(
+            src,
+            sample_sql(
+                parsed,
+                sample_rows,
+                method=sample_method,
+                fraction=fraction,
+                seed=seed,
+                columns=columns,
+            ),
+            schema,
+        )
         sampled = sample_rows
     result = compute_pushdown(
         _embedded(src, relation),
@@ -149,8 +157,9 @@ def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
             column = exp.cast(column, exp.DataType.build("TEXT[]", dialect="postgres"))
         elif name in casts:  # the type's output function (a cast to text may differ:
             # inet's adds the netmask), NULL kept
-            printed = exp.Anonymous(this="format", expressions=[exp.Literal.string("%s"),
-                                                                column.copy()])  # fmt: skip
+            printed = exp.Anonymous(
+                this="format", expressions=[exp.Literal.string("%s"), column.copy()]
+            )
             null = exp.Is(this=column.copy(), expression=exp.null())
             column = exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=printed)
         outputs.append(column.as_(exp.to_identifier(name, quoted=True)))

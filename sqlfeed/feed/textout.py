@@ -57,10 +57,13 @@ def iso_interval(months: int, days: int, nanoseconds: int) -> str:
     month_sign = "-" if months < 0 else ""
     date = "".join(
         f"{sign}{n}{unit}"
-        for n, unit, sign in ((years, "Y", month_sign), (rest, "M", month_sign),
-                              (abs(days), "D", "-" if days < 0 else ""))
+        for n, unit, sign in (
+            (years, "Y", month_sign),
+            (rest, "M", month_sign),
+            (abs(days), "D", "-" if days < 0 else ""),
+        )
         if n
-    )  # fmt: skip
+    )
     if not date and not time:
         return "PT0S"
     return "P" + date + ("T" + time if time else "")
@@ -88,17 +91,21 @@ def _time(seconds: int, fraction: int, per: int, sign: str) -> str:
 def _nested(t: pa.DataType) -> bool:
     k = pa.types
     return bool(
-        k.is_list(t) or k.is_large_list(t) or k.is_fixed_size_list(t) or k.is_list_view(t)
-        or k.is_large_list_view(t) or k.is_struct(t) or k.is_map(t)
-    )  # fmt: skip
+        k.is_list(t)
+        or k.is_large_list(t)
+        or k.is_fixed_size_list(t)
+        or k.is_list_view(t)
+        or k.is_large_list_view(t)
+        or k.is_struct(t)
+        or k.is_map(t)
+    )
 
 
 def _binary(t: pa.DataType) -> bool:
     k = pa.types
     return bool(
-        k.is_binary(t) or k.is_large_binary(t) or k.is_fixed_size_binary(t)
-        or k.is_binary_view(t)
-    )  # fmt: skip
+        k.is_binary(t) or k.is_large_binary(t) or k.is_fixed_size_binary(t) or k.is_binary_view(t)
+    )
 
 
 def _textual(t: pa.DataType) -> bool:
@@ -127,8 +134,9 @@ def _shown_type(t: pa.DataType, csv: bool) -> pa.DataType:
     if _textual(t) or (csv and _nested(t)):
         return pa.string()
     if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_shown_type(t.field(i).type, csv))
-                          for i in range(t.num_fields)])  # fmt: skip
+        return pa.struct(
+            [t.field(i).with_type(_shown_type(t.field(i).type, csv)) for i in range(t.num_fields)]
+        )
     if pa.types.is_map(t):
         return pa.map_(_shown_type(t.key_type, csv), _shown_type(t.item_type, csv))
     if pa.types.is_large_list(t) or pa.types.is_large_list_view(t):

@@ -46,9 +46,21 @@ _CSV = re.compile(r"read_csv|\.[ct]sv['\"]", re.IGNORECASE)
 _WHOLE_RANGE = re.compile(r"'sqlfeedrange://(\d+)-(\d+)-(\d+)/((?:[^']|'')+)'")
 """A byte-range file literal in SQL (see :func:`sqlfeed.io.ranges.range_url`)."""
 _SNIFFABLE = frozenset(
-    ("delim", "sep", "quote", "escape", "header", "skip", "new_line", "dateformat",
-     "timestampformat", "decimal_separator", "sample_size", "all_varchar")
-)  # fmt: skip
+    (
+        "delim",
+        "sep",
+        "quote",
+        "escape",
+        "header",
+        "skip",
+        "new_line",
+        "dateformat",
+        "timestampformat",
+        "decimal_separator",
+        "sample_size",
+        "all_varchar",
+    )
+)
 """The ``read_csv`` options a sniffed call keeps (the sniffer takes them, its call says
 them): a call with others is not replaced by its sniffed call."""
 _SNIFFED: dict[tuple[str, int, int, str], str] = {}
@@ -180,8 +192,9 @@ class DuckDBSource(Source):
         run = cursor if cursor is not None else self.connection.cursor()
         try:
             for pattern in patterns:
-                found = [str(r[0]) for r in run.execute("SELECT file FROM glob(?)", [pattern])
-                         .fetchall()]  # fmt: skip
+                found = [
+                    str(r[0]) for r in run.execute("SELECT file FROM glob(?)", [pattern]).fetchall()
+                ]
                 if not found:
                     raise InvalidArgumentError(f"no file matches {pattern!r}")
                 files.extend(found)

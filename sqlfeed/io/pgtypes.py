@@ -49,10 +49,24 @@ _SCALARS: dict[int, pa.DataType] = {
 """Type OIDs with an Arrow type of their own; every other type is read as its text."""
 
 _ARRAYS: dict[int, int] = {
-    1000: 16, 1001: 17, 1005: 21, 1007: 23, 1016: 20, 1021: 700, 1022: 701,
-    1182: 1082, 1183: 1083, 1115: 1114, 1185: 1184, 1187: 1186, 1231: 1700,
-    1009: 25, 1014: 25, 1015: 25, 2951: 25,  # text, char(n), varchar, uuid arrays
-}  # fmt: skip
+    1000: 16,
+    1001: 17,
+    1005: 21,
+    1007: 23,
+    1016: 20,
+    1021: 700,
+    1022: 701,
+    1182: 1082,
+    1183: 1083,
+    1115: 1114,
+    1185: 1184,
+    1187: 1186,
+    1231: 1700,
+    1009: 25,
+    1014: 25,
+    1015: 25,
+    2951: 25,  # text, char(n), varchar, uuid arrays
+}
 """Array type OID -> element type OID, for the arrays read as Arrow lists."""
 
 _NUMERIC = 1700

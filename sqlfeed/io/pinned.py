@@ -224,9 +224,14 @@ class PinnedReads:
         rows are read on that session's connection, inside its transaction."""
         if snapshot is None or not snapshot.startswith(SESSION_PREFIX):
             reads: Iterator[pa.RecordBatch] = super().read(  # type: ignore[misc]
-                sql, schema=schema, batch_rows=batch_rows, stop=stop, ordered=ordered,
-                snapshot=snapshot, rows=rows,
-            )  # fmt: skip
+                sql,
+                schema=schema,
+                batch_rows=batch_rows,
+                stop=stop,
+                ordered=ordered,
+                snapshot=snapshot,
+                rows=rows,
+            )
             return reads
         return self._pinned_read(sql, schema, batch_rows, stop, snapshot)
 

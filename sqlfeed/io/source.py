@@ -233,9 +233,14 @@ class Source:
             ) from None
         _log.warning(
             "%s lost the connection after %d rows of a partition (%s): reconnecting in "
-            "%.1fs (try %d of %d)", engine, resume.delivered, why, pause, losses.count,
+            "%.1fs (try %d of %d)",
+            engine,
+            resume.delivered,
+            why,
+            pause,
+            losses.count,
             losses.policy.tries,
-        )  # fmt: skip
+        )
         if stop is not None:
             return not stop.wait(pause)
         time.sleep(pause)
@@ -319,9 +324,14 @@ class Source:
                     ) from None
                 _log.warning(
                     "%s lost the connection running the %s (%s): reconnecting in %.1fs "
-                    "(try %d of %d)", self.dialect.name, what, why, pause, losses.count,
+                    "(try %d of %d)",
+                    self.dialect.name,
+                    what,
+                    why,
+                    pause,
+                    losses.count,
                     losses.policy.tries,
-                )  # fmt: skip
+                )
                 time.sleep(pause)
 
     @contextlib.contextmanager
@@ -421,9 +431,18 @@ class SnapshotHolder:
 def _is_driver_error(err: Exception) -> bool:
     module = type(err).__module__ or ""
     return module.split(".")[0] in (
-        "sqlalchemy", "duckdb", "_duckdb", "psycopg", "psycopg2", "pymysql", "MySQLdb",
-        "sqlite3", "adbc_driver_manager", "adbc_driver_postgresql", "connectorx",
-    )  # fmt: skip
+        "sqlalchemy",
+        "duckdb",
+        "_duckdb",
+        "psycopg",
+        "psycopg2",
+        "pymysql",
+        "MySQLdb",
+        "sqlite3",
+        "adbc_driver_manager",
+        "adbc_driver_postgresql",
+        "connectorx",
+    )
 
 
 def driver_message(err: BaseException) -> str:

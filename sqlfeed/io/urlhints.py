@@ -13,15 +13,25 @@ import sqlalchemy
 
 __all__ = ["scheme_hint"]
 
-_RENAMED = {"postgres": "postgresql", "pg": "postgresql", "pgsql": "postgresql",
-            "psql": "postgresql", "sqlite3": "sqlite", "maria": "mariadb"}  # fmt: skip
+_RENAMED = {
+    "postgres": "postgresql",
+    "pg": "postgresql",
+    "pgsql": "postgresql",
+    "psql": "postgresql",
+    "sqlite3": "sqlite",
+    "maria": "mariadb",
+}
 """URL schemes people write that SQLAlchemy spells otherwise."""
 _PLUGINS = {
-    "snowflake": "snowflake-sqlalchemy", "bigquery": "sqlalchemy-bigquery",
-    "clickhouse": "clickhouse-sqlalchemy", "trino": "'trino[sqlalchemy]'",
-    "databricks": "databricks-sqlalchemy", "hive": "'pyhive[hive]'",
-    "redshift": "sqlalchemy-redshift", "presto": "'pyhive[presto]'",
-}  # fmt: skip
+    "snowflake": "snowflake-sqlalchemy",
+    "bigquery": "sqlalchemy-bigquery",
+    "clickhouse": "clickhouse-sqlalchemy",
+    "trino": "'trino[sqlalchemy]'",
+    "databricks": "databricks-sqlalchemy",
+    "hive": "'pyhive[hive]'",
+    "redshift": "sqlalchemy-redshift",
+    "presto": "'pyhive[presto]'",
+}
 """SQLAlchemy dialects that come in a package of their own: the package to install."""
 _KNOWN = ("postgresql", "mysql", "mariadb", "sqlite", "oracle", "mssql", "duckdb")
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}

@@ -262,8 +262,9 @@ def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | s
             return f"{quoted} is not a base table (a view, or not found)"
         span = source.scalar(f"SELECT MAX(rowid) FROM {quoted}", what="catalog query")
         high = int(span) + 1 if span is not None else 0
-        return Extent(0, high, float(found[0][0] or 0), "duckdb_tables().estimated_size",
-                      "rowid", "rowids")  # fmt: skip
+        return Extent(
+            0, high, float(found[0][0] or 0), "duckdb_tables().estimated_size", "rowid", "rowids"
+        )
     if engine == "sqlite":
         return _sqlite_extent(source, table, quoted)
     return f"{engine} has no physical row address (PostgreSQL ctid, DuckDB or SQLite rowid)"
@@ -318,8 +319,14 @@ def _sqlite_extent(source: Source, table: exp.Table, quoted: str) -> Extent | st
     high = source.scalar(f"SELECT MAX({address}) FROM {quoted}", what="catalog query")
     if low is None or high is None:
         return Extent(0, 0, 0.0, "its rowid span", address, "rowids")
-    return Extent(int(low), int(high) + 1, float(int(high) - int(low) + 1),
-                  "its rowid span, an upper bound after deletes", address, "rowids")  # fmt: skip
+    return Extent(
+        int(low),
+        int(high) + 1,
+        float(int(high) - int(low) + 1),
+        "its rowid span, an upper bound after deletes",
+        address,
+        "rowids",
+    )
 
 
 def expensive(parsed: ParsedQuery) -> str:

@@ -194,8 +194,13 @@ def quoted_newlines(path: str | os.PathLike[str], quote: str, escape: str = "") 
     stat = os.stat(path)
     quote_byte = quote.encode()[:1]
     escape_byte = escape.encode()[:1] if escape and escape != quote else b""
-    key = (os.fspath(path), stat.st_size, stat.st_mtime_ns, quote_byte[0] if quote_byte else -1,
-           escape_byte[0] if escape_byte else -1)  # fmt: skip
+    key = (
+        os.fspath(path),
+        stat.st_size,
+        stat.st_mtime_ns,
+        quote_byte[0] if quote_byte else -1,
+        escape_byte[0] if escape_byte else -1,
+    )
     if key not in _quoted_cache:
         _quoted_cache[key] = _scan_quotes(Path(path), quote_byte, escape_byte)
     return _quoted_cache[key]

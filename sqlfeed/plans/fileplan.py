@@ -385,16 +385,22 @@ def _cut(
         rows_of = _merged("rows", file)
         return [
             _Piece(rows_of(p.start, p.end), p.rows, f"{file} rows [{p.start}, {p.end})", rows_of)
-            for p in runs if p.kind == "rows"
-        ] or None  # fmt: skip
+            for p in runs
+            if p.kind == "rows"
+        ] or None
     if table.fmt == "orc":
         runs = even_runs(file, "stripes", orc_stripes(file), target, by_rows=False)
         stripes_of = _merged("stripes", file)
         return [
-            _Piece(stripes_of(p.start, p.end), p.rows, f"{file} stripes [{p.start}, {p.end})",
-                   stripes_of)
-            for p in runs if p.kind == "stripes"
-        ] or None  # fmt: skip
+            _Piece(
+                stripes_of(p.start, p.end),
+                p.rows,
+                f"{file} stripes [{p.start}, {p.end})",
+                stripes_of,
+            )
+            for p in runs
+            if p.kind == "stripes"
+        ] or None
     return _cut_text(ctx, found, file, rows, target)
 
 

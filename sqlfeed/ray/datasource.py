@@ -81,9 +81,12 @@ def _datasource_class() -> Any:
                 size = None if None in estimate else sum(estimate) * self.row_bytes  # type: ignore[arg-type]
                 # num_rows stays unknown: estimates must not become Dataset.count().
                 metadata = block_metadata(
-                    num_rows=None, size_bytes=size, exec_stats=None, input_files=None,
+                    num_rows=None,
+                    size_bytes=size,
+                    exec_stats=None,
+                    input_files=None,
                     **self.metadata_extra,
-                )  # fmt: skip
+                )
                 limit = {"per_task_row_limit": per_task_row_limit} if per_task_row_limit else {}
                 read = functools.partial(self.reader.tables, group)
                 tasks.append(read_task(read, metadata, schema=self.schema, **limit))

@@ -37,9 +37,11 @@ def is_binary(arrow_type: pa.DataType) -> bool:
     """Any of Arrow's binary types."""
     t = pa.types
     return bool(
-        t.is_binary(arrow_type) or t.is_large_binary(arrow_type)
-        or t.is_fixed_size_binary(arrow_type) or t.is_binary_view(arrow_type)
-    )  # fmt: skip
+        t.is_binary(arrow_type)
+        or t.is_large_binary(arrow_type)
+        or t.is_fixed_size_binary(arrow_type)
+        or t.is_binary_view(arrow_type)
+    )
 
 
 def base64_encoded(field: pa.Field) -> bool:

@@ -31,8 +31,10 @@ def open_dataset_url(url: str) -> Source:
             "[?view=NAME&trace=true&validate=false]"
         )
     require_file(path, url, "dataset folder", folder=True)
-    flags = {k: options.get(k, d).lower() in ("1", "true", "yes") for k, d in
-             (("trace", "false"), ("validate", "true"))}  # fmt: skip
+    flags = {
+        k: options.get(k, d).lower() in ("1", "true", "yes")
+        for k, d in (("trace", "false"), ("validate", "true"))
+    }
     dataset = open_dataset(path, validate=flags["validate"])
     source: Source = dataset.source(name=options.get("view", "dataset"), trace=flags["trace"])
     return source

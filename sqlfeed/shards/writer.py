@@ -206,9 +206,12 @@ class ShardWriter:
         for field, column in zip(self.schema, table.columns, strict=True):
             if base64_encoded(field):
                 column = pa.array(
-                    [None if v is None else base64.b64encode(v).decode() for v in
-                     column.to_pylist()], pa.string(),
-                )  # fmt: skip
+                    [
+                        None if v is None else base64.b64encode(v).decode()
+                        for v in column.to_pylist()
+                    ],
+                    pa.string(),
+                )
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self._text_schema)
 

@@ -353,9 +353,26 @@ def pushdown_blocker(select: exp.Select) -> str | None:
     Only a select-project-filter over one table qualifies: then each output row comes
     from exactly one input row, and a predicate on the output values filters the same rows.
     """
-    for arg in ("with_", "joins", "laterals", "group", "having", "qualify", "distinct",
-                "limit", "offset", "fetch", "windows", "connect", "prewhere", "sample",
-                "settings", "pivots", "kind", "match"):  # fmt: skip
+    for arg in (
+        "with_",
+        "joins",
+        "laterals",
+        "group",
+        "having",
+        "qualify",
+        "distinct",
+        "limit",
+        "offset",
+        "fetch",
+        "windows",
+        "connect",
+        "prewhere",
+        "sample",
+        "settings",
+        "pivots",
+        "kind",
+        "match",
+    ):
         if select.args.get(arg):
             return arg
     source = select.args.get("from_")

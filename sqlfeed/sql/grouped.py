@@ -58,9 +58,25 @@ from sqlfeed.sql.syntax import is_star, item_names
 
 __all__ = ["grouped_blocker", "grouped_frame", "grouped_output", "grouped_table", "grouping_column"]
 
-_REFUSED_ARGS = ("with_", "joins", "laterals", "qualify", "distinct", "limit", "offset",
-                 "fetch", "windows", "connect", "prewhere", "sample", "settings", "pivots",
-                 "kind", "match", "into")  # fmt: skip
+_REFUSED_ARGS = (
+    "with_",
+    "joins",
+    "laterals",
+    "qualify",
+    "distinct",
+    "limit",
+    "offset",
+    "fetch",
+    "windows",
+    "connect",
+    "prewhere",
+    "sample",
+    "settings",
+    "pivots",
+    "kind",
+    "match",
+    "into",
+)
 """SELECT clauses that make a group's output row depend on more than its own rows (or
 read other rows): see the module docstring."""
 _GROUP_ARGS = frozenset({"expressions", "all"})

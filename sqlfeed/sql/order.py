@@ -236,8 +236,11 @@ class _Completion:
             keys += self._collation_keys(node)
             return keys, ", ".join(named) + " (NULLS FIRST)" if named else "their binary form"
         if width is not None and self.columns is not None:
-            by_name = {o.this.name.casefold() for o in (order.expressions if order else [])
-                       if isinstance(o.this, exp.Column) and not o.this.table}  # fmt: skip
+            by_name = {
+                o.this.name.casefold()
+                for o in (order.expressions if order else [])
+                if isinstance(o.this, exp.Column) and not o.this.table
+            }
             folded = [c.casefold() for c in self.columns]
             covered |= {p for p, c in enumerate(folded, 1) if c in by_name and folded.count(c) == 1}
             positions = [p for p in range(1, width + 1) if p not in covered]

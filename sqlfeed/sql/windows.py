@@ -76,8 +76,11 @@ def window_kind(function: exp.Expr, spec: exp.Expr | None) -> str | None:
     """``rows`` (numbers rows, ignores the frame), ``value`` (picks from its frame), or None
     when ties in the window order cannot change the function's result."""
     if isinstance(function, _ROW_FUNCTIONS) or function_name(function) in {
-        "row_number", "lag", "lead", "ntile"
-    }:  # fmt: skip
+        "row_number",
+        "lag",
+        "lead",
+        "ntile",
+    }:
         return "rows"
     if isinstance(function, _VALUE_FUNCTIONS) or order_sensitive_aggregate(function):
         return "value"

@@ -21,37 +21,93 @@ __all__ = ["misspelt_keyword", "syntax_problem", "unclosed"]
 _LEADING = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
 """Keywords a query starts with."""
 _CLAUSE_WORDS = (
-    "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN",
-    "UNION", "EXCEPT", "INTERSECT", "QUALIFY", "WINDOW", "DISTINCT", "BETWEEN", "INNER",
-    "OUTER", "CROSS", "LEFT", "RIGHT",
-)  # fmt: skip
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "OFFSET",
+    "JOIN",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "QUALIFY",
+    "WINDOW",
+    "DISTINCT",
+    "BETWEEN",
+    "INNER",
+    "OUTER",
+    "CROSS",
+    "LEFT",
+    "RIGHT",
+)
 """Keywords a misspelling of which leaves a word the parser cannot place."""
 
 _OPERATORS = {
-    "Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "IntDiv": "//", "Mod": "%",
-    "DPipe": "||", "EQ": "=", "NEQ": "<>", "GT": ">", "GTE": ">=", "LT": "<", "LTE": "<=",
-    "NullSafeEQ": "<=>", "And": "AND", "Or": "OR", "Xor": "XOR", "Like": "LIKE",
-    "ILike": "ILIKE", "Is": "IS", "Glob": "GLOB", "RegexpLike": "REGEXP",
-    "SimilarTo": "SIMILAR TO", "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^",
-    "BitwiseLeftShift": "<<", "BitwiseRightShift": ">>", "Escape": "ESCAPE",
-    "Overlaps": "OVERLAPS", "Distance": "<->",
-}  # fmt: skip
+    "Add": "+",
+    "Sub": "-",
+    "Mul": "*",
+    "Div": "/",
+    "IntDiv": "//",
+    "Mod": "%",
+    "DPipe": "||",
+    "EQ": "=",
+    "NEQ": "<>",
+    "GT": ">",
+    "GTE": ">=",
+    "LT": "<",
+    "LTE": "<=",
+    "NullSafeEQ": "<=>",
+    "And": "AND",
+    "Or": "OR",
+    "Xor": "XOR",
+    "Like": "LIKE",
+    "ILike": "ILIKE",
+    "Is": "IS",
+    "Glob": "GLOB",
+    "RegexpLike": "REGEXP",
+    "SimilarTo": "SIMILAR TO",
+    "BitwiseAnd": "&",
+    "BitwiseOr": "|",
+    "BitwiseXor": "^",
+    "BitwiseLeftShift": "<<",
+    "BitwiseRightShift": ">>",
+    "Escape": "ESCAPE",
+    "Overlaps": "OVERLAPS",
+    "Distance": "<->",
+}
 """Binary operators: a missing ``expression`` is their right-hand operand."""
 
 _CLAUSES = {
-    "Where": ("WHERE", "a condition"), "Having": ("HAVING", "a condition"),
-    "Qualify": ("QUALIFY", "a condition"), "Limit": ("LIMIT", "a row count"),
-    "Offset": ("OFFSET", "a row count"), "Fetch": ("FETCH", "a row count"),
-    "Not": ("NOT", "an expression"), "Neg": ("'-'", "a number or expression"),
-    "Paren": ("'('", "an expression (and a ')')"), "In": ("IN", "a list or a subquery"),
-    "Between": ("BETWEEN", "its bounds (BETWEEN low AND high)"), "Cast": ("CAST", "a type"),
-    "Exists": ("EXISTS", "a subquery"), "Any": ("ANY", "a subquery"), "All": ("ALL", "a subquery"),
-    "Order": ("ORDER BY", "columns"), "Group": ("GROUP BY", "columns"),
-    "Join": ("JOIN", "a table"), "From": ("FROM", "a table"), "Alias": ("AS", "a name"),
-    "Distinct": ("DISTINCT", "columns"), "Case": ("CASE", "WHEN ... THEN ... END"),
-    "If": ("WHEN", "a condition and THEN"), "Union": ("UNION", "a query"),
-    "Intersect": ("INTERSECT", "a query"), "Except": ("EXCEPT", "a query"),
-}  # fmt: skip
+    "Where": ("WHERE", "a condition"),
+    "Having": ("HAVING", "a condition"),
+    "Qualify": ("QUALIFY", "a condition"),
+    "Limit": ("LIMIT", "a row count"),
+    "Offset": ("OFFSET", "a row count"),
+    "Fetch": ("FETCH", "a row count"),
+    "Not": ("NOT", "an expression"),
+    "Neg": ("'-'", "a number or expression"),
+    "Paren": ("'('", "an expression (and a ')')"),
+    "In": ("IN", "a list or a subquery"),
+    "Between": ("BETWEEN", "its bounds (BETWEEN low AND high)"),
+    "Cast": ("CAST", "a type"),
+    "Exists": ("EXISTS", "a subquery"),
+    "Any": ("ANY", "a subquery"),
+    "All": ("ALL", "a subquery"),
+    "Order": ("ORDER BY", "columns"),
+    "Group": ("GROUP BY", "columns"),
+    "Join": ("JOIN", "a table"),
+    "From": ("FROM", "a table"),
+    "Alias": ("AS", "a name"),
+    "Distinct": ("DISTINCT", "columns"),
+    "Case": ("CASE", "WHEN ... THEN ... END"),
+    "If": ("WHEN", "a condition and THEN"),
+    "Union": ("UNION", "a query"),
+    "Intersect": ("INTERSECT", "a query"),
+    "Except": ("EXCEPT", "a query"),
+}
 """Clauses and prefix operators: the keyword and what must follow it."""
 
 _REQUIRED = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
@@ -145,9 +201,13 @@ def unclosed(sql: str) -> tuple[str, int, int] | None:
     >>> unclosed("SELECT a\\nFROM t WHERE b = 'x")
     ("a string (') is not closed", 2, 18)
     """
-    closers = {"'": ("'", "a string (')"), '"': ('"', 'a quoted name (")'),
-               "`": ("`", "a quoted name (`)"), "/*": ("*/", "a /* comment"),
-               "$$": ("$$", "a $$ string")}  # fmt: skip
+    closers = {
+        "'": ("'", "a string (')"),
+        '"': ('"', 'a quoted name (")'),
+        "`": ("`", "a quoted name (`)"),
+        "/*": ("*/", "a /* comment"),
+        "$$": ("$$", "a $$ string"),
+    }
     i = 0
     while i < len(sql):
         if sql.startswith("--", i):

@@ -125,8 +125,9 @@ class Converter:
             if kind == "float" and target == pa.float32() and source.bit_width > 32:
                 bounds = pc.min_max(array)
                 low, high = bounds["min"].as_py(), bounds["max"].as_py()
-                if any(v is not None and math.isfinite(v) and abs(v) > FLOAT32_MAX
-                       for v in (low, high)):  # fmt: skip
+                if any(
+                    v is not None and math.isfinite(v) and abs(v) > FLOAT32_MAX for v in (low, high)
+                ):
                     raise QueryError(
                         f"column {mapping.name!r} has values beyond float32's range: "
                         "pass float_dtype='float64'"

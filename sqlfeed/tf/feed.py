@@ -129,9 +129,14 @@ class Feed:
     ) -> None:
         _check_int(batch_size, "batch_size", 1)
         mapping: dict[str, Any] = dict(
-            label=label, features=features, fill=fill, fill_nulls=fill_nulls, masks=masks,
-            float_dtype=float_dtype, time_unit=time_unit,
-        )  # fmt: skip
+            label=label,
+            features=features,
+            fill=fill,
+            fill_nulls=fill_nulls,
+            masks=masks,
+            float_dtype=float_dtype,
+            time_unit=time_unit,
+        )
         check_options(**mapping)
         prefetch = _check_modes(prefetch, drop_remainder, job, even_batches)
         if input_context is not None:
@@ -155,15 +160,28 @@ class Feed:
         self.ragged = any(m.ragged_rank for m in self.mappings)
         dynamic = job is not None
         self.feeder = Feeder(
-            plan, self.source, format="arrow",
+            plan,
+            self.source,
+            format="arrow",
             # Dense columns are cut into batch_size rows by tf.data's rebatch; ragged ones
             # and a job's batches (acknowledged one by one) are batched here.
             batch_size=batch_size if (self.ragged or dynamic) else None,
-            drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, seed=seed,
-            readers=readers, read_batch_rows=read_batch_rows, rank=rank, world_size=world_size,
-            epochs=epochs, job=job, queue=queue, worker_id=worker_id, lease_ttl=lease_ttl,
-            order=order, even_batches=even_batches, replicas=replicas,
-        )  # fmt: skip
+            drop_remainder=drop_remainder,
+            shuffle_buffer=shuffle_buffer,
+            seed=seed,
+            readers=readers,
+            read_batch_rows=read_batch_rows,
+            rank=rank,
+            world_size=world_size,
+            epochs=epochs,
+            job=job,
+            queue=queue,
+            worker_id=worker_id,
+            lease_ttl=lease_ttl,
+            order=order,
+            even_batches=even_batches,
+            replicas=replicas,
+        )
         self._job = JobEpochs(self.feeder.worker) if dynamic else None
         self.job = job
         """The job's name in job mode, else None."""
@@ -466,16 +484,34 @@ def input_fn(
 
 
 _PLAN_OPTIONS = (
-    "partitions", "strategy", "key", "target_rows", "workers", "scratch", "allow_unstable",
-    "sample_rows", "strict",
-)  # fmt: skip
+    "partitions",
+    "strategy",
+    "key",
+    "target_rows",
+    "workers",
+    "scratch",
+    "allow_unstable",
+    "sample_rows",
+    "strict",
+)
 _OPTION_DEFAULTS: dict[str, Any] = {
-    "label": None, "features": None, "fill": None, "fill_nulls": True, "masks": False,
-    "float_dtype": "float32", "time_unit": "us",
-}  # fmt: skip
+    "label": None,
+    "features": None,
+    "fill": None,
+    "fill_nulls": True,
+    "masks": False,
+    "float_dtype": "float32",
+    "time_unit": "us",
+}
 _MAPPING_OPTIONS = (
-    "label", "features", "fill", "fill_nulls", "masks", "float_dtype", "time_unit",
-)  # fmt: skip
+    "label",
+    "features",
+    "fill",
+    "fill_nulls",
+    "masks",
+    "float_dtype",
+    "time_unit",
+)
 
 
 def _check_plan_options(options: Mapping[str, Any]) -> None:

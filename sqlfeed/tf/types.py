@@ -135,9 +135,12 @@ def _scalar_kind(arrow_type: pa.DataType) -> str | None:
 def _is_list(arrow_type: pa.DataType) -> bool:
     t = pa.types
     return bool(
-        t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type)
-        or t.is_list_view(arrow_type) or t.is_large_list_view(arrow_type)  # made plain lists
-    )  # fmt: skip
+        t.is_list(arrow_type)
+        or t.is_large_list(arrow_type)
+        or t.is_fixed_size_list(arrow_type)
+        or t.is_list_view(arrow_type)
+        or t.is_large_list_view(arrow_type)  # made plain lists
+    )
 
 
 def _value_type(arrow_type: pa.DataType) -> pa.DataType:

@@ -126,9 +126,14 @@ class SQLDataset(IterableDataset[Any]):
         super().__init__()
         _check_int(batch_size, "batch_size", 1)
         mapping: dict[str, Any] = dict(
-            label=label, features=features, fill=fill, fill_nulls=fill_nulls, masks=masks,
-            float_dtype=float_dtype, time_unit=time_unit,
-        )  # fmt: skip
+            label=label,
+            features=features,
+            fill=fill,
+            fill_nulls=fill_nulls,
+            masks=masks,
+            float_dtype=float_dtype,
+            time_unit=time_unit,
+        )
         check_options(**mapping)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.target = source
@@ -144,8 +149,19 @@ class SQLDataset(IterableDataset[Any]):
             if even_batches and job is None:
                 self.counts = {p.index: opened.count(p.sql) for p in self.plan.partitions}
             if job is not None:
-                _create_job(job, queue, self.plan, opened, epochs, seed, lease_ttl, order,
-                            even_batches, batch_size, replicas or self.world_size)  # fmt: skip
+                _create_job(
+                    job,
+                    queue,
+                    self.plan,
+                    opened,
+                    epochs,
+                    seed,
+                    lease_ttl,
+                    order,
+                    even_batches,
+                    batch_size,
+                    replicas or self.world_size,
+                )
         finally:
             if self._kept is None:
                 opened.close()  # worker processes (and iterations) open their own
@@ -156,9 +172,12 @@ class SQLDataset(IterableDataset[Any]):
         self._single_label = isinstance(label, str)
         self.batch_size = batch_size
         self.options: dict[str, Any] = {
-            "shuffle_buffer": shuffle_buffer, "seed": seed, "readers": readers,
-            "read_batch_rows": read_batch_rows, "drop_remainder": drop_remainder,
-        }  # fmt: skip
+            "shuffle_buffer": shuffle_buffer,
+            "seed": seed,
+            "readers": readers,
+            "read_batch_rows": read_batch_rows,
+            "drop_remainder": drop_remainder,
+        }
         self.converter = BatchConverter(self.mappings, time_unit, lists, tokenizer)
         self.job, self.queue, self.even_batches = job, queue, even_batches
         self.worker_id = worker_id or default_worker_id()
@@ -228,8 +247,14 @@ class SQLDataset(IterableDataset[Any]):
         """The state this worker's iteration of ``epoch`` starts from (checked), set now:
         a ``state_dict()`` taken before its first batch resumes the same point."""
         shard, shards = shard_of(self.rank, self.world_size, worker, workers)
-        start: dict[str, Any] = {"epoch": epoch, "shard": shard, "shards": shards,
-                                 "batches": 0, "done": False, "feeder": None}  # fmt: skip
+        start: dict[str, Any] = {
+            "epoch": epoch,
+            "shard": shard,
+            "shards": shards,
+            "batches": 0,
+            "done": False,
+            "feeder": None,
+        }
         if resume is not None and _consumed(resume):
             if (resume.get("shard"), resume.get("shards")) != (shard, shards):
                 raise InvalidArgumentError(
@@ -237,8 +262,11 @@ class SQLDataset(IterableDataset[Any]):
                     f", this is {shard}/{shards}: restore it with the same world size and "
                     "number of DataLoader workers"
                 )
-            start.update(batches=int(resume["batches"]), done=bool(resume.get("done")),
-                         feeder=resume.get("feeder"))  # fmt: skip
+            start.update(
+                batches=int(resume["batches"]),
+                done=bool(resume.get("done")),
+                feeder=resume.get("feeder"),
+            )
         self._state, self._feeder, self._rows = start, None, None
         return start
 
@@ -255,10 +283,15 @@ class SQLDataset(IterableDataset[Any]):
         with warnings.catch_warnings():  # the ranks' shares were checked in the constructor
             warnings.simplefilter("ignore", UnequalSharesWarning)
             feeder = Feeder(
-                self.plan, source, rank=start["shard"], world_size=start["shards"],
-                batch_size=self.batch_size, epochs=epoch + 1, state=start["feeder"],
+                self.plan,
+                source,
+                rank=start["shard"],
+                world_size=start["shards"],
+                batch_size=self.batch_size,
+                epochs=epoch + 1,
+                state=start["feeder"],
                 **self.options,
-            )  # fmt: skip
+            )
         self._feeder = feeder
         try:
             for element, rows in self._converted(feeder, feeder.epoch(epoch)):
@@ -320,8 +353,13 @@ class SQLDataset(IterableDataset[Any]):
             job_worker, deliveries = self._job_worker, self._deliveries
         else:
             source = self._source()
-            job_worker = Worker(queue, self.job or "", source, batch_size=self.batch_size,
-                                worker_id=f"{self.worker_id}/{self.rank}/{worker}")  # fmt: skip
+            job_worker = Worker(
+                queue,
+                self.job or "",
+                source,
+                batch_size=self.batch_size,
+                worker_id=f"{self.worker_id}/{self.rank}/{worker}",
+            )
             deliveries = job_worker.deliveries()
             if in_process:  # kept across epochs: checkpoint() records its deliveries
                 self._job_worker, self._deliveries = job_worker, deliveries
@@ -458,8 +496,14 @@ class Tagged:
     @classmethod
     def of(cls, element: Any, worker: str, delivery: Delivery) -> Tagged:
         """``element``, the batch of ``delivery`` by job worker ``worker``, tagged."""
-        return cls(element, worker, delivery.epoch, delivery.partition, delivery.offset,
-                   delivery.batch.num_rows)  # fmt: skip
+        return cls(
+            element,
+            worker,
+            delivery.epoch,
+            delivery.partition,
+            delivery.offset,
+            delivery.batch.num_rows,
+        )
 
     def pin_memory(self) -> Tagged:
         """The same, its tensors in pinned memory (the DataLoader's ``pin_memory=True``)."""
@@ -503,9 +547,18 @@ def _plan(
 
 
 def _create_job(
-    job: str, queue: Any, plan: Plan, source: Source, epochs: int, seed: int, lease_ttl: float,
-    order: str, even_batches: bool, batch_size: int, world_size: int,
-) -> None:  # fmt: skip
+    job: str,
+    queue: Any,
+    plan: Plan,
+    source: Source,
+    epochs: int,
+    seed: int,
+    lease_ttl: float,
+    order: str,
+    even_batches: bool,
+    batch_size: int,
+    world_size: int,
+) -> None:
     """Create the job (idempotent: every rank may) in the lease queue."""
     rows = plan.rows
     if even_batches and rows is None:
@@ -513,11 +566,19 @@ def _create_job(
     lease_queue = open_queue(queue)
     try:
         lease_queue.create_job(
-            JobSpec(job, plan, epochs=epochs, seed=seed, lease_ttl=lease_ttl, order=order,
-                    even_batches=even_batches, replicas=world_size if even_batches else None,
-                    batch_size=batch_size if even_batches else None,
-                    rows=rows if even_batches else None)
-        )  # fmt: skip
+            JobSpec(
+                job,
+                plan,
+                epochs=epochs,
+                seed=seed,
+                lease_ttl=lease_ttl,
+                order=order,
+                even_batches=even_batches,
+                replicas=world_size if even_batches else None,
+                batch_size=batch_size if even_batches else None,
+                rows=rows if even_batches else None,
+            )
+        )
     finally:  # no queue connection left open for DataLoader worker processes to inherit
         if not isinstance(queue, LeaseQueue):
             lease_queue.close()

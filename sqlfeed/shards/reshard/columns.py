@@ -76,8 +76,7 @@ def check_columns(schema: pa.Schema, options: ReshardOptions) -> Columns:
             raise InvalidArgumentError(
                 f"column {name!r}: names starting with {HELPER} are reshard's own"
             )
-    sort = [SortKey(_column(k.column, names, "sort"), k.descending)
-            for k in options.sort]  # fmt: skip
+    sort = [SortKey(_column(k.column, names, "sort"), k.descending) for k in options.sort]
     group_by = [_column(name, names, "group-by") for name in options.group_by]
     if options.uid is not None:
         uid, uid_generated = _column(options.uid, names, "uid"), False

@@ -112,5 +112,9 @@ def spread(values: Sequence[int]) -> dict[str, float]:
         return {"min": 0, "max": 0, "mean": 0.0, "stdev": 0.0}
     mean = sum(values) / len(values)
     stdev = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    return {"min": min(values), "max": max(values), "mean": round(mean, 1),
-            "stdev": round(stdev, 1)}  # fmt: skip
+    return {
+        "min": min(values),
+        "max": max(values),
+        "mean": round(mean, 1),
+        "stdev": round(stdev, 1),
+    }

@@ -45,16 +45,20 @@ def order_sql(columns: Columns, seed: int | None, table: exp.Expr) -> str:
     if seed is not None:
         seed_value = exp.cast(exp.Literal.number(seed), "BIGINT")
         if groups:
-            order = [exp.func("hash", seed_value, *[g.copy() for g in groups]),
-                     *[g.copy() for g in groups], rowid]  # fmt: skip
+            order = [
+                exp.func("hash", seed_value, *[g.copy() for g in groups]),
+                *[g.copy() for g in groups],
+                rowid,
+            ]
         elif not columns.uid_generated:  # by the uid: the same order whatever the input order
             uid = position[columns.uid]
             order = [exp.func("hash", seed_value, uid.copy()), uid.copy(), rowid]
         else:
             order = [exp.func("hash", seed_value, rowid.copy()), rowid]
     elif columns.sort:
-        keys = [exp.Ordered(this=position[k.column].copy(), desc=k.descending)
-                for k in columns.sort]  # fmt: skip
+        keys = [
+            exp.Ordered(this=position[k.column].copy(), desc=k.descending) for k in columns.sort
+        ]
         if groups:
             first = columns.sort[0]
             pick = "MAX" if first.descending else "MIN"
@@ -63,8 +67,12 @@ def order_sql(columns: Columns, seed: int | None, table: exp.Expr) -> str:
                 partition_by=[g.copy() for g in groups],
             )
             inner_items.append(window.as_(_FIRST))
-            order = [exp.Ordered(this=col(_FIRST), desc=first.descending),
-                     *[g.copy() for g in groups], *keys, rowid]  # fmt: skip
+            order = [
+                exp.Ordered(this=col(_FIRST), desc=first.descending),
+                *[g.copy() for g in groups],
+                *keys,
+                rowid,
+            ]
         else:
             order = [*keys, rowid]
     elif groups:  # the query's order, groups kept together where they first appear

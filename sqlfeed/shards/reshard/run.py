@@ -112,10 +112,19 @@ def reshard(
     """
     started = time.perf_counter()
     options = check_options(
-        out=out, shuffle=shuffle, sort=sort, shard_rows=shard_rows, shard_size=shard_size,
-        group_by=group_by, memory_limit=memory_limit, threads=threads, temp_dir=temp_dir,
-        format=format, uid=uid, overwrite=overwrite,
-    )  # fmt: skip
+        out=out,
+        shuffle=shuffle,
+        sort=sort,
+        shard_rows=shard_rows,
+        shard_size=shard_size,
+        group_by=group_by,
+        memory_limit=memory_limit,
+        threads=threads,
+        temp_dir=temp_dir,
+        format=format,
+        uid=uid,
+        overwrite=overwrite,
+    )
     parsed, tars = _query(sql, source, tar, allow_unstable)
     return _run_on(source, parsed, options, tars, progress, started)
 
@@ -297,22 +306,32 @@ class Run:
         self, engine: duckdb.DuckDBPyConnection, monitor: Monitor, work: Path
     ) -> _Extracted:
         self._phase("extract")
-        direct = None if self.tars else direct_relation(
-            self.parsed, self.source, len(self.columns.schema)
-        )  # fmt: skip
+        direct = (
+            None
+            if self.tars
+            else direct_relation(self.parsed, self.source, len(self.columns.schema))
+        )
         if direct is not None:  # Parquet files: sorted as they are read, no copy
             self.table, bytes_in = direct
             bytes_in_from = "files"
         else:
             extractor = Extractor(
-                self.parsed, self.source, self.tars, self.columns.schema, self.work_table,
-                self.alias, self.reporter,
-            )  # fmt: skip
+                self.parsed,
+                self.source,
+                self.tars,
+                self.columns.schema,
+                self.work_table,
+                self.alias,
+                self.reporter,
+            )
             bytes_in, bytes_in_from = extractor.run(engine, monitor)
         percent = isinstance(self.source, DuckDBSource) and not self.tars
         with engine_errors("counting the extracted rows"):
-            total = int(engine.execute(render(exp.select("COUNT(*)").from_(
-                self.table.copy()))).fetchall()[0][0])  # fmt: skip
+            total = int(
+                engine.execute(render(exp.select("COUNT(*)").from_(self.table.copy()))).fetchall()[
+                    0
+                ][0]
+            )
         self.reporter.report("extract", *((100, 100) if percent else (total, total)))
         if not self.columns.uid_generated:
             check_uid(engine, self.table, self.columns, self.options.fmt)
@@ -353,10 +372,17 @@ class Run:
         self.reporter.report("write", 0, total)
         options, columns = self.options, self.columns
         cutter = Cutter(
-            folder, options.fmt, columns.out_schema, columns.file_schema, columns.uid,
-            options.shard_rows, options.shard_bytes, work, 2 * batch_rows,
+            folder,
+            options.fmt,
+            columns.out_schema,
+            columns.file_schema,
+            columns.uid,
+            options.shard_rows,
+            options.shard_bytes,
+            work,
+            2 * batch_rows,
             lambda done: self.reporter.report("write", done, total),
-        )  # fmt: skip
+        )
         return cutter.run(stream), cutter.rows
 
     def _metrics(
