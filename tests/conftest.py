@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import corpus
-from tests.engines import ENGINES, Engine, EngineUnavailable, open_engine
+from tests.helpers import corpus
+from tests.helpers.engines import ENGINES, Engine, EngineUnavailable, open_engine
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

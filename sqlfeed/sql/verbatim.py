@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # The engines whose own text is embedded and whose renderings are checked (both vetted by
-# tests/test_corpus_engines.py: each takes any query text as a derived table, WITH
+# tests/engines/test_corpus_engines.py: each takes any query text as a derived table, WITH
 # included). Elsewhere the query is rendered from its tree as sqlglot writes it for the
 # engine (transpiled: T-SQL's TOP for a LIMIT), its CTEs hoisted above the wrap (T-SQL
 # has no nested WITH), unchecked.

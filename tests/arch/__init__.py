@@ -1,0 +1,1 @@
+"""The code's shape and the docstrings' examples."""

@@ -1,0 +1,1 @@
+"""Lease queues, workers, faults and elastic jobs."""

@@ -1,0 +1,1 @@
+"""Whole-pipeline correctness on every real engine: corpora, properties, writes in flight."""

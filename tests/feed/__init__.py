@@ -1,0 +1,1 @@
+"""The static Feeder, outputs, and the resume contract of every facade."""

@@ -1,0 +1,1 @@
+"""tf.data, PyTorch, Ray, Dask, kill-and-resume training and the demo."""

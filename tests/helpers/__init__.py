@@ -1,0 +1,1 @@
+"""Shared test helpers: engines, corpora, the CLI runner, the resume contract."""

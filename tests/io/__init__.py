@@ -1,0 +1,1 @@
+"""Sources and readers, per engine, against the real servers."""

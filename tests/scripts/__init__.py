@@ -1,0 +1,1 @@
+"""Child processes the tests start (python -m tests.scripts.NAME)."""

@@ -1,0 +1,1 @@
+"""Shardsets, datasets and reshard."""

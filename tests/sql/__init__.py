@@ -1,0 +1,1 @@
+"""The SQL layer and the dialects: pure, no database server."""

@@ -1,0 +1,1 @@
+"""Feature statistics, Keras layers and the report."""
