@@ -36,6 +36,13 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
     from sqlfeed import tf as tf
     from sqlfeed import torch as torch
     from sqlfeed.dispatch.feeder import Feeder
+    from sqlfeed.errors import (
+        CorruptStateError,
+        QueueBusyError,
+        SnapshotWarning,
+        UnequalSharesWarning,
+        UnknownJobError,
+    )
     from sqlfeed.feed.feeder import Progress
     from sqlfeed.feed.statistics import compute_stats
     from sqlfeed.io import Source, connect
@@ -64,6 +71,11 @@ _ERRORS = (
 
 _HOMES: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "dialects"),
+    **dict.fromkeys(
+        "CorruptStateError QueueBusyError SnapshotWarning UnequalSharesWarning "
+        "UnknownJobError".split(),
+        "sqlfeed.errors",
+    ),
     **dict.fromkeys(("dask", "ray", "tf", "torch"), ""),  # the subpackages themselves
     "Feeder": "sqlfeed.dispatch.feeder",
     "Progress": "sqlfeed.feed.feeder",
@@ -84,7 +96,7 @@ _HOMES: dict[str, str] = {
 }
 """Where each public name lives ("": it is the subpackage ``sqlfeed.NAME``)."""
 
-_LIGHT = ("dialects", "sqlfeed.sql", "stats.model")
+_LIGHT = ("dialects", "sqlfeed.errors", "sqlfeed.sql", "stats.model")
 """Homes that read no data: the others may open a ``dataset:`` URL, which the shardset
 package registers with :func:`sqlfeed.io.register_scheme` when it is imported."""
 
@@ -110,6 +122,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ColumnStats",
+    "CorruptStateError",
     "Dataset",
     "Dialect",
     "EngineError",
@@ -124,12 +137,16 @@ __all__ = [
     "Plan",
     "Progress",
     "QueryError",
+    "QueueBusyError",
     "ReshardMetrics",
     "ShardsetError",
+    "SnapshotWarning",
     "Source",
     "SqlfeedError",
     "StatsSpec",
+    "UnequalSharesWarning",
     "UnknownDialectError",
+    "UnknownJobError",
     "UnsafeQueryError",
     "UnstableQueryError",
     "UnsupportedError",

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dialects import EngineError, InvalidArgumentError, SqlfeedError
+from dialects import InvalidArgumentError
+from sqlfeed.errors import CorruptStateError, QueueBusyError, UnknownJobError
 from sqlfeed.plans.model import Plan
 
 __all__ = [
@@ -58,21 +59,6 @@ STATES = ("pending", "leased", "done", "dropped")
 """``dropped``: left over once every replica delivered its even share of the epoch."""
 FINISHED = ("done", "dropped")
 """The states of a task that is over for its epoch."""
-
-
-class UnknownJobError(InvalidArgumentError):
-    """No job of that name exists in the queue."""
-
-
-class CorruptStateError(SqlfeedError):
-    """The queue's rows contradict the job (missing tasks, unknown states)."""
-
-
-class QueueBusyError(EngineError):
-    """A queue call kept failing on lock time-outs, deadlocks or lost connections.
-
-    Nothing was changed by the failed call; asking again later is safe (a worker does).
-    """
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from dialects import InvalidArgumentError, NotImplementedYetError
+from sqlfeed.errors import UnequalSharesWarning
 from sqlfeed.feed.batches import (
     FORMATS,
     READ_AHEAD_BATCHES,
@@ -54,10 +55,6 @@ __all__ = [
     "UnequalSharesWarning",
     "unequal_shares",
 ]
-
-
-class UnequalSharesWarning(UserWarning):
-    """The ranks of a static ``world_size`` get different numbers of partitions."""
 
 
 def unequal_shares(partitions: int, world_size: int) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from dialects import EngineError, InvalidArgumentError
+from sqlfeed.errors import SnapshotWarning
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
 from sqlfeed.plans.model import LIVE_STRATEGIES, SNAPSHOT_ENGINES, Plan
 
@@ -50,10 +51,6 @@ __all__ = [
     "needs_snapshot",
     "unshared",
 ]
-
-
-class SnapshotWarning(UserWarning):
-    """A read of a plan's partitions is not one snapshot (and what that risks)."""
 
 
 def needs_snapshot(plan: Plan, reads: int | None = None) -> bool:

@@ -27,6 +27,8 @@ MODULES = [
     "dialects.base",
     "dialects.sqlite",
     "dialects.text",
+    "dialects.optional",
+    "sqlfeed.errors",
 ]
 
 
