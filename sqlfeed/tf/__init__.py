@@ -64,9 +64,11 @@ each model checkpoint (beside ``keras.callbacks.BackupAndRestore``) and restores
 ``fit``, so a restarted training sees exactly the rows it had not (static mode; a job's
 feed records a checkpoint of the job instead, see :meth:`sqlfeed.dispatch.Worker.checkpoint`).
 
-Package layout: :mod:`sqlfeed.tf.types` (the type mapping and the element structure),
-:mod:`sqlfeed.tf.convert` (record batch -> NumPy), :mod:`sqlfeed.tf.job` (a job's epochs)
-and :mod:`sqlfeed.tf.feed` (:class:`Feed` and the dataset functions).
+Package layout: :mod:`sqlfeed.tf.types` (the element structure; the type mapping itself is
+framework-neutral, in :mod:`sqlfeed.feed.tensors`, shared with :mod:`sqlfeed.torch`,
+and so is the record batch -> NumPy conversion, :mod:`sqlfeed.feed.converter`),
+:mod:`sqlfeed.tf.job` (a job's epochs) and :mod:`sqlfeed.tf.feed` (:class:`Feed` and the
+dataset functions).
 
 TensorFlow is imported only when a dataset is built; without it,
 :class:`~dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[tf]'``).

@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from dialects import InvalidArgumentError, MissingDependencyError, SqlfeedError
 from sqlfeed.dispatch import Feeder, Worker, default_worker_id
+from sqlfeed.feed.converter import Converter
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans import Plan, drop_scratch_with
 from sqlfeed.plans import plan as make_plan
-from sqlfeed.tf.convert import Converter
 from sqlfeed.tf.job import JobEpochs
 from sqlfeed.tf.types import (
     ColumnMapping,

@@ -1,6 +1,6 @@
 """Arrow -> torch: a record batch becomes a dict of tensors (and lists of strings).
 
-Numbers, bools, dates, times and decimals go through :class:`sqlfeed.tf.convert.Converter`
+Numbers, bools, dates, times and decimals go through :class:`sqlfeed.feed.converter.Converter`
 (the tf.data table's casts, NULL fills, masks and refusals, done in Arrow) and become
 tensors without a Python loop; list columns are padded in NumPy (or become
 ``torch.nested`` jagged tensors). Strings become a list of ``str`` (bytes a list of
@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import torch
 
 from dialects import QueryError
-from sqlfeed.tf.convert import Converter
-from sqlfeed.tf.types import MASK_SUFFIX, ColumnMapping
+from sqlfeed.feed.converter import Converter
+from sqlfeed.feed.tensors import MASK_SUFFIX, ColumnMapping
 from sqlfeed.torch.types import LENGTHS_SUFFIX, tokenizer_of
 
 __all__ = ["BatchConverter", "pack", "pad"]
@@ -32,7 +32,7 @@ class BatchConverter:
     """Turns record batches into dicts of tensors, column by column.
 
     Args:
-        mappings: the columns (:func:`sqlfeed.tf.types.column_mappings`).
+        mappings: the columns (:func:`sqlfeed.feed.tensors.column_mappings`).
         time_unit: the unit of timestamps, times and durations.
         lists: ``padded`` or ``nested`` (see :data:`sqlfeed.torch.types.LIST_MODES`).
         tokenizer: a callable for every string column, a dict of them, or None.
@@ -167,7 +167,7 @@ def _pad_level(items: np.ndarray, splits: np.ndarray, fill: Any) -> np.ndarray:
     rows = len(lengths)
     width = int(lengths.max(initial=0))
     out = np.full((rows, width, *items.shape[1:]), fill, dtype=items.dtype)
-    if rows and splits[-1]:  # the splits start at 0 (sqlfeed.tf.convert makes them so)
+    if rows and splits[-1]:  # the splits start at 0 (sqlfeed.feed.converter makes them so)
         row = np.repeat(np.arange(rows), lengths)
         column = np.arange(len(row)) - np.repeat(splits[:-1], lengths)
         out[row, column] = items[: len(row)]

@@ -32,10 +32,10 @@ from sqlfeed.dispatch import (
 )
 from sqlfeed.dispatch.ledger import DeliveryLog, even_batches_rewind
 from sqlfeed.feed.feeder import UnequalSharesWarning, unequal_shares
+from sqlfeed.feed.tensors import check_options, column_mappings
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
 from sqlfeed.plans import Plan, drop_scratch_with
 from sqlfeed.plans import plan as make_plan
-from sqlfeed.tf.types import check_options, column_mappings
 from sqlfeed.torch.convert import BatchConverter
 from sqlfeed.torch.loader import dataloader
 from sqlfeed.torch.split import even_quotas, shard_of

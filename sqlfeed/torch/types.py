@@ -1,9 +1,9 @@
-"""The Arrow -> torch mapping: the tf.data table's rules (:mod:`sqlfeed.tf.types`), as torch.
+"""The Arrow -> torch mapping: the tf.data table's rules (:mod:`sqlfeed.feed.tensors`), as torch.
 
 Owns the torch-side options (``lists``, ``tokenizer``) and their checks, and the names of
 the extra keys a batch carries (``<col>_is_null``, ``<col>_lengths``). The kinds, NULL
 fills, masks and the refusals of lossy conversions are the tf.data table's, shared through
-:func:`sqlfeed.tf.types.column_mappings`. No torch import here.
+:func:`sqlfeed.feed.tensors.column_mappings`. No torch import here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dialects import InvalidArgumentError
-from sqlfeed.tf.types import MASK_SUFFIX, ColumnMapping
+from sqlfeed.feed.tensors import MASK_SUFFIX, ColumnMapping
 
 __all__ = [
     "LENGTHS_SUFFIX",

@@ -26,7 +26,7 @@ import sqlfeed  # noqa: E402
 import sqlfeed.tf as sqlfeed_tf  # noqa: E402
 from sqlfeed import InvalidArgumentError, MissingDependencyError, QueryError  # noqa: E402
 from sqlfeed.dispatch.backends import open_queue  # noqa: E402
-from sqlfeed.tf.convert import Converter  # noqa: E402
+from sqlfeed.feed.converter import Converter  # noqa: E402
 from tests.helpers.engines import Engine  # noqa: E402
 
 EPOCH = dt.datetime(1970, 1, 1)

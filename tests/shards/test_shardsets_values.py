@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sqlfeed
+from sqlfeed.feed.converter import Converter
+from sqlfeed.feed.tensors import column_mappings
 from sqlfeed.shards import create_dataset, open_dataset
 from sqlfeed.shards.reshard.columns import check_columns, converter
 from sqlfeed.shards.reshard.options import ReshardOptions
-from sqlfeed.tf.convert import Converter
-from sqlfeed.tf.types import column_mappings
 from tests.helpers.cli import run_cli
 
 # -- exact round trips of CSV and JSONL shards (item 15) -------------------------------------

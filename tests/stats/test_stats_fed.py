@@ -21,7 +21,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed import InvalidArgumentError, StatsSpec
-from sqlfeed.tf.types import column_mappings
+from sqlfeed.feed.tensors import column_mappings
 from stats.fed import fed_kind, fed_value
 from stats.keras import to_keras
 from tests.helpers.engines import Engine
