@@ -45,23 +45,17 @@ import fnmatch
 import json
 import os
 import platform
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Contender, Outcome, Tally
 
 __all__ = ["CONTENDERS", "Config", "main", "measure_cost", "measure_reads"]
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@local_read@@ "
-"""Prefix of the one stdout line on which a child process reports its result."""
 
 FORMATS = ("parquet", "csv")
 GOAL_VS_DUCKDB = 0.8
@@ -89,68 +83,61 @@ class Config:
         return f"SELECT * FROM {function}('" + self.file.replace("'", "''") + "')"
 
 
-Outcome = tuple[int, float, dict[str, Any]]
-"""What a contender returns: (rows, seconds, details)."""
-
-
 def _feeder(cfg: Config) -> Outcome:
     import sqlfeed
 
-    start = time.perf_counter()
+    tally = Tally()
+    start = harness.start()
     source = sqlfeed.connect("duckdb://")
     feeder = sqlfeed.Feeder(cfg.sql(), source, format="arrow", readers=cfg.readers)
-    rows = sum(batch.num_rows for batch in feeder)
+    for batch in feeder:
+        tally.add(batch)
     seconds = time.perf_counter() - start
     plan = getattr(feeder, "plan", None)
-    details = {}
+    details: dict[str, Any] = tally.details()
     if plan is not None:
-        details = {"strategy": plan.strategy, "partitions": plan.num_partitions, "cost": plan.cost}
+        details.update(strategy=plan.strategy, partitions=plan.num_partitions, cost=plan.cost)
     source.close()
-    return rows, seconds, details
+    return tally.rows, seconds, details
 
 
 def _duckdb(cfg: Config) -> Outcome:
     import duckdb
 
-    start = time.perf_counter()
+    tally = Tally()
+    start = harness.start()
     con = duckdb.connect()
     relation = con.sql(cfg.sql())
     to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
-    rows = sum(batch.num_rows for batch in to_reader(BATCH_ROWS))
+    for batch in to_reader(BATCH_ROWS):
+        tally.add(batch)
     seconds = time.perf_counter() - start
     con.close()
-    return rows, seconds, {}
+    return tally.rows, seconds, tally.details()
 
 
 def _pyarrow(cfg: Config) -> Outcome:
     import pyarrow.dataset as ds
 
-    start = time.perf_counter()
+    tally = Tally()
+    start = harness.start()
     dataset = ds.dataset(cfg.file, format=cfg.fmt)
-    rows = sum(batch.num_rows for batch in dataset.to_batches(batch_size=BATCH_ROWS))
-    return rows, time.perf_counter() - start, {}
+    for batch in dataset.to_batches(batch_size=BATCH_ROWS):
+        tally.add(batch)
+    return tally.rows, time.perf_counter() - start, tally.details()
 
 
-CONTENDERS: dict[str, tuple[str, Callable[[Config], Outcome]]] = {
+_KINDS: dict[str, tuple[str, Callable[[Config], Outcome]]] = {
     "feeder": ("sqlfeed.Feeder (auto, readers=N)", _feeder),
     "duckdb": ("duckdb.sql().to_arrow_reader()", _duckdb),
     "pyarrow": ("pyarrow.dataset.to_batches()", _pyarrow),
 }
-
-
-def _child_main(name: str, config_json: str) -> int:
-    """Run one contender in this (fresh) process and print its result on stdout."""
-    cfg = Config(**json.loads(config_json))
-    result: dict[str, Any] = {"id": name}
-    try:
-        rows, seconds, details = CONTENDERS[name][1](cfg)
-        result.update(rows=rows, seconds=seconds, details=details)
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
+CONTENDERS: dict[str, Contender[Config]] = {
+    f"{fmt}-{name}": Contender(f"{fmt}-{name}", label, run, group=fmt)
+    for fmt in FORMATS
+    for name, (label, run) in _KINDS.items()
+}
+"""``<format>-<kind>``: every kind of reader on every format (a format's read the same rows)."""
 
 
 @dataclass
@@ -170,36 +157,33 @@ class Read:
 
 
 def measure_reads(
-    files: dict[str, str], names: Sequence[str], readers: int, repeat: int, timeout: float
-) -> list[Read]:
+    files: dict[str, str],
+    names: Sequence[str],
+    readers: int,
+    repeat: int,
+    timeout: float,
+    check: bool = False,
+) -> tuple[list[Read], list[str]]:
     """Run every ``(format, contender)`` ``repeat`` times (interleaved), each run in its own
-    subprocess; keep the fastest run of each."""
-    results = {f"{fmt}-{n}": Read(f"{fmt}-{n}", fmt, n) for fmt in files for n in names}
-    for run in range(repeat):
-        for key, read in results.items():
-            cfg = Config(files[read.fmt], read.fmt, readers)
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.local_read",
-                "--child",
-                read.contender,
-                "--child-config",
-                json.dumps(asdict(cfg)),
-            ]
-            got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
-            if "error" in got:
-                read.error = str(got["error"])
-                _progress(f"[read] {key} run {run + 1}: {read.error}")
-                continue
-            read.runs.append(float(got["seconds"]))
-            _progress(f"[read] {key} run {run + 1}: {got['rows']:,} rows in {got['seconds']:.2f}s")
-            if read.rows < 0 or got["seconds"] < read.seconds:
-                read.rows, read.seconds = int(got["rows"]), float(got["seconds"])
-                read.rows_per_second = read.rows / max(read.seconds, 1e-9)
-                read.peak_rss_bytes = int(got["peak_rss_bytes"])
-                read.details = dict(got.get("details") or {})
-    return list(results.values())
+    subprocess; keep the fastest run of each. Also returns the disagreements (rows,
+    checksums when ``check``) between the contenders of one format."""
+    entries = [
+        (CONTENDERS[f"{fmt}-{n}"], Config(files[fmt], fmt, readers)) for fmt in files for n in names
+    ]
+    results = harness.measure("local_read", entries, repeat, timeout, check=check)
+    reads = []
+    for (contender, cfg), result in zip(entries, results, strict=True):
+        read = Read(contender.id, cfg.fmt, contender.id.split("-", 1)[1])
+        read.error = result.error or result.skipped
+        read.runs = [r.seconds for r in result.runs]
+        best = result.best_run
+        if best is not None:
+            read.rows, read.seconds = best.rows, best.seconds
+            read.rows_per_second = read.rows / max(read.seconds, 1e-9)
+            read.peak_rss_bytes = best.peak_rss_bytes
+            read.details = dict(best.details)
+        reads.append(read)
+    return reads, harness.agreement(results)
 
 
 @dataclass
@@ -285,14 +269,6 @@ def measure_cost(fmt: str, file: str, partitions: Sequence[int], repeat: int = 2
     return out
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
 def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]]:
     """The tables, and the goals' lines (``ok`` / ``MISSED``)."""
     read_rows = []
@@ -311,7 +287,7 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
                 extra,
             ]
         )
-    text = _table(
+    text = harness.table(
         ["contender", "rows", "best s", "rows/s", "vs duckdb", "peak MB", "plan"], read_rows
     )
     cost_rows = [
@@ -330,7 +306,7 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
         ]
         for c in costs
     ]
-    text += "\n\n" + _table(
+    text += "\n\n" + harness.table(
         [
             "format",
             "M",
@@ -351,15 +327,17 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
         duck = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
         if r.contender == "feeder" and duck and duck.rows_per_second and not r.error:
             ratio = r.rows_per_second / duck.rows_per_second
-            mark = "ok" if ratio >= GOAL_VS_DUCKDB else "MISSED"
-            goals.append(f"{mark}: {r.fmt} Feeder {ratio:.2f}x DuckDB (goal >= {GOAL_VS_DUCKDB})")
+            goals.append(harness.Goal(f"{r.fmt} Feeder rows/s vs DuckDB", ratio, GOAL_VS_DUCKDB))
+    lines = [goal.line() for goal in goals]
     for c in costs:
-        mark = "ok" if c.ratio <= GOAL_COST and c.rows_match else "MISSED"
-        goals.append(
-            f"{mark}: {c.fmt} plan cost at M={c.asked}: {c.ratio:.2f}x one read's CPU "
-            f"time (goal <= {GOAL_COST}; wall time {c.wall_ratio:.2f}x)"
+        goal = harness.Goal(
+            f"{c.fmt} plan cost at M={c.asked}, CPU time / one read's",
+            c.ratio if c.rows_match else None,
+            GOAL_COST,
+            at_most=True,
         )
-    return text, goals
+        lines.append(f"{goal.line()}; wall time {c.wall_ratio:.2f}x, rows match {c.rows_match}")
+    return text, lines
 
 
 def csv_copy(parquet: Path) -> Path:
@@ -393,7 +371,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    harness.add_smoke_flag(parser)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat, args.partitions = 0.01, 1, [4]
+    return args
 
 
 def _picked(item: str, only: Sequence[str] | None) -> bool:
@@ -404,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     """Prepare the files, run both sections, print the tables and the goals."""
     args = _parse_args(argv)
     if args.child:
-        return _child_main(args.child, args.child_config)
+        return harness.child_main(CONTENDERS, Config, args.child, args.child_config)
     from benchmarks.tpch import lineitem_parquet
 
     parquet = lineitem_parquet(args.scale)
@@ -414,8 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     files = {fmt: path for fmt, path in files.items() if fmt in args.formats}
     load_before = os.getloadavg()
     _progress(f"[setup] SF {args.scale}: {files}; load average {load_before}")
-    names = [n for n in CONTENDERS if any(_picked(f"{fmt}-{n}", args.only) for fmt in files)]
-    reads = measure_reads(files, names, args.readers, args.repeat, args.timeout)
+    names = [n for n in _KINDS if any(_picked(f"{fmt}-{n}", args.only) for fmt in files)]
+    reads, disagreements = measure_reads(
+        files, names, args.readers, args.repeat, args.timeout, check=args.smoke
+    )
     reads = [r for r in reads if _picked(r.id, args.only)]
     costs = [
         cell
@@ -428,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TPC-H lineitem SF {args.scale} on {platform.node()}, {os.cpu_count()} cores")
     print(f"load average before {load_before}, after {load_after}\n")
     print(text + "\n\n" + "\n".join(goals))
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json:
         document = {
             "scale": args.scale,
@@ -438,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             "goals": goals,
         }
         args.json.write_text(json.dumps(document, indent=2, default=str))
-    return 1 if any(r.error for r in reads) else 0
+    return 1 if disagreements or any(r.error for r in reads) else 0
 
 
 if __name__ == "__main__":

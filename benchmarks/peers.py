@@ -38,22 +38,18 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import progress, run_child, status_bytes
-from benchmarks.read_throughput import _sqlfeed_read, _table
+from benchmarks import harness
+from benchmarks.common import progress
+from benchmarks.harness import Outcome, Tally, start
+from benchmarks.read_throughput import sqlfeed_read
 
 __all__ = ["CONTENDERS", "Config", "Contender", "Result", "main", "measure"]
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@peers@@ "
-"""Prefix of the one stdout line on which a child process reports its result."""
 
 SCAN_SQL = "SELECT * FROM {table}"
 KEY = "l_orderkey"
@@ -98,35 +94,8 @@ class Config:
         )
 
 
-Outcome = tuple[int, float, dict[str, Any]]
-"""What a contender returns: (rows, seconds, details)."""
-
-_BASELINE: dict[str, int] = {}
-
-
-def _start() -> float:
-    """Record the RSS after the contender's imports and return the start time."""
-    _BASELINE["rss_after_imports"] = status_bytes("VmRSS")
-    return time.perf_counter()
-
-
-@dataclass(frozen=True)
-class Contender:
-    """One way of reading the whole table.
-
-    Attributes:
-        id: ``<engine>-<peer>``, used by ``--only`` and in the tables.
-        engine: ``postgres``, ``mariadb`` or ``sqlite``.
-        peer: ``sqlfeed``, ``connectorx``, ``daft``, ``ray``, ``dask`` or ``pandas``.
-        label: What is run.
-        run: Does its imports, then reads every row; returns (rows, seconds, details).
-    """
-
-    id: str
-    engine: str
-    peer: str
-    label: str
-    run: Callable[[Config, str], Outcome]
+Contender = harness.Contender[Config]
+"""One way of reading the whole table: id ``<engine>-<peer>``, group the engine."""
 
 
 def _sqlfeed(cfg: Config, engine: str, snapshot: bool = True) -> Outcome:
@@ -134,21 +103,21 @@ def _sqlfeed(cfg: Config, engine: str, snapshot: bool = True) -> Outcome:
     the table (the default) or, with ``snapshot=False``, its partitions read at any time."""
     import sqlfeed
 
-    start = _start()
+    begun = start()
     source = sqlfeed.connect(cfg.url(engine, "sqlalchemy"))
     try:
-        rows, _, details = _sqlfeed_read(source, cfg.sql(engine), cfg.readers, snapshot)
+        rows, _, details = sqlfeed_read(source, cfg.sql(engine), cfg.readers, snapshot)
         details["reader"] = getattr(source, "reader_for", lambda _: "-")(cfg.sql(engine))
     finally:
         source.close()
-    return rows, time.perf_counter() - start, details
+    return rows, time.perf_counter() - begun, details
 
 
 def _connectorx(cfg: Config, engine: str) -> Outcome:
     """connectorx into one Arrow table, 2 partitions on ``l_orderkey``."""
     import connectorx
 
-    start = _start()
+    begun = start()
     table: Any = connectorx.read_sql(
         cfg.url(engine, "native"),
         cfg.sql(engine),
@@ -156,22 +125,28 @@ def _connectorx(cfg: Config, engine: str) -> Outcome:
         partition_on=KEY,
         partition_num=PEER_PARTITIONS,
     )
-    return int(table.num_rows), time.perf_counter() - start, {"version": connectorx.__version__}
+    seconds = time.perf_counter() - begun
+    tally = Tally()
+    tally.add(table)
+    return tally.rows, seconds, {"version": connectorx.__version__, **tally.details()}
 
 
 def _daft(cfg: Config, engine: str) -> Outcome:
     """daft.read_sql, 2 partitions on ``l_orderkey``, collected as one Arrow table."""
     import daft  # type: ignore[import-not-found]
 
-    start = _start()
+    begun = start()
     frame = daft.read_sql(
         cfg.sql(engine),
         cfg.url(engine, "native"),
         partition_col=KEY,
         num_partitions=PEER_PARTITIONS,
     )
-    rows = int(frame.to_arrow().num_rows)
-    return rows, time.perf_counter() - start, {"version": daft.__version__}
+    table = frame.to_arrow()
+    seconds = time.perf_counter() - begun
+    tally = Tally()
+    tally.add(table)
+    return tally.rows, seconds, {"version": daft.__version__, **tally.details()}
 
 
 def _ray(cfg: Config, engine: str) -> Outcome:
@@ -181,14 +156,16 @@ def _ray(cfg: Config, engine: str) -> Outcome:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        start = _start()
+        begun = start()
         dataset = ray.data.read_sql(cfg.sql(engine), lambda: psycopg.connect(cfg.pg_url))
         batches: Any = dataset.iter_batches(batch_format="pyarrow")
-        rows = sum(int(b.num_rows) for b in batches)
-        seconds = time.perf_counter() - start
+        tally = Tally()
+        for batch in batches:
+            tally.add(batch)
+        seconds = time.perf_counter() - begun
     finally:
         ray.shutdown()
-    return rows, seconds, {"version": ray.__version__}
+    return tally.rows, seconds, {"version": ray.__version__, **tally.details()}
 
 
 def _dask(cfg: Config, engine: str) -> Outcome:
@@ -197,7 +174,7 @@ def _dask(cfg: Config, engine: str) -> Outcome:
     import dask.dataframe as dd
     import sqlalchemy as sa
 
-    start = _start()
+    begun = start()
     columns = _columns(cfg, engine)
     query: Any = sa.select(*[sa.column(c) for c in columns]).select_from(
         sa.table(cfg.tables[engine])
@@ -206,7 +183,7 @@ def _dask(cfg: Config, engine: str) -> Outcome:
         query, cfg.url(engine, "sqlalchemy"), index_col=KEY, npartitions=PEER_PARTITIONS
     )
     rows = int(frame.map_partitions(len).compute().sum())
-    return rows, time.perf_counter() - start, {"version": getattr(dask, "__version__", "?")}
+    return rows, time.perf_counter() - begun, {"version": getattr(dask, "__version__", "?")}
 
 
 def _columns(cfg: Config, engine: str) -> list[str]:
@@ -226,13 +203,13 @@ def _pandas(cfg: Config, engine: str) -> Outcome:
     import pandas
     import sqlalchemy
 
-    start = _start()
+    begun = start()
     sa_engine = sqlalchemy.create_engine(cfg.url(engine, "sqlalchemy"))
     try:
         rows = len(pandas.read_sql(cfg.sql(engine, PANDAS_ROWS), sa_engine))
     finally:
         sa_engine.dispose()
-    return rows, time.perf_counter() - start, {"version": pandas.__version__}
+    return rows, time.perf_counter() - begun, {"version": pandas.__version__}
 
 
 _PEERS: dict[str, tuple[str, Callable[[Config, str], Outcome]]] = {
@@ -256,32 +233,27 @@ _ENGINE_PEERS = {
 }
 _PREFIX = {"postgres": "pg", "mariadb": "mariadb", "sqlite": "sqlite"}
 
+_REQUIRES = {"connectorx": ("connectorx",), "daft": ("daft",), "ray": ("ray", "psycopg")}
+_REQUIRES["dask"] = ("dask",)
+
+
+def _bound(run: Callable[[Config, str], Outcome], engine: str) -> Callable[[Config], Outcome]:
+    """``run`` with its engine bound."""
+    return lambda cfg: run(cfg, engine)
+
+
 CONTENDERS: dict[str, Contender] = {
-    f"{_PREFIX[engine]}-{peer}": Contender(
-        f"{_PREFIX[engine]}-{peer}", engine, peer, _PEERS[peer][0], _PEERS[peer][1]
+    f"{_PREFIX[engine]}-{peer}": harness.Contender(
+        f"{_PREFIX[engine]}-{peer}",
+        _PEERS[peer][0],
+        _bound(_PEERS[peer][1], engine),
+        group=engine,
+        requires=_REQUIRES.get(peer, ()),
+        partial=peer == "pandas",
     )
     for engine, peers in _ENGINE_PEERS.items()
     for peer in peers
 }
-
-
-def _child_main(name: str, config_json: str) -> int:
-    """Run one contender in this (fresh) process and print its result on stdout."""
-    cfg = Config(**json.loads(config_json))
-    contender = CONTENDERS[name]
-    result: dict[str, Any] = {"id": name}
-    try:
-        rows, seconds, details = contender.run(cfg, contender.engine)
-        result.update(rows=rows, seconds=seconds, details=details)
-    except ImportError as err:
-        result["error"] = f"not installed ({err.name or err})"
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
-    result["peak_rss_bytes"] = status_bytes("VmHWM")
-    result["rss_after_imports_bytes"] = _BASELINE.get("rss_after_imports", -1)
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
 
 
 @dataclass
@@ -324,40 +296,24 @@ class Result:
 
 
 def measure(
-    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
-) -> list[Result]:
-    """Run every contender ``repeat`` times, interleaved, each run in a fresh subprocess."""
-    results = {c.id: Result(c.id, c.engine, c.label) for c in contenders}
-    for round_ in range(1, repeat + 1):
-        for contender in contenders:
-            result = results[contender.id]
-            if result.error:
-                continue
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.peers",
-                "--child",
-                contender.id,
-                "--child-config",
-                json.dumps(asdict(cfg)),
-            ]
-            outcome = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
-            if "error" in outcome:
-                result.error = outcome["error"]
-                progress(f"[{contender.id}] round {round_}/{repeat}: ERROR {result.error}")
-                continue
-            seconds = float(outcome["seconds"])
-            if not result.runs or seconds < min(result.runs):
-                result.details = dict(outcome.get("details") or {})
-            result.runs.append(round(seconds, 3))
-            result.rows = int(outcome["rows"])
-            result.peak_rss_bytes = max(result.peak_rss_bytes, int(outcome["peak_rss_bytes"]))
-            progress(
-                f"[{contender.id}] round {round_}/{repeat}: {result.rows} rows in {seconds:.2f}s,"
-                f" peak RSS {outcome['peak_rss_bytes'] / 2**20:.0f} MB"
-            )
-    return list(results.values())
+    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float, check: bool = False
+) -> tuple[list[Result], list[str]]:
+    """Run every contender ``repeat`` times, interleaved, each run in a fresh subprocess;
+    also return the disagreements between the contenders of one database."""
+    measured = harness.measure(
+        "peers", [(c, cfg) for c in contenders], repeat, timeout, check=check
+    )
+    results = []
+    for contender, got in zip(contenders, measured, strict=True):
+        result = Result(contender.id, contender.group, contender.label)
+        result.error = got.error or got.skipped
+        result.runs = [round(r.seconds, 3) for r in got.runs]
+        result.peak_rss_bytes = got.peak_rss_bytes
+        best = got.best_run
+        if best is not None:
+            result.rows, result.details = best.rows, dict(best.details)
+        results.append(result)
+    return results, harness.agreement(measured)
 
 
 def best_peer(results: Sequence[Result], engine: str) -> Result | None:
@@ -391,7 +347,7 @@ def format_results(results: Sequence[Result]) -> str:
         top_rate = top.rate(top.best) if top is not None else None
         rows = [_row(r, top_rate) for r in group]
         title = f"{engine} (best peer: {top.id if top else 'none'})"
-        blocks.append(title + "\n" + _table(header, rows, right={2, 3, 4, 5, 6, 7, 8}))
+        blocks.append(title + "\n" + harness.table(header, rows, right={2, 3, 4, 5, 6, 7, 8}))
     return "\n\n".join(blocks)
 
 
@@ -448,7 +404,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat = 0.01, 1
     if args.child is None and (args.repeat < 1 or args.readers < 1):
         parser.error("--repeat and --readers must be >= 1")
     return args
@@ -484,8 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     if args.child is not None:
-        return _child_main(args.child, args.child_config or "{}")
-    contenders = [
+        return harness.child_main(CONTENDERS, Config, args.child, args.child_config or "{}")
+    contenders: list[Contender] = [
         c
         for c in CONTENDERS.values()
         if not args.only or any(fnmatch.fnmatchcase(c.id, p) for p in args.only)
@@ -494,9 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"--only selects nothing; the ids are {', '.join(CONTENDERS)}")
         return 2
     started, load_before = time.perf_counter(), os.getloadavg()
-    cfg = _prepare(args, {c.engine for c in contenders})
+    cfg = _prepare(args, {c.group for c in contenders})
     progress(f"TPC-H lineitem SF {args.scale:g}: {cfg.tables}")
-    results = measure(contenders, cfg, args.repeat, args.child_timeout)
+    results, disagreements = measure(
+        contenders, cfg, args.repeat, args.child_timeout, check=args.smoke
+    )
     load_after = os.getloadavg()
     print(
         f"sqlfeed and its peers, TPC-H lineitem SF {args.scale:g}, {args.repeat} interleaved "
@@ -510,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         "\n  x best peer = best rows/s / best rows/s of the fastest other contender on the "
         "same database; pandas reads at most the first 1M rows"
     )
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json is not None:
         doc = {
             "scale": args.scale,
@@ -522,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
         progress(f"wrote {args.json}")
     failed = any(r.error and not r.error.startswith("not installed") for r in results)
-    return 1 if failed else 0
+    return 1 if failed or disagreements else 0
 
 
 if __name__ == "__main__":

@@ -73,24 +73,19 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Outcome, Tally
 
 __all__ = ["CONTENDERS", "Config", "Contender", "PlanCell", "main", "measure_plans"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@read_throughput@@ "
-"""Prefix of the one stdout line on which a child process reports its result."""
 
 AGG_SQL = (
     "SELECT l_orderkey, l_suppkey, SUM(l_extendedprice * (1 - l_discount)) AS revenue, "
@@ -107,15 +102,6 @@ GOAL_VS_DUCKDB = 0.8
 
 
 # -- A: contenders, each run in a child process -------------------------------------------
-
-_BASELINE: dict[str, int] = {}
-"""``rss_after_imports``: the child's RSS when its contender started the clock."""
-
-
-def _start() -> float:
-    """Record the RSS after the contender's imports and return the start time."""
-    _BASELINE["rss_after_imports"] = _status_bytes("VmRSS")
-    return time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -145,28 +131,12 @@ class Config:
         return "SELECT * FROM read_parquet('" + self.parquet.replace("'", "''") + "')"
 
 
-Outcome = tuple[int, float, dict[str, Any]]
-"""What a contender returns: (rows, seconds, details)."""
+Contender = harness.Contender[Config]
+"""One way of reading the whole query; its group is the engine: ``postgres``,
+``duckdb-parquet`` or ``duckdb-table``."""
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One way of reading the whole query.
-
-    Attributes:
-        id: Name used by ``--only`` and in the tables.
-        engine: ``postgres``, ``duckdb-parquet`` or ``duckdb-table``.
-        label: What is run, for the table.
-        run: Does its imports, then reads every row; returns (rows, seconds, details).
-    """
-
-    id: str
-    engine: str
-    label: str
-    run: Callable[[Config], Outcome]
-
-
-def _sqlfeed_read(
+def sqlfeed_read(
     source: Any, sql: str, readers: int, snapshot: bool = True, **plan_options: Any
 ) -> Outcome:
     """Plan ``sql`` (auto) on an open sqlfeed source and drain a Feeder; time both.
@@ -174,31 +144,32 @@ def _sqlfeed_read(
     ``snapshot``: the Feeder's (True, the default: one state of the tables for the read)."""
     import sqlfeed
 
+    tally = Tally()
     start = time.perf_counter()
     plan = sqlfeed.plan(sql, source, strategy="auto", **plan_options)
     planned = time.perf_counter()
-    rows = sum(
-        batch.num_rows for batch in sqlfeed.Feeder(plan, source, readers=readers, snapshot=snapshot)
-    )
+    for batch in sqlfeed.Feeder(plan, source, readers=readers, snapshot=snapshot):
+        tally.add(batch)
     seconds = time.perf_counter() - start
     details = {
         "plan_seconds": planned - start,
         "strategy": plan.strategy,
         "reason": plan.reason,
         "partitions": plan.num_partitions,
+        **tally.details(),
     }
-    return rows, seconds, details
+    return tally.rows, seconds, details
 
 
 def _pg_sqlfeed(cfg: Config) -> Outcome:
     """sqlfeed from PostgreSQL: connect, plan (auto), Feeder."""
     import sqlfeed
 
-    start = _start()
+    start = harness.start()
     source = sqlfeed.connect(cfg.sa_url)
     connected = time.perf_counter() - start
     try:
-        rows, seconds, details = _sqlfeed_read(
+        rows, seconds, details = sqlfeed_read(
             source, SCAN_SQL.format(table=cfg.pg_table), cfg.readers
         )
     finally:
@@ -210,7 +181,7 @@ def _pg_connectorx(cfg: Config) -> Outcome:
     """connectorx into one Arrow table, 2 partitions on ``l_orderkey``."""
     import connectorx
 
-    start = _start()
+    start = harness.start()
     table: Any = connectorx.read_sql(
         cfg.pg_url,
         SCAN_SQL.format(table=cfg.pg_table),
@@ -218,8 +189,10 @@ def _pg_connectorx(cfg: Config) -> Outcome:
         partition_on=RANGE_KEY,
         partition_num=2,
     )
-    rows = int(table.num_rows)
-    return rows, time.perf_counter() - start, {"version": connectorx.__version__}
+    seconds = time.perf_counter() - start
+    tally = Tally()
+    tally.add(table)
+    return tally.rows, seconds, {"version": connectorx.__version__, **tally.details()}
 
 
 def _pg_adbc(cfg: Config) -> Outcome:
@@ -227,13 +200,14 @@ def _pg_adbc(cfg: Config) -> Outcome:
     import adbc_driver_postgresql
     import adbc_driver_postgresql.dbapi as dbapi
 
-    start = _start()
-    rows = 0
+    start = harness.start()
+    tally = Tally()
     with dbapi.connect(cfg.pg_url) as connection, connection.cursor() as cursor:
         cursor.execute(SCAN_SQL.format(table=cfg.pg_table))
         for batch in cursor.fetch_record_batch():
-            rows += batch.num_rows
-    return rows, time.perf_counter() - start, {"version": adbc_driver_postgresql.__version__}
+            tally.add(batch)
+    details = {"version": adbc_driver_postgresql.__version__, **tally.details()}
+    return tally.rows, time.perf_counter() - start, details
 
 
 def _pg_pandas(cfg: Config) -> Outcome:
@@ -241,14 +215,16 @@ def _pg_pandas(cfg: Config) -> Outcome:
     import pandas
     import sqlalchemy
 
-    start = _start()
+    start = harness.start()
     engine = sqlalchemy.create_engine(cfg.sa_url)
     try:
         frame = pandas.read_sql(SCAN_SQL.format(table=cfg.pg_table), engine)
-        rows = len(frame)
     finally:
         engine.dispose()
-    return rows, time.perf_counter() - start, {"version": pandas.__version__}
+    seconds = time.perf_counter() - start
+    tally = Tally()
+    tally.add_frame(frame)
+    return tally.rows, seconds, {"version": pandas.__version__, **tally.details()}
 
 
 def _parquet_sqlfeed(cfg: Config) -> Outcome:
@@ -257,9 +233,9 @@ def _parquet_sqlfeed(cfg: Config) -> Outcome:
 
     import sqlfeed
 
-    start = _start()
+    start = harness.start()
     source = sqlfeed.connect(duckdb.connect())
-    rows, _, details = _sqlfeed_read(source, cfg.parquet_sql(), cfg.readers)
+    rows, _, details = sqlfeed_read(source, cfg.parquet_sql(), cfg.readers)
     return rows, time.perf_counter() - start, details
 
 
@@ -269,9 +245,9 @@ def _parquet_sqlfeed_key(cfg: Config) -> Outcome:
 
     import sqlfeed
 
-    start = _start()
+    start = harness.start()
     source = sqlfeed.connect(duckdb.connect())
-    rows, _, details = _sqlfeed_read(source, cfg.parquet_sql(), cfg.readers, key=RANGE_KEY)
+    rows, _, details = sqlfeed_read(source, cfg.parquet_sql(), cfg.readers, key=RANGE_KEY)
     return rows, time.perf_counter() - start, details
 
 
@@ -285,9 +261,12 @@ def _parquet_duckdb(cfg: Config) -> Outcome:
     """Raw DuckDB: ``duckdb.sql(...)`` over ``read_parquet`` into one Arrow table."""
     import duckdb
 
-    start = _start()
-    rows = int(_to_arrow_table(duckdb.sql(cfg.parquet_sql())).num_rows)
-    return rows, time.perf_counter() - start, {"version": duckdb.__version__}
+    start = harness.start()
+    table = _to_arrow_table(duckdb.sql(cfg.parquet_sql()))
+    seconds = time.perf_counter() - start
+    tally = Tally()
+    tally.add(table)
+    return tally.rows, seconds, {"version": duckdb.__version__, **tally.details()}
 
 
 def _duckdb_table_sqlfeed(cfg: Config) -> Outcome:
@@ -296,10 +275,10 @@ def _duckdb_table_sqlfeed(cfg: Config) -> Outcome:
 
     import sqlfeed
 
-    start = _start()
+    start = harness.start()
     source = sqlfeed.connect(duckdb.connect(cfg.duckdb_path, read_only=True))
     sql = SCAN_SQL.format(table=cfg.duckdb_table)
-    rows, _, details = _sqlfeed_read(source, sql, cfg.readers)
+    rows, _, details = sqlfeed_read(source, sql, cfg.readers)
     return rows, time.perf_counter() - start, details
 
 
@@ -307,66 +286,67 @@ def _duckdb_table_duckdb(cfg: Config) -> Outcome:
     """Raw DuckDB: the table into one Arrow table (read-only connection)."""
     import duckdb
 
-    start = _start()
+    start = harness.start()
     with duckdb.connect(cfg.duckdb_path, read_only=True) as con:
         table = _to_arrow_table(con.sql(SCAN_SQL.format(table=cfg.duckdb_table)))
-        rows = int(table.num_rows)
-    return rows, time.perf_counter() - start, {"version": duckdb.__version__}
+    seconds = time.perf_counter() - start
+    tally = Tally()
+    tally.add(table)
+    return tally.rows, seconds, {"version": duckdb.__version__, **tally.details()}
 
 
 CONTENDERS: dict[str, Contender] = {
     c.id: c
     for c in (
-        Contender("pg-sqlfeed", "postgres", "sqlfeed plan(auto) + Feeder", _pg_sqlfeed),
-        Contender("pg-connectorx", "postgres", "connectorx arrow, 2 partitions", _pg_connectorx),
-        Contender("pg-adbc", "postgres", "ADBC fetch_record_batch", _pg_adbc),
-        Contender("pg-pandas", "postgres", "pandas.read_sql (SQLAlchemy)", _pg_pandas),
-        Contender("parquet-sqlfeed", "duckdb-parquet", "sqlfeed auto + Feeder", _parquet_sqlfeed),
-        Contender(
+        harness.Contender(
+            "pg-sqlfeed", "sqlfeed plan(auto) + Feeder", _pg_sqlfeed, group="postgres"
+        ),
+        harness.Contender(
+            "pg-connectorx",
+            "connectorx arrow, 2 partitions",
+            _pg_connectorx,
+            group="postgres",
+            requires=("connectorx",),
+        ),
+        harness.Contender(
+            "pg-adbc",
+            "ADBC fetch_record_batch",
+            _pg_adbc,
+            group="postgres",
+            requires=("adbc_driver_postgresql",),
+        ),
+        harness.Contender(
+            "pg-pandas", "pandas.read_sql (SQLAlchemy)", _pg_pandas, group="postgres"
+        ),
+        harness.Contender(
+            "parquet-sqlfeed", "sqlfeed auto + Feeder", _parquet_sqlfeed, group="duckdb-parquet"
+        ),
+        harness.Contender(
             "parquet-sqlfeed-key",
-            "duckdb-parquet",
             "sqlfeed auto key=l_orderkey + Feeder",
             _parquet_sqlfeed_key,
+            group="duckdb-parquet",
         ),
-        Contender(
-            "parquet-duckdb", "duckdb-parquet", "duckdb.sql().to_arrow_table()", _parquet_duckdb
+        harness.Contender(
+            "parquet-duckdb",
+            "duckdb.sql().to_arrow_table()",
+            _parquet_duckdb,
+            group="duckdb-parquet",
         ),
-        Contender(
-            "duckdb-table-sqlfeed", "duckdb-table", "sqlfeed auto + Feeder", _duckdb_table_sqlfeed
+        harness.Contender(
+            "duckdb-table-sqlfeed",
+            "sqlfeed auto + Feeder",
+            _duckdb_table_sqlfeed,
+            group="duckdb-table",
         ),
-        Contender(
+        harness.Contender(
             "duckdb-table-duckdb",
-            "duckdb-table",
             "con.sql().to_arrow_table()",
             _duckdb_table_duckdb,
+            group="duckdb-table",
         ),
     )
 }
-
-
-def _child_main(name: str, config_json: str) -> int:
-    """Run one contender in this (fresh) process and print its result on stdout.
-
-    Args:
-        name: A key of :data:`CONTENDERS`.
-        config_json: A :class:`Config` as JSON.
-
-    Returns:
-        0, or 1 when the contender failed (the error is in the result).
-    """
-    cfg = Config(**json.loads(config_json))
-    contender = CONTENDERS[name]
-    result: dict[str, Any] = {"id": name}
-    try:
-        rows, seconds, details = contender.run(cfg)
-        result.update(rows=rows, seconds=seconds, details=details)
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    result["rss_after_imports_bytes"] = _BASELINE.get("rss_after_imports", -1)
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
 
 
 @dataclass
@@ -400,60 +380,43 @@ class Throughput:
     error: str | None = None
 
 
-def _run_child(contender: Contender, cfg: Config, timeout: float) -> dict[str, Any]:
-    """Run ``contender`` in a fresh interpreter; return its result dict."""
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.read_throughput",
-        "--child",
-        contender.id,
-        "--child-config",
-        json.dumps(asdict(cfg)),
-    ]
-    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
-
-
 def measure_throughput(
-    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
-) -> list[Throughput]:
-    """Run every contender ``repeat`` times, each run in its own subprocess.
+    contenders: Sequence[Contender],
+    cfg: Config,
+    repeat: int,
+    timeout: float,
+    check: bool = False,
+) -> tuple[list[Throughput], list[str]]:
+    """Run every contender ``repeat`` times (interleaved), each run in its own subprocess.
 
     Args:
         contenders: What to run.
         cfg: Connection details and files.
         repeat: Runs per contender; the fastest is kept (with its peak RSS).
         timeout: Seconds after which a child is killed.
+        check: Whether the children compute checksums.
 
     Returns:
-        One :class:`Throughput` per contender.
+        One :class:`Throughput` per contender, and the disagreements between the
+        contenders of one engine (rows; checksums when ``check``).
     """
+    measured = harness.measure(
+        "read_throughput", [(c, cfg) for c in contenders], repeat, timeout, check=check
+    )
     results = []
-    for contender in contenders:
-        best = Throughput(contender.id, contender.engine, contender.label)
-        for i in range(repeat):
-            outcome = _run_child(contender, cfg, timeout)
-            if "error" in outcome:
-                best.error = outcome["error"]
-                _progress(f"[{contender.id}] run {i + 1}/{repeat}: ERROR {best.error}")
-                break
-            seconds = float(outcome["seconds"])
-            best.runs.append(round(seconds, 3))
-            peak_mb = outcome["peak_rss_bytes"] / 2**20
-            details = {k: v for k, v in (outcome.get("details") or {}).items() if k != "reason"}
-            _progress(
-                f"[{contender.id}] run {i + 1}/{repeat}: {outcome['rows']} rows in "
-                f"{seconds:.2f}s, peak RSS {peak_mb:.0f} MB {details or ''}"
-            )
-            if best.rows < 0 or seconds < best.seconds:
-                best.rows = int(outcome["rows"])
-                best.seconds = seconds
-                best.rows_per_second = best.rows / seconds if seconds > 0 else 0.0
-                best.peak_rss_bytes = int(outcome["peak_rss_bytes"])
-                best.rss_after_imports_bytes = int(outcome.get("rss_after_imports_bytes", -1))
-                best.details = dict(outcome.get("details") or {})
+    for contender, got in zip(contenders, measured, strict=True):
+        best = Throughput(contender.id, contender.group, contender.label)
+        best.error = got.error or got.skipped
+        best.runs = [round(r.seconds, 3) for r in got.runs]
+        run = got.best_run
+        if run is not None:
+            best.rows, best.seconds = run.rows, run.seconds
+            best.rows_per_second = run.rows / run.seconds if run.seconds > 0 else 0.0
+            best.peak_rss_bytes = run.peak_rss_bytes
+            best.rss_after_imports_bytes = run.rss_after_imports_bytes
+            best.details = dict(run.details)
         results.append(best)
-    return results
+    return results, harness.agreement(measured)
 
 
 def format_throughput(results: Sequence[Throughput]) -> str:
@@ -493,7 +456,7 @@ def format_throughput(results: Sequence[Throughput]) -> str:
                 notes,
             )
         )
-    return _table(header, rows, right={3, 4, 5, 6, 7})
+    return harness.table(header, rows, right={3, 4, 5, 6, 7})
 
 
 # -- B: the cost of a plan ----------------------------------------------------------------
@@ -754,22 +717,7 @@ def format_plans(cells: Sequence[PlanCell]) -> str:
                 f"= {c.same_as} row" if c.same_as else "",
             )
         )
-    return _table(header, rows, right=set(range(3, 10)))
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    """Align ``rows`` under ``header`` (columns in ``right`` right-aligned)."""
-    lines = [tuple(header), *(tuple(r) for r in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for n, line in enumerate(lines):
-        texts = [
-            t.rjust(widths[i]) if i in right else t.ljust(widths[i]) for i, t in enumerate(line)
-        ]
-        out.append("  ".join(texts).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return harness.table(header, rows, right=set(range(3, 10)))
 
 
 # -- goals --------------------------------------------------------------------------------
@@ -1025,7 +973,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat, args.throughput_repeat = 0.01, 1, 1
+        args.partitions, args.strategies = [4], ["range"]
     if args.child is None:
         if args.repeat < 1 or args.throughput_repeat < 1 or args.readers < 1:
             parser.error("--repeat, --throughput-repeat and --readers must be >= 1")
@@ -1111,7 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     if args.child is not None:
-        return _child_main(args.child, args.child_config or "{}")
+        return harness.child_main(CONTENDERS, Config, args.child, args.child_config or "{}")
     started = time.perf_counter()
     load_before = os.getloadavg()
     _progress(
@@ -1121,12 +1073,14 @@ def main(argv: list[str] | None = None) -> int:
     _progress(f"TPC-H lineitem SF {args.scale:g}: {cfg.parquet}, {cfg.pg_table}, {cfg.duckdb_path}")
     only = args.only
     contenders = [c for c in CONTENDERS.values() if _selected(c.id, "throughput", only)]
-    need_pg = any(c.engine == "postgres" for c in contenders) or any(
+    need_pg = any(c.group == "postgres" for c in contenders) or any(
         _selected(f"plans-pg-{q}", "plans", only) for q in ("scan", "agg")
     )
     _warm_caches(cfg, need_pg)
 
-    results = measure_throughput(contenders, cfg, args.throughput_repeat, args.child_timeout)
+    results, disagreements = measure_throughput(
+        contenders, cfg, args.throughput_repeat, args.child_timeout, check=args.smoke
+    )
     cells, notes = _plan_sections(args, cfg, only)
     goals = evaluate_goals(results, cells)
     elapsed = time.perf_counter() - started
@@ -1138,6 +1092,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_after[0]:.2f} at end; total {elapsed:.0f}s)"
     )
     _print_report(results, cells, notes, goals)
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json is not None:
         doc = {
             "scale": args.scale,
@@ -1162,7 +1118,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
         _progress(f"wrote {args.json}")
-    failed = any(r.error for r in results) or any(c.rows_ok is False for c in cells)
+    failed = any(r.error and not r.error.startswith("not installed") for r in results)
+    failed = failed or any(c.rows_ok is False for c in cells)
+    failed = failed or bool(disagreements)
     return 1 if failed else 0
 
 

@@ -40,22 +40,17 @@ import fnmatch
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Contender, Outcome, Tally
 
 __all__ = ["CONTENDERS", "Config", "main"]
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@tf_feed@@ "
 """Prefix of the one stdout line on which a child process reports its result."""
 
 INT_COLUMNS = ("l_orderkey", "l_partkey", "l_suppkey", "l_linenumber")
@@ -89,10 +84,6 @@ class Config:
         return f"SELECT {', '.join(casts)} FROM {table}"
 
 
-Outcome = tuple[int, float, dict[str, Any]]
-"""(rows, seconds, details)."""
-
-
 def _tensorflow() -> Any:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
@@ -101,12 +92,30 @@ def _tensorflow() -> Any:
 
 
 def _consume(dataset: Any) -> int:
-    """The loop every contender is measured with: rows seen."""
-    rows = 0
+    """The loop every contender is measured with: rows seen (and, when checking, the sum
+    of ``l_orderkey`` kept for :func:`_checked`)."""
+    tally = Tally()
     for batch in dataset:
         features = batch[0] if isinstance(batch, tuple) else batch
-        rows += int(features["l_orderkey"].shape[0])
-    return rows
+        keys = features["l_orderkey"]
+        if tally.checksum is None:
+            tally.rows += int(keys.shape[0])
+        else:
+            tally.add_values(int(keys.shape[0]), keys)
+    _TALLY.append(tally)
+    return tally.rows
+
+
+_TALLY: list[Tally] = []
+"""The last loop's tally (one per child process)."""
+
+
+def _checked(outcome: Outcome) -> Outcome:
+    """``outcome`` with the loop's checksum in its details (when checking)."""
+    rows, seconds, details = outcome
+    if _TALLY:
+        details.update(_TALLY[-1].details())
+    return rows, seconds, details
 
 
 def _in_memory(cfg: Config, limit: int | None = None) -> dict[str, Any]:
@@ -213,77 +222,34 @@ def _row_generator(cfg: Config) -> Outcome:
     return rows, time.perf_counter() - start, {"subset_rows": total}
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One way of feeding the loop."""
+def _contender(
+    id: str, label: str, run: Callable[[Config], Outcome], partial: bool = False
+) -> Contender[Config]:
+    return Contender(
+        id, label, lambda cfg: _checked(run(cfg)), requires=("tensorflow",), partial=partial
+    )
 
-    id: str
-    label: str
-    run: Callable[[Config], Outcome]
 
-
-CONTENDERS: dict[str, Contender] = {
+CONTENDERS: dict[str, Contender[Config]] = {
     c.id: c
     for c in (
-        Contender("sqlfeed-duckdb", "sqlfeed.tf.dataset, DuckDB table", _sqlfeed_duckdb),
-        Contender("sqlfeed-postgres", "sqlfeed.tf.dataset, PostgreSQL", _sqlfeed_postgres),
-        Contender(
+        _contender("sqlfeed-duckdb", "sqlfeed.tf.dataset, DuckDB table", _sqlfeed_duckdb),
+        _contender("sqlfeed-postgres", "sqlfeed.tf.dataset, PostgreSQL", _sqlfeed_postgres),
+        _contender(
             "memory-generator", "from_generator of in-memory 1024-row batches", _memory_generator
         ),
-        Contender("memory-slices", "from_tensor_slices(columns).batch(1024)", _memory_slices),
-        Contender(
+        _contender("memory-slices", "from_tensor_slices(columns).batch(1024)", _memory_slices),
+        _contender(
             "pandas-postgres", "pandas.read_sql + from_tensor_slices, PostgreSQL", _pandas_postgres
         ),
-        Contender("row-generator", "per-row from_generator + batch (subset)", _row_generator),
+        _contender(
+            "row-generator",
+            "per-row from_generator + batch (subset)",
+            _row_generator,
+            partial=True,
+        ),
     )
 }
-
-
-def _child_main(name: str, config_json: str) -> int:
-    cfg = Config(**json.loads(config_json))
-    result: dict[str, Any] = {"id": name}
-    try:
-        rows, seconds, details = CONTENDERS[name].run(cfg)
-        result.update(rows=rows, seconds=seconds, details=details)
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
-
-
-def _run_child(name: str, cfg: Config, timeout: float) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.tf_feed",
-        "--child",
-        name,
-        "--child-config",
-        json.dumps(asdict(cfg)),
-    ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    try:
-        proc = subprocess.run(
-            command,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return {"id": name, "error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            if "error" in result:
-                sys.stderr.write(proc.stderr[-3000:])
-            return result
-    sys.stderr.write(proc.stderr[-3000:])
-    return {"id": name, "error": f"child exited with status {proc.returncode} and no result"}
 
 
 def _prepare(args: argparse.Namespace) -> Config:
@@ -323,6 +289,7 @@ def _report(results: dict[str, dict[str, Any]], cfg: Config, scale: float) -> st
     lines = [
         f"tf.data feed of TPC-H lineitem SF {scale:g} ({len(COLUMNS)} numeric columns, "
         f"batch {cfg.batch_size}), {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        harness.load_line(),
         "",
         f"{'contender':<18} {'what':<50} {'rows':>9} {'seconds':>8} {'rows/s':>11} {'peak RSS':>9}",
     ]
@@ -396,30 +363,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-config", help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best kept)")
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
-        return _child_main(args.child, args.child_config)
+        return harness.child_main(CONTENDERS, Config, args.child, args.child_config)
+    if args.smoke:
+        args.scale, args.repeat, args.row_rows = 0.01, 1, 5_000
     cfg = _prepare(args)
-    results: dict[str, dict[str, Any]] = {}
-    for name in CONTENDERS:
-        if not _selected(name, args.only):
-            continue
-        _progress(f"[{name}] running")
-        result = _run_child(name, cfg, args.timeout)
-        if "error" not in result:
-            result["rows_per_second"] = result["rows"] / max(result["seconds"], 1e-9)
-            _progress(
-                f"[{name}] {result['rows']} rows in {result['seconds']:.2f}s "
-                f"({result['rows_per_second']:,.0f} rows/s)"
-            )
-        else:
-            _progress(f"[{name}] ERROR {result['error']}")
-        results[name] = result
+    entries = [(c, cfg) for name, c in CONTENDERS.items() if _selected(name, args.only)]
+    measured = harness.measure("tf_feed", entries, args.repeat, args.timeout, check=args.smoke)
+    results = harness.summaries(measured)
+    disagreements = harness.agreement(measured)
     print(_report(results, cfg, args.scale))
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json:
         args.json.write_text(json.dumps({"config": asdict(cfg), "results": results}, indent=2))
-    failed = [name for name, result in results.items() if "error" in result]
-    return 1 if failed else 0
+    failed = [r.id for r in measured if r.error]
+    return 1 if failed or disagreements else 0
 
 
 if __name__ == "__main__":

@@ -36,27 +36,20 @@ import fnmatch
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Contender, Outcome, Tally
 from benchmarks.tf_feed import COLUMNS, Config
 
 __all__ = ["CONTENDERS", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@torch_feed@@ "
 GOAL_DUCKDB_VS_MEMORY = 0.5
-
-Outcome = tuple[int, float, dict[str, Any]]
-"""(rows, seconds, details)."""
 
 
 @dataclass(frozen=True)
@@ -66,13 +59,36 @@ class TorchConfig:
     base: Config
     workers: int = 2
 
+    @classmethod
+    def from_json(cls, base: dict[str, Any], workers: int = 2) -> TorchConfig:
+        """Rebuild the config from its JSON object (the child's side)."""
+        return cls(Config(**base), workers)
+
 
 def _consume(loader: Any) -> int:
-    """The loop every contender is measured with: rows seen."""
-    rows = 0
+    """The loop every contender is measured with: rows seen (and, when checking, the sum
+    of ``l_orderkey`` kept for :func:`_checked`)."""
+    tally = Tally()
     for batch in loader:
-        rows += len(batch["l_orderkey"])
-    return rows
+        keys = batch["l_orderkey"]
+        if tally.checksum is None:
+            tally.rows += len(keys)
+        else:
+            tally.add_values(len(keys), keys)
+    _TALLY.append(tally)
+    return tally.rows
+
+
+_TALLY: list[Tally] = []
+"""The last loop's tally (one per child process)."""
+
+
+def _checked(outcome: Outcome) -> Outcome:
+    """``outcome`` with the loop's checksum in its details (when checking)."""
+    rows, seconds, details = outcome
+    if _TALLY:
+        details.update(_TALLY[-1].details())
+    return rows, seconds, details
 
 
 def _in_memory(cfg: Config) -> dict[str, Any]:
@@ -164,81 +180,30 @@ def _pandas_postgres(tcfg: TorchConfig) -> Outcome:
     return rows, time.perf_counter() - start, {"read_seconds": round(read, 3)}
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One way of feeding the loop."""
-
-    id: str
-    label: str
-    run: Callable[[TorchConfig], Outcome]
-    postgres: bool = False
+def _contender(
+    id: str, label: str, run: Callable[[TorchConfig], Outcome]
+) -> Contender[TorchConfig]:
+    return Contender(id, label, lambda cfg: _checked(run(cfg)), requires=("torch",))
 
 
-CONTENDERS: dict[str, Contender] = {
+CONTENDERS: dict[str, Contender[TorchConfig]] = {
     c.id: c
     for c in (
-        Contender("sqlfeed-duckdb", "sqlfeed.torch.SQLDataset, DuckDB file", _sqlfeed_duckdb),
-        Contender(
-            "sqlfeed-postgres",
-            "sqlfeed.torch.SQLDataset, PostgreSQL",
-            _sqlfeed_postgres,
-            postgres=True,
-        ),
-        Contender("memory-batches", "in-memory tensors, 1024-row index batches", _memory_batches),
-        Contender(
+        _contender("sqlfeed-duckdb", "sqlfeed.torch.SQLDataset, DuckDB file", _sqlfeed_duckdb),
+        _contender("sqlfeed-postgres", "sqlfeed.torch.SQLDataset, PostgreSQL", _sqlfeed_postgres),
+        _contender("memory-batches", "in-memory tensors, 1024-row index batches", _memory_batches),
+        _contender(
             "memory-tensordataset",
             "TensorDataset + DataLoader(batch_size=1024)",
             _memory_tensordataset,
         ),
-        Contender(
-            "pandas-postgres",
-            "pandas.read_sql + TensorDataset, PostgreSQL",
-            _pandas_postgres,
-            postgres=True,
+        _contender(
+            "pandas-postgres", "pandas.read_sql + TensorDataset, PostgreSQL", _pandas_postgres
         ),
     )
 }
-
-
-def _child_main(name: str, config_json: str) -> int:
-    raw = json.loads(config_json)
-    tcfg = TorchConfig(Config(**raw["base"]), raw["workers"])
-    result: dict[str, Any] = {"id": name}
-    try:
-        rows, seconds, details = CONTENDERS[name].run(tcfg)
-        result.update(rows=rows, seconds=seconds, details=details)
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
-
-
-def _run_child(name: str, tcfg: TorchConfig, timeout: float) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.torch_feed",
-        "--child",
-        name,
-        "--child-config",
-        json.dumps(asdict(tcfg)),
-    ]
-    try:
-        proc = subprocess.run(
-            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"id": name, "error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            if "error" in result:
-                sys.stderr.write(proc.stderr[-3000:])
-            return result
-    sys.stderr.write(proc.stderr[-3000:])
-    return {"id": name, "error": f"child exited with status {proc.returncode} and no result"}
+POSTGRES = ("sqlfeed-postgres", "pandas-postgres")
+"""The contenders that read PostgreSQL (its table is loaded only when one is selected)."""
 
 
 def _selected(name: str, only: Sequence[str] | None) -> bool:
@@ -253,7 +218,7 @@ def _prepare(args: argparse.Namespace) -> TorchConfig:
     duckdb_path = args.cache_dir / "tpch.duckdb"
     duckdb_table = tpch.load_duckdb(duckdb_path, parquet, tpch.table_name("lineitem", args.scale))
     pg_table = ""
-    if any(c.postgres and _selected(c.id, args.only) for c in CONTENDERS.values()):
+    if any(_selected(name, args.only) for name in POSTGRES):
         pg_table = tpch.load_postgres(args.pg_url, parquet, "lineitem", args.scale)
     base = Config(
         pg_url=args.pg_url,
@@ -272,6 +237,7 @@ def _report(results: dict[str, dict[str, Any]], tcfg: TorchConfig, scale: float)
         f"torch DataLoader feed of TPC-H lineitem SF {scale:g} ({len(COLUMNS)} numeric columns, "
         f"batch {tcfg.base.batch_size}), {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}",
+        harness.load_line(),
         "",
         f"{'contender':<21} {'what':<46} {'rows':>9} {'seconds':>8} {'rows/s':>11} {'peak RSS':>9}",
     ]
@@ -335,29 +301,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-config", help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best kept)")
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
-        return _child_main(args.child, args.child_config)
+        return harness.child_main(CONTENDERS, TorchConfig.from_json, args.child, args.child_config)
+    if args.smoke:
+        args.scale, args.repeat = 0.01, 1
     tcfg = _prepare(args)
-    results: dict[str, dict[str, Any]] = {}
-    for name in CONTENDERS:
-        if not _selected(name, args.only):
-            continue
-        _progress(f"[{name}] running")
-        result = _run_child(name, tcfg, args.timeout)
-        if "error" not in result:
-            result["rows_per_second"] = result["rows"] / max(result["seconds"], 1e-9)
-            _progress(
-                f"[{name}] {result['rows']} rows in {result['seconds']:.2f}s "
-                f"({result['rows_per_second']:,.0f} rows/s)"
-            )
-        else:
-            _progress(f"[{name}] ERROR {result['error']}")
-        results[name] = result
+    entries = [(c, tcfg) for name, c in CONTENDERS.items() if _selected(name, args.only)]
+    measured = harness.measure("torch_feed", entries, args.repeat, args.timeout, check=args.smoke)
+    results = harness.summaries(measured)
+    disagreements = harness.agreement(measured)
     print(_report(results, tcfg, args.scale))
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json:
         args.json.write_text(json.dumps({"config": asdict(tcfg), "results": results}, indent=2))
-    return 1 if any("error" in r for r in results.values()) else 0
+    return 1 if disagreements or any(r.error for r in measured) else 0
 
 
 if __name__ == "__main__":
