@@ -361,6 +361,8 @@ def measure(
                 checksum=got.get("checksum"),
                 details=dict(got.get("details") or {}),
             )
+            if after is not None:
+                after(contender, cfg, run)
             first = result.runs[0] if result.runs else run
             if (run.rows, run.checksum) != (first.rows, first.checksum):
                 result.error = (
@@ -368,8 +370,6 @@ def measure(
                     f"run 1 {first.rows} ({first.checksum})"
                 )
             result.runs.append(run)
-            if after is not None:
-                after(contender, cfg, run)
             progress(
                 f"{tag}: {run.rows:,} rows in {run.seconds:.2f}s, "
                 f"peak RSS {run.peak_rss_bytes / 2**20:,.0f} MB"

@@ -41,23 +41,17 @@ import json
 import os
 import platform
 import shutil
-import sys
 import time
-import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Contender, Outcome, Run
 
 __all__ = ["CONTENDERS", "Job", "Measurement", "format_table", "main", "measure"]
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@reshard@@ "
-"""Prefix of the one stdout line on which a child process reports its result."""
 
 CONTENDERS = ("sqlfeed", "sqlfeed-limited", "pandas", "pandas-arrow")
 TOLERANCE = 0.10
@@ -86,14 +80,14 @@ class Job:
     threads: int | None = None
 
 
-Outcome = dict[str, Any]
+def _sqlfeed(job: Job) -> dict[str, Any]:
+    import duckdb
 
-
-def _sqlfeed(job: Job) -> Outcome:
     from sqlfeed.shards.reshard import reshard
 
+    duckdb.connect().close()
     path = job.parquet.replace("'", "''")
-    start = time.perf_counter()
+    start = harness.start()
     metrics = reshard(
         f"SELECT * FROM read_parquet('{path}')",
         out=job.out,
@@ -115,10 +109,10 @@ def _sqlfeed(job: Job) -> Outcome:
     }
 
 
-def _pandas(job: Job) -> Outcome:
+def _pandas(job: Job) -> dict[str, Any]:
     import pandas
 
-    start = time.perf_counter()
+    start = harness.start()
     if job.contender == "pandas-arrow":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -159,33 +153,21 @@ def _pandas(job: Job) -> Outcome:
     }
 
 
-def _child_main(job_json: str) -> int:
-    """Run one job in this (fresh) process and print its result on stdout."""
-    job = Job(**json.loads(job_json))
-    result: dict[str, Any] = {}
-    if job.contender.startswith("pandas"):
-        import pandas  # noqa: F401
-    else:
-        import duckdb
+def _outcome(run: Callable[[Job], dict[str, Any]]) -> Callable[[Job], Outcome]:
+    """``run``'s result dict as an :data:`~benchmarks.harness.Outcome`."""
 
-        import sqlfeed.shards.reshard  # noqa: F401
+    def outcome(job: Job) -> Outcome:
+        got = run(job)
+        return int(got["rows"]), float(got["seconds"]), dict(got.get("details") or {})
 
-        duckdb.connect().close()
-    before = _status_bytes("VmRSS")
-    try:
-        result.update((_pandas if job.contender.startswith("pandas") else _sqlfeed)(job))
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    result["rss_after_imports_bytes"] = before
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
+    return outcome
 
 
-def _run_child(job: Job, timeout: float) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.reshard", "--child", json.dumps(asdict(job))]
-    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
+RUNNERS: dict[str, Contender[Job]] = {
+    name: Contender(name, name, _outcome(_pandas if name.startswith("pandas") else _sqlfeed))
+    for name in CONTENDERS
+}
+"""Every contender, run through :mod:`benchmarks.harness` (a job is its config)."""
 
 
 @dataclass
@@ -223,38 +205,54 @@ class Measurement:
         return f"{min(sizes) / 1e6:.1f}-{max(sizes) / 1e6:.1f} MB"
 
 
-def measure(jobs: Sequence[Job], repeat: int, timeout: float, keep: bool) -> list[Measurement]:
-    """Run every job ``repeat`` times, each run in its own subprocess; keep the fastest."""
+def _clear(contender: Contender[Job], job: Job) -> None:
+    shutil.rmtree(job.out, ignore_errors=True)
+
+
+def _inspect(contender: Contender[Job], job: Job, run: Run) -> None:
+    """Record what the run wrote: shard sizes, a valid shardset, the checksum when asked."""
+    shards = sorted(Path(job.out).glob("shard.*.parquet"))
+    run.details["shard_bytes"] = [p.stat().st_size for p in shards]
+    if job.contender.startswith("sqlfeed"):
+        run.details["valid_shardset"] = _valid(job.out)
+    if harness.checking() and shards:
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        keys = ds.dataset([str(p) for p in shards]).to_table(columns=["l_orderkey"])
+        run.checksum = int(pc.sum(keys.column(0)).as_py() or 0)
+
+
+def measure(
+    jobs: Sequence[Job], repeat: int, timeout: float, keep: bool, check: bool = False
+) -> list[Measurement]:
+    """Run every job ``repeat`` times (interleaved), each run in its own subprocess; keep
+    the fastest. With ``check``, every run's shards are summed (``l_orderkey``): they must
+    hold the same rows as every other contender's."""
+    if check:
+        os.environ[harness.CHECK_ENV] = "1"
+    entries = [(RUNNERS[job.contender], job) for job in jobs]
+    measured = harness.measure(
+        "reshard", entries, repeat, timeout, check=check, before=_clear, after=_inspect
+    )
     results = []
-    for job in jobs:
+    for job, got in zip(jobs, measured, strict=True):
         best = Measurement(job.contender)
-        for i in range(repeat):
-            shutil.rmtree(job.out, ignore_errors=True)
-            outcome = _run_child(job, timeout)
-            if "error" in outcome:
-                best.error = outcome["error"]
-                _progress(f"[{job.contender}] run {i + 1}/{repeat}: ERROR {best.error}")
-                break
-            seconds = float(outcome["seconds"])
-            best.runs.append(round(seconds, 3))
-            _progress(
-                f"[{job.contender}] run {i + 1}/{repeat}: {outcome['rows']} rows in "
-                f"{seconds:.2f}s, peak RSS {outcome['peak_rss_bytes'] / 2**20:.0f} MB"
-            )
-            if best.rows < 0 or seconds < best.seconds:
-                best.rows = int(outcome["rows"])
-                best.seconds = seconds
-                best.peak_rss_bytes = int(outcome["peak_rss_bytes"])
-                best.rss_after_imports_bytes = int(outcome.get("rss_after_imports_bytes", -1))
-                best.details = dict(outcome.get("details") or {})
-                best.shard_bytes = [
-                    p.stat().st_size for p in sorted(Path(job.out).glob("shard.*.parquet"))
-                ]
-                if job.contender.startswith("sqlfeed"):
-                    best.details["valid_shardset"] = _valid(job.out)
+        best.error = got.error or got.skipped
+        best.runs = [round(r.seconds, 3) for r in got.runs]
+        run = got.best_run
+        if run is not None:
+            best.rows, best.seconds = run.rows, run.seconds
+            best.peak_rss_bytes = run.peak_rss_bytes
+            best.rss_after_imports_bytes = run.rss_after_imports_bytes
+            best.details = dict(run.details)
+            best.shard_bytes = best.details.pop("shard_bytes", [])
         if not keep:
             shutil.rmtree(job.out, ignore_errors=True)
         results.append(best)
+    for problem in harness.agreement(measured):
+        _progress(f"DISAGREE: {problem}")
+        results[0].error = results[0].error or f"contenders disagree: {problem}"
     return results
 
 
@@ -299,7 +297,7 @@ def format_table(results: Sequence[Measurement], target: int) -> str:
         "max off target",
         "phases",
     )
-    lines = [header]
+    lines: list[tuple[str, ...]] = []
     pandas = _find(results, "pandas")
     for m in results:
         if m.error is not None:
@@ -324,15 +322,7 @@ def format_table(results: Sequence[Measurement], target: int) -> str:
                 phases,
             )
         )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    right = {1, 2, 3, 4, 5, 6, 8}
-    out = []
-    for n, row in enumerate(lines):
-        text = [t.rjust(widths[i]) if i in right else t.ljust(widths[i]) for i, t in enumerate(row)]
-        out.append("  ".join(text).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return harness.table(header, lines, right={1, 2, 3, 4, 5, 6, 8})
 
 
 def sanity_checks(results: Sequence[Measurement], rows: int, target: int) -> list[str]:
@@ -371,7 +361,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=None, help="TPC-H data cache")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat, args.shard_size = 0.01, 1, "512KB"
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     return args
@@ -381,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table and the checks, optionally write JSON."""
     args = _parse_args(argv)
     if args.child is not None:
-        return _child_main(args.child)
+        return harness.child_main(RUNNERS, Job, args.child, args.child_config)
     import pyarrow.parquet as pq
 
     from benchmarks.tpch import DEFAULT_CACHE_DIR, lineitem_parquet, scale_tag
@@ -411,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for contender in dict.fromkeys(args.contenders)
     ]
-    results = measure(jobs, args.repeat, args.child_timeout, args.keep)
+    results = measure(jobs, args.repeat, args.child_timeout, args.keep, check=args.smoke)
     if not args.keep:
         shutil.rmtree(outputs, ignore_errors=True)
         with contextlib.suppress(OSError):

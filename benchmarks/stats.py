@@ -50,27 +50,24 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Contender
 
 __all__ = ["COLUMNS", "CONTENDERS", "ENGINES", "Job", "Measurement", "main", "measure"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@stats@@ "
-"""Prefix of the one stdout line on which a child process reports its result."""
-
 ENGINES = ("postgres", "duckdb")
 CONTENDERS = ("pushdown", "sample", "accumulate", "pandas")
-SA_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+SA_URL = os.environ.get(
+    "SQLFEED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+).replace("postgresql://", "postgresql+psycopg://", 1)
+"""The tests' PostgreSQL (``SQLFEED_TEST_POSTGRES_URL``) as a SQLAlchemy URL."""
 
 NUMERIC = ("l_quantity", "l_extendedprice", "l_discount", "l_tax")
 CATEGORICAL = ("l_returnflag", "l_linestatus", "l_shipmode", "l_shipinstruct")
@@ -119,15 +116,6 @@ class Job:
 Outcome = dict[str, Any]
 """What a contender returns: rows, seconds, the checked values and details."""
 
-_BASELINE: dict[str, int] = {}
-"""``rss_after_imports``: the child's RSS when its contender started the clock."""
-
-
-def _start() -> float:
-    """Record the RSS after the contender's imports and return the start time."""
-    _BASELINE["rss_after_imports"] = _status_bytes("VmRSS")
-    return time.perf_counter()
-
 
 def _sqlfeed(job: Job) -> Outcome:
     """``sqlfeed.compute_stats`` with the job's method; the steps are timed too."""
@@ -158,7 +146,7 @@ def _sqlfeed(job: Job) -> Outcome:
             shown[0] = now
             _progress(f"{job.label} {step} ({now - start:.1f}s)")
 
-    start = _start()
+    start = harness.start()
     source = sqlfeed.connect(job.url)
     try:
         connected = time.perf_counter()
@@ -194,7 +182,7 @@ def _pandas(job: Job) -> Outcome:
     if job.engine == "postgres":
         import sqlalchemy
 
-        start = _start()
+        start = harness.start()
         engine = sqlalchemy.create_engine(job.url)
         try:
             frame = pandas.read_sql(job.sql, engine, parse_dates=[DATE])
@@ -203,7 +191,7 @@ def _pandas(job: Job) -> Outcome:
     else:
         import duckdb
 
-        start = _start()
+        start = harness.start()
         relation: Any = duckdb.sql(job.sql)
         frame = relation.df()
     read = time.perf_counter()
@@ -237,32 +225,27 @@ RUNNERS: dict[str, Callable[[Job], Outcome]] = {
 }
 
 
-def _child_main(job_json: str) -> int:
-    """Run one job in this (fresh) process and print its result on stdout.
+def _outcome(run: Callable[[Job], Outcome]) -> Callable[[Job], harness.Outcome]:
+    """``run``'s result dict as a harness outcome (the checked values in the details)."""
 
-    Args:
-        job_json: A :class:`Job` as JSON.
+    def outcome(job: Job) -> harness.Outcome:
+        got = run(job)
+        details = dict(got.get("details") or {})
+        details["checked"] = {k: got[k] for k in ("mean", "vocabulary", "vocabulary_counts")}
+        return int(got["rows"]), float(got["seconds"]), details
 
-    Returns:
-        0, or 1 when the contender failed (the error is in the result).
-    """
-    job = Job(**json.loads(job_json))
-    result: dict[str, Any] = {}
-    try:
-        result.update(RUNNERS[job.contender](job))
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    result["rss_after_imports_bytes"] = _BASELINE.get("rss_after_imports", -1)
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
+    return outcome
 
 
-def _run_child(job: Job, timeout: float) -> dict[str, Any]:
-    """Run ``job`` in a fresh interpreter; return its result dict."""
-    command = [sys.executable, "-m", "benchmarks.stats", "--child", json.dumps(asdict(job))]
-    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
+CONTENDER_TABLE: dict[str, Contender[Job]] = {
+    f"{engine}-{name}": Contender(
+        f"{engine}-{name}", name, _outcome(RUNNERS[name]), group=engine, partial=name == "sample"
+    )
+    for engine in ENGINES
+    for name in CONTENDERS
+}
+"""``<engine>-<contender>``, run through :mod:`benchmarks.harness` (a job is its config);
+the contenders of one engine describe the same rows (``sample`` a part of them)."""
 
 
 # -- the parent: runs, table, checks -------------------------------------------------------
@@ -302,7 +285,7 @@ class Measurement:
 
 
 def measure(jobs: Sequence[Job], repeat: int, timeout: float) -> list[Measurement]:
-    """Run every job ``repeat`` times, each run in its own subprocess.
+    """Run every job ``repeat`` times (interleaved), each run in its own subprocess.
 
     Args:
         jobs: What to run.
@@ -310,33 +293,29 @@ def measure(jobs: Sequence[Job], repeat: int, timeout: float) -> list[Measuremen
         timeout: Seconds after which a child is killed.
 
     Returns:
-        One :class:`Measurement` per job.
+        One :class:`Measurement` per job (a disagreement on rows is an error).
     """
+    entries = [(CONTENDER_TABLE[f"{job.engine}-{job.contender}"], job) for job in jobs]
+    measured = harness.measure("stats", entries, repeat, timeout)
     results = []
-    for job in jobs:
+    for job, got in zip(jobs, measured, strict=True):
         best = Measurement(job.engine, job.contender)
-        for i in range(repeat):
-            outcome = _run_child(job, timeout)
-            if "error" in outcome:
-                best.error = outcome["error"]
-                _progress(f"{job.label} run {i + 1}/{repeat}: ERROR {best.error}")
-                break
-            seconds = float(outcome["seconds"])
-            best.runs.append(round(seconds, 3))
-            _progress(
-                f"{job.label} run {i + 1}/{repeat}: {outcome['rows']} rows in {seconds:.2f}s, "
-                f"peak RSS {outcome['peak_rss_bytes'] / 2**20:.0f} MB"
-            )
-            if best.rows < 0 or seconds < best.seconds:
-                best.rows = int(outcome["rows"])
-                best.seconds = seconds
-                best.peak_rss_bytes = int(outcome["peak_rss_bytes"])
-                best.rss_after_imports_bytes = int(outcome.get("rss_after_imports_bytes", -1))
-                best.mean = outcome.get("mean")
-                best.vocabulary = list(outcome.get("vocabulary") or [])
-                best.vocabulary_counts = list(outcome.get("vocabulary_counts") or [])
-                best.details = dict(outcome.get("details") or {})
+        best.error = got.error or got.skipped
+        best.runs = [round(r.seconds, 3) for r in got.runs]
+        run = got.best_run
+        if run is not None:
+            best.rows, best.seconds = run.rows, run.seconds
+            best.peak_rss_bytes = run.peak_rss_bytes
+            best.rss_after_imports_bytes = run.rss_after_imports_bytes
+            best.details = dict(run.details)
+            checked = best.details.pop("checked", {})
+            best.mean = checked.get("mean")
+            best.vocabulary = list(checked.get("vocabulary") or [])
+            best.vocabulary_counts = list(checked.get("vocabulary_counts") or [])
         results.append(best)
+    for problem in harness.agreement(measured):
+        _progress(f"DISAGREE: {problem}")
+        results[0].error = results[0].error or f"contenders disagree: {problem}"
     return results
 
 
@@ -382,7 +361,7 @@ def format_table(results: Sequence[Measurement]) -> str:
         "rows",
         "notes",
     )
-    lines = [header]
+    lines: list[tuple[str, ...]] = []
     for m in results:
         if m.error is not None:
             lines.append((m.engine, m.contender, "-", "-", "-", "-", "-", "-", m.error))
@@ -409,15 +388,7 @@ def format_table(results: Sequence[Measurement]) -> str:
                 notes,
             )
         )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    right = {2, 3, 4, 5, 6, 7}
-    out = []
-    for n, row in enumerate(lines):
-        text = [t.rjust(widths[i]) if i in right else t.ljust(widths[i]) for i, t in enumerate(row)]
-        out.append("  ".join(text).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return harness.table(header, lines, right={2, 3, 4, 5, 6, 7})
 
 
 @dataclass
@@ -581,7 +552,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=None, help="TPC-H data cache")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat, args.sample_rows = 0.01, 1, 10_000
     if args.repeat < 1 or args.readers < 1 or args.sample_rows < 1:
         parser.error("--repeat, --readers and --sample-rows must be >= 1")
     if args.partitions is not None and args.partitions < 1:
@@ -600,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     if args.child is not None:
-        return _child_main(args.child)
+        return harness.child_main(CONTENDER_TABLE, Job, args.child, args.child_config)
     # Imported here, not at the top: a child process imports only its contender's modules.
     from benchmarks.tpch import DEFAULT_CACHE_DIR, lineitem_parquet, load_postgres
 
