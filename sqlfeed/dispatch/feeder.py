@@ -1,30 +1,36 @@
-"""The job-mode Feeder (:class:`sqlfeed.Feeder`): a Feeder that can pull its partitions from a job.
+"""The one public Feeder (:class:`sqlfeed.Feeder`): static share or job, and job creation.
 
-With ``job=...`` it creates the job in a lease queue (if it does not exist yet) and hands
-the feed layer's :class:`~sqlfeed.feed.feeder.Feeder` a :class:`~sqlfeed.dispatch.worker.Worker`
-of that job as its leased partitions; without, it is that Feeder reading its static share.
+Without ``job=...`` it is the feed layer's
+:class:`~sqlfeed.feed.feeder.PartitionFeeder` reading its static share of the plan; with
+it, it creates the job in a lease queue (if it does not exist yet, :func:`create_job`,
+shared with :mod:`sqlfeed.torch` and ``sqlfeed job create``) and hands that Feeder a
+:class:`~sqlfeed.dispatch.worker.Worker` of the job as its leased partitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 from dialects import InvalidArgumentError
 from sqlfeed.dispatch.backends import open_queue
-from sqlfeed.dispatch.queue import JobSpec
+from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.dispatch.worker import Worker
-from sqlfeed.feed import feeder
-from sqlfeed.feed.feeder import Progress
-from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
+from sqlfeed.feed.feeder import PartitionFeeder
+from sqlfeed.feed.options import JobFeederKeywords, JobOptions, ReadOptions, read_options
+from sqlfeed.io import Source
 from sqlfeed.plans.model import Plan
 
-__all__ = ["Feeder"]
+__all__ = ["Feeder", "create_job"]
 
 
-class Feeder(feeder.Feeder):
-    """Batches of a query's rows, for training loops.
+class Feeder(PartitionFeeder):
+    """Batches of a query's rows, for training loops: a static share, or a job's partitions.
+
+    >>> import sqlfeed
+    >>> feeder = sqlfeed.Feeder("SELECT range AS x FROM range(10)", batch_size=4, partitions=2)
+    >>> [len(batch) for batch in feeder]
+    [4, 4, 2]
 
     Args:
         query: a SQL SELECT, or a :class:`Plan` made by :func:`sqlfeed.plan`.
@@ -34,39 +40,37 @@ class Feeder(feeder.Feeder):
             columns make them float with NaN, as in pandas).
         batch_size: rows per batch (the last of an epoch may be smaller unless
             ``drop_remainder``); None: batches as the database delivers them.
-        shuffle_buffer: rows mixed at random before batching (0: no record shuffle).
-            The partition order is shuffled too whenever this is > 0 or ``shuffle``.
-        shuffle: visit the partitions in a seeded random order (default: when
-            shuffle_buffer > 0).
-        shuffle_window: the partition order of a ``fragments`` plan instead: 0 storage
-            order, -1 a seeded shuffle of all fragments, k > 0 files shuffled and then
-            fragments shuffled within windows of k (see
-            :func:`sqlfeed.plans.model.fragment_order`); seeded, different every epoch.
-        seed: makes the partition order and the shuffle repeatable; each epoch differs.
-        readers: partitions read ahead at once, each by its own thread and connection.
         rank, world_size: this worker's static share of the partitions.
-        epochs: passes over the data when iterating the feeder.
-        drop_remainder: drop each epoch's last, smaller batch.
-        progress: called with a :class:`Progress` after each partition.
-        job: pull partitions dynamically from this job of the lease ``queue`` (created
-            from the plan, epochs, seed, lease_ttl and order if it does not exist yet;
-            every worker may create it). Batches never span partitions then, and there
-            is no record shuffle across partitions (the partition order is shuffled).
-        queue: the lease queue's URL (``sqlite:///state.db``, PostgreSQL, MySQL,
-            ``memory://``) or object; default ``memory://``.
-        worker_id: this worker's unique name in the job (default: host, pid, random).
-        lease_ttl: seconds a lease lives without a heartbeat.
-        order: hand-out order within an epoch: ``shuffle`` (seeded), ``lpt`` (largest
-            first) or ``index``.
-        even_batches: with ``job``, every one of ``replicas`` workers delivers the same
-            number of batches per epoch, rows // (replicas x batch_size), so synchronous
-            replicas stay in lockstep; the rows left over are dropped (a batch may be
-            short at the end of a partition).
-        replicas: the number of synchronous replicas, for ``even_batches``.
         state: static mode: resume from what :meth:`state_dict` returned (the rows after
             the restore are exactly those the uninterrupted run would have delivered).
-        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
-            strategy, key, target_rows, workers, scratch, allow_unstable, strict).
+        **options: the keywords of the option groups every facade shares
+            (:mod:`sqlfeed.feed.options`, one default each):
+
+            * read (:class:`~sqlfeed.feed.options.ReadOptions`): ``shuffle_buffer`` (rows
+              mixed at random before batching, in seeded windows; 0: none),
+              ``shuffle`` (a seeded partition order; default: when shuffle_buffer > 0),
+              ``shuffle_window`` (a ``fragments`` plan's order), ``seed``, ``readers``
+              (partitions read ahead at once, default 2), ``read_batch_rows``,
+              ``epochs``, ``drop_remainder``, ``merge_reads`` (adjacent partitions that
+              cut one sequence read by one query), ``snapshot`` (every epoch inside one
+              snapshot of the data; see :mod:`sqlfeed.feed.snapshots`), ``progress``
+              (called with a :class:`~sqlfeed.feed.feeder.Progress` after each query);
+            * job (:class:`~sqlfeed.feed.options.JobOptions`): ``job`` (pull partitions
+              dynamically from this job of the lease ``queue``, created from the plan,
+              epochs, seed, lease_ttl and order if it does not exist yet; batches never
+              span partitions then, and there is no record shuffle), ``queue`` (URL or
+              object; default ``memory://``), ``worker_id``, ``lease_ttl``, ``order``
+              (``shuffle``, ``lpt`` or ``index``), ``even_batches`` and ``replicas``
+              (every one of ``replicas`` workers delivers rows // (replicas x
+              batch_size) batches per epoch, so synchronous replicas stay in lockstep);
+            * for a SQL query, the :class:`~sqlfeed.feed.options.PlanOptions` of
+              :func:`sqlfeed.plan` (``partitions``, ``strategy``, ``key``,
+              ``target_rows``, ``workers``, ``scratch``, ``allow_unstable``,
+              ``sample_rows``, ``strict``).
+
+    Raises:
+        InvalidArgumentError: a bad or unknown option (the closest known name is named),
+            or static options a job cannot honour (``shuffle_buffer``, ``rank``).
     """
 
     def __init__(
@@ -76,111 +80,96 @@ class Feeder(feeder.Feeder):
         *,
         format: str = "arrow",
         batch_size: int | None = None,
-        shuffle_buffer: int = 0,
-        shuffle: bool | None = None,
-        seed: int = 0,
-        readers: int = 2,
         rank: int = 0,
         world_size: int = 1,
-        epochs: int = 1,
-        drop_remainder: bool = False,
-        read_batch_rows: int = DEFAULT_BATCH_ROWS,
-        progress: Callable[[Progress], None] | None = None,
-        job: str | None = None,
-        queue: Any = None,
-        worker_id: str | None = None,
-        lease_ttl: float = 60.0,
-        order: str = "shuffle",
-        even_batches: bool = False,
-        replicas: int | None = None,
-        shuffle_window: int | None = None,
         state: Mapping[str, Any] | None = None,
-        **plan_options: Any,
+        **options: Unpack[JobFeederKeywords],
     ) -> None:
-        job_options = None
-        if job is not None:
-            job_options = _JobOptions(
-                job=job,
-                queue=queue,
-                worker_id=worker_id,
-                lease_ttl=lease_ttl,
-                order=order,
-                even_batches=even_batches,
-                replicas=replicas,
-                epochs=epochs,
-                seed=seed,
-                batch_size=batch_size,
-                shuffle_buffer=shuffle_buffer,
-                rank=rank,
-                world_size=world_size,
-            )
+        job = JobOptions.from_kwargs(options)
+        read = read_options(None, batch_size, options)
+        if job.dynamic:
+            _check_static(read, rank, world_size)
+        rest = {k: v for k, v in options.items() if k not in JobOptions.names()}
         super().__init__(
             query,
             source,
             format=format,
             batch_size=batch_size,
-            shuffle_buffer=shuffle_buffer,
-            shuffle=shuffle,
-            seed=seed,
-            readers=readers,
             rank=rank,
             world_size=world_size,
-            epochs=epochs,
-            drop_remainder=drop_remainder,
-            read_batch_rows=read_batch_rows,
-            progress=progress,
-            shuffle_window=shuffle_window,
-            leased=None if job_options is None else job_options.join,
+            leased=None if not job.dynamic else lambda plan, src: _join(job, read, plan, src),
             state=state,
-            **plan_options,
+            **rest,  # type: ignore[arg-type]
         )
 
 
-@dataclass(frozen=True)
-class _JobOptions:
-    """A Feeder's ``job=...`` options, and the static ones a job cannot honour."""
+def _check_static(read: ReadOptions, rank: int, world_size: int) -> None:
+    """Refuse the static options a job cannot honour."""
+    if read.shuffle_buffer:
+        raise InvalidArgumentError(
+            "shuffle_buffer mixes rows across partitions, which a job acknowledges one "
+            "by one: with job=..., the partition order is shuffled instead"
+        )
+    if world_size != 1 or rank != 0:
+        raise InvalidArgumentError("rank/world_size split statically; a job splits itself")
 
-    job: str
-    queue: Any
-    worker_id: str | None
-    lease_ttl: float
-    order: str
-    even_batches: bool
-    replicas: int | None
-    epochs: int
-    seed: int
-    batch_size: int | None
-    shuffle_buffer: int
-    rank: int
-    world_size: int
 
-    def join(self, plan: Plan, source: Source) -> Worker:
-        """Create the job from ``plan`` unless it exists, and return a Worker of it."""
-        if self.shuffle_buffer:
-            raise InvalidArgumentError(
-                "shuffle_buffer mixes rows across partitions, which a job acknowledges one "
-                "by one: with job=..., the partition order is shuffled instead"
-            )
-        if self.world_size != 1 or self.rank != 0:
-            raise InvalidArgumentError("rank/world_size split statically; a job splits itself")
-        lease_queue = open_queue(self.queue)
+def _join(job: JobOptions, read: ReadOptions, plan: Plan, source: Source) -> Worker:
+    """Create the job from ``plan`` unless it exists, and return a Worker of it."""
+    queue = open_queue(job.queue)
+    create_job(
+        queue, job, plan, source, epochs=read.epochs, seed=read.seed, batch_size=read.batch_size
+    )
+    return Worker(queue, job.job or "", source, worker_id=job.worker_id, batch_size=read.batch_size)
+
+
+def create_job(
+    queue: LeaseQueue,
+    job: JobOptions,
+    plan: Plan,
+    source: Source,
+    *,
+    epochs: int,
+    seed: int,
+    batch_size: int | None,
+    snapshot: str | None = None,
+) -> JobSpec:
+    """Create ``job.job`` from ``plan`` in ``queue`` unless it exists (every worker may).
+
+    The one job creation of the Feeder, :class:`sqlfeed.torch.SQLDataset` and ``sqlfeed
+    job create``. With ``even_batches`` the plan's rows are counted on ``source`` when
+    the plan does not know them (every replica's quota is rows // (replicas x
+    batch_size)).
+
+    Args:
+        queue: the lease queue (open).
+        job: the job's options (``job`` is its name).
+        plan: the plan the job hands out.
+        source: where ``plan`` runs (for the count).
+        epochs, seed: the job's epochs and its hand-out order's seed.
+        batch_size: the rows per batch of ``even_batches`` (ignored without).
+        snapshot: a PostgreSQL snapshot id every worker reads inside.
+
+    Returns:
+        The job's spec: this one, or the one that existed already.
+    """
+    rows = None
+    if job.even_batches:
         rows = plan.rows
-        if self.even_batches and rows is None:
+        if rows is None:
             rows = source.count(plan.sql, columns=list(plan.columns))
-        lease_queue.create_job(
-            JobSpec(
-                self.job,
-                plan,
-                epochs=self.epochs,
-                seed=self.seed,
-                lease_ttl=self.lease_ttl,
-                order=self.order,
-                even_batches=self.even_batches,
-                replicas=self.replicas,
-                batch_size=self.batch_size if self.even_batches else None,
-                rows=rows if self.even_batches else None,
-            )
+    return queue.create_job(
+        JobSpec(
+            job.job or "",
+            plan,
+            epochs=epochs,
+            seed=seed,
+            lease_ttl=job.lease_ttl,
+            order=job.order,
+            snapshot=snapshot,
+            even_batches=job.even_batches,
+            replicas=job.replicas,
+            batch_size=batch_size if job.even_batches else None,
+            rows=rows,
         )
-        return Worker(
-            lease_queue, self.job, source, worker_id=self.worker_id, batch_size=self.batch_size
-        )
+    )

@@ -22,7 +22,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dialects import InvalidArgumentError
-from sqlfeed.feed.feeder import Feeder, Progress
+from sqlfeed.feed.feeder import PartitionFeeder, Progress
 from sqlfeed.feed.snapshots import consistent_reads
 from sqlfeed.feed.textout import shown, shown_schema
 from sqlfeed.io import Source
@@ -108,7 +108,7 @@ def _write_file(
         if on_partition is not None:
             on_partition(event.partitions_done, event.rows)
 
-    feeder = Feeder(plan, source, readers=readers, progress=progress)
+    feeder = PartitionFeeder(plan, source, readers=readers, progress=progress)
     rows = 0
     with _writer(path, fmt, schema) as write:
         for batch in feeder:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import numpy as np
 import pyarrow as pa
@@ -37,20 +37,26 @@ from sqlfeed.feed.batches import (
     shuffle_windows,
     skip_rows,
 )
+from sqlfeed.feed.options import (
+    FeederKeywords,
+    ReadOptions,
+    check_int,
+    plan_options_of,
+    read_options,
+    resolve_plan,
+)
 from sqlfeed.feed.snapshots import ConsistentRead, check_snapshot_option, consistent_reads
 from sqlfeed.feed.state import Cursor, Position, check_state, feed_state
-from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
+from sqlfeed.io import Source, connect
 from sqlfeed.io.arrow import without_hints
-from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.plans.model import Partition, Plan, fragment_order
-from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.plans.spans import ReadUnit, read_units
 
 __all__ = [
     "FORMATS",
-    "Feeder",
     "LeasedBatch",
     "LeasedPartitions",
+    "PartitionFeeder",
     "Progress",
     "UnequalSharesWarning",
     "unequal_shares",
@@ -111,8 +117,13 @@ class LeasedPartitions(Protocol):
         ...
 
 
-class Feeder:
-    """Batches of a query's rows, for training loops.
+class PartitionFeeder:
+    """Batches of a query's rows, read from the partitions it is given (internal).
+
+    The static share of a plan, or the leased partitions of a job: :class:`sqlfeed.Feeder`
+    (:mod:`sqlfeed.dispatch.feeder`) is the one public Feeder, this class with the
+    ``job=...`` options; its docstring lists every option. ``sqlfeed.feed.Feeder`` is a
+    deprecated name of this class.
 
     Args:
         query: a SQL SELECT, or a :class:`Plan` made by :func:`sqlfeed.plan`.
@@ -120,56 +131,18 @@ class Feeder:
         format: ``arrow`` (``pyarrow.RecordBatch``), ``pandas`` (``DataFrame``) or
             ``numpy`` (a dict of column name to ``numpy.ndarray``; NULLs in integer
             columns make them float with NaN, as in pandas).
-        batch_size: rows per batch (the last of an epoch may be smaller unless
-            ``drop_remainder``); None: batches as the database delivers them.
-        shuffle_buffer: rows mixed at random before batching (0: no record shuffle): the
-            rows, in partition order, are cut into windows of this many rows and each
-            window is permuted (seeded by seed, epoch and window), so a restored feed
-            replays exactly. The partition order is shuffled too whenever this is > 0 or
-            ``shuffle``.
-        shuffle: visit the partitions in a seeded random order (default: when
-            shuffle_buffer > 0).
-        shuffle_window: the partition order of a ``fragments`` plan instead: 0 storage
-            order, -1 a seeded shuffle of all fragments, k > 0 files shuffled and then
-            fragments shuffled within windows of k (see
-            :func:`sqlfeed.plans.model.fragment_order`); seeded, different every epoch.
-        seed: makes the partition order and the shuffle repeatable; each epoch differs.
-        readers: partitions read ahead at once, each by its own thread and connection.
+        batch_size: rows per batch (see :class:`~sqlfeed.feed.options.ReadOptions`).
         rank, world_size: this worker's static share of the partitions.
-        epochs: passes over the data when iterating the feeder.
-        drop_remainder: drop each epoch's last, smaller batch.
-        progress: called with a :class:`Progress` after each partition (each query,
-            when ``merge_reads`` merged several partitions into one).
-        merge_reads: read adjacent partitions of the epoch's order that cut one sequence
-            (row groups or byte ranges of one file, a table's physical row ranges or
-            MySQL primary-key ranges, see :mod:`sqlfeed.plans.spans`) by one query each.
-            On DuckDB (one query runs on every core) all adjacent ones merge: an
-            unshuffled read of a file is one query. On a server engine (one core per
-            query) the order is cut into ``readers`` shares of consecutive partitions and
-            a merged query holds at most what a reader reads ahead (``2 x
-            read_batch_rows`` rows, by the plan's estimates), so the readers still read
-            at once. Same rows, same order, same ``state_dict``; False: one query per
-            partition.
-        snapshot: every epoch reads its partitions inside one snapshot, so it is one
-            state of the data even while the tables are written (plans whose partitions
-            query live tables: hash, range, ctid; see :mod:`sqlfeed.feed.snapshots`).
-            PostgreSQL: a snapshot exported when the epoch starts and held until it ends
-            (its transaction holds back VACUUM meanwhile), shared by every reader
-            connection. MySQL/MariaDB and SQLite cannot share one
-            across connections: the epoch's queries run in order on one connection inside
-            one consistent transaction (one reader). False: partitions are read on
-            ``readers`` connections at once, each seeing the data of its own time (only
-            for data that does not change meanwhile). A string: a PostgreSQL snapshot id
-            another session exported (``Source.export_snapshot()``) and holds open while
-            this feed reads (e.g. one snapshot for every rank or DataLoader worker);
-            a plan that carries one (:attr:`Plan.snapshot`) is read inside it.
-            A resumed epoch reads its rest in a snapshot of its own time.
         leased: dynamic mode: called once with the plan and the connected source, it
             returns the :class:`LeasedPartitions` that iterating the feeder reads instead
             of the static share (:class:`sqlfeed.Feeder` builds one from ``job=...``).
         state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
-        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan` (partitions,
-            strategy, key, target_rows, workers, scratch, allow_unstable, strict).
+        read: the read options as one object, instead of their keywords.
+        **options: the :class:`~sqlfeed.feed.options.ReadOptions` keywords
+            (``shuffle_buffer``, ``shuffle``, ``shuffle_window``, ``seed``, ``readers``,
+            ``read_batch_rows``, ``epochs``, ``drop_remainder``, ``merge_reads``,
+            ``snapshot``, ``progress``) and, for a SQL query, the
+            :class:`~sqlfeed.feed.options.PlanOptions` of :func:`sqlfeed.plan`.
     """
 
     def __init__(
@@ -179,36 +152,24 @@ class Feeder:
         *,
         format: str = "arrow",
         batch_size: int | None = None,
-        shuffle_buffer: int = 0,
-        shuffle: bool | None = None,
-        seed: int = 0,
-        readers: int = 2,
         rank: int = 0,
         world_size: int = 1,
-        epochs: int = 1,
-        drop_remainder: bool = False,
-        read_batch_rows: int = DEFAULT_BATCH_ROWS,
-        progress: Callable[[Progress], None] | None = None,
-        shuffle_window: int | None = None,
         leased: Callable[[Plan, Source], LeasedPartitions] | None = None,
         state: Mapping[str, Any] | None = None,
-        merge_reads: bool = True,
-        snapshot: bool | str = True,
-        **plan_options: Any,
+        read: ReadOptions | None = None,
+        **options: Unpack[FeederKeywords],
     ) -> None:
-        _check_options(
-            format,
-            batch_size,
-            readers=readers,
-            epochs=epochs,
-            world_size=world_size,
-            shuffle_buffer=shuffle_buffer,
-            read_batch_rows=read_batch_rows,
-        )
+        if format not in FORMATS:
+            raise InvalidArgumentError(
+                f"format must be one of {', '.join(FORMATS)}, not {format!r}"
+            )
+        self.read = read_options(read, batch_size, options)
+        check_int(world_size, "world_size", 1)
+        plan_options = plan_options_of(options, [ReadOptions], own=_OWN)
         self.source: Source = connect(source)
-        self.plan = _plan_for(query, self.source, world_size, plan_options)
-        if not isinstance(query, Plan):  # our plan: an auto-materialized table is ours
-            drop_scratch_with(self, self.plan, self.source)  # dropped when the Feeder is gone
+        self.plan = resolve_plan(
+            query, self.source, owner=self, default_workers=world_size, **plan_options
+        )  # a plan made here: its auto-materialized table goes with this Feeder
         self.share = self.plan.share(rank, world_size)
         self._rank, self._world_size = rank, world_size
         if leased is None and self.plan.num_partitions % world_size:
@@ -219,21 +180,9 @@ class Feeder:
                 stacklevel=2,
             )
         self.format = format
-        self.batch_size = batch_size
-        self.shuffle_buffer = shuffle_buffer
-        self.shuffle = shuffle_buffer > 0 if shuffle is None else shuffle
-        self.shuffle_window = shuffle_window
-        if shuffle_window is not None:
-            fragment_order(self.share, shuffle_window, seed, 0)  # validates the window
-        self.seed = seed
-        self.readers = readers
-        self.epochs = epochs
-        self.drop_remainder = drop_remainder
-        self.read_batch_rows = read_batch_rows
-        self.progress = progress
-        self.merge_reads = merge_reads
-        check_snapshot_option(snapshot, self.plan.dialect)
-        self.snapshot = snapshot
+        if self.read.shuffle_window is not None:  # validates the window
+            fragment_order(self.share, self.read.shuffle_window, self.read.seed, 0)
+        check_snapshot_option(self.read.snapshot, self.plan.dialect)
         self.queries = 0
         """Partition queries this feeder ran (all epochs)."""
         self.read_schema: pa.Schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
@@ -249,10 +198,27 @@ class Feeder:
         if state is not None:
             self.load_state_dict(state)
 
+    # The read options, as the attributes they were before they were one object.
+    batch_size = property(lambda self: self.read.batch_size, doc="``read.batch_size``")
+    shuffle_buffer = property(lambda self: self.read.shuffle_buffer, doc="``read.shuffle_buffer``")
+    shuffle = property(lambda self: self.read.shuffles, doc="``read.shuffles``")
+    shuffle_window = property(lambda self: self.read.shuffle_window, doc="``read.shuffle_window``")
+    seed = property(lambda self: self.read.seed, doc="``read.seed``")
+    readers = property(lambda self: self.read.readers, doc="``read.readers``")
+    epochs = property(lambda self: self.read.epochs, doc="``read.epochs``")
+    drop_remainder = property(lambda self: self.read.drop_remainder, doc="``read.drop_remainder``")
+    read_batch_rows = property(
+        lambda self: self.read.read_batch_rows, doc="``read.read_batch_rows``"
+    )
+    progress = property(lambda self: self.read.progress, doc="``read.progress``")
+    merge_reads = property(lambda self: self.read.merge_reads, doc="``read.merge_reads``")
+    snapshot = property(lambda self: self.read.snapshot, doc="``read.snapshot``")
+
     def __repr__(self) -> str:
         return (
-            f"Feeder({self.plan.strategy}, {len(self.share)}/{self.plan.num_partitions} "
-            f"partitions, format={self.format!r}, batch_size={self.batch_size})"
+            f"{type(self).__name__}({self.plan.strategy}, "
+            f"{len(self.share)}/{self.plan.num_partitions} partitions, "
+            f"format={self.format!r}, batch_size={self.read.batch_size})"
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -261,7 +227,7 @@ class Feeder:
                 yield convert(delivery.batch, self.format)
             return
         first = self._resume.epoch if self._resume is not None else 0
-        for epoch in range(first, self.epochs):
+        for epoch in range(first, self.read.epochs):
             yield from self.epoch(epoch)
 
     def close(self) -> None:
@@ -278,10 +244,10 @@ class Feeder:
         start = Position(epoch)
         if self._resume is not None and self._resume.epoch == epoch:
             start, self._resume = self._resume, None
-        cursor = Cursor(start, [p.index for p in order], self.shuffle_buffer or 1)
+        cursor = Cursor(start, [p.index for p in order], self.read.shuffle_buffer or 1)
         self._cursor = cursor
         rest = order[start.partitions_done :]
-        with consistent_reads(self.source, self.plan, len(rest), self.snapshot) as reading:
+        with consistent_reads(self.source, self.plan, len(rest), self.read.snapshot) as reading:
             yield from self._read_epoch(epoch, start, cursor, len(order), rest, reading)
         cursor.finished = True
 
@@ -296,15 +262,15 @@ class Feeder:
     ) -> Iterator[Any]:
         """The batches of ``rest`` (the epoch's partitions after ``start``) read inside
         ``reading``'s snapshot; the read-ahead stops before the snapshot is let go."""
-        readers = reading.cap(self.readers)
+        readers = reading.cap(self.read.readers)
         units = self._units(rest, readers)
 
         def report(done: int, rows: int, partition: Partition) -> None:
             cursor.partition_read(rows, units[done - 1].count)
             self.queries += 1
-            if self.progress is not None:
+            if self.read.progress is not None:
                 parts = start.partitions_done + cursor.counts[-1]
-                self.progress(
+                self.read.progress(
                     Progress(epoch, parts, partitions, cursor.base + rows, partition, done)
                 )
 
@@ -313,23 +279,23 @@ class Feeder:
             [unit.partition for unit in units],
             schema=self.read_schema,
             readers=readers,
-            batch_rows=self.read_batch_rows,
+            batch_rows=self.read.read_batch_rows,
             on_partition=report,
             ordered=True,
         )
         if start.offset:
             batches = skip_rows(batches, start.offset)
-        if self.shuffle_buffer:
-            window = self.shuffle_buffer
+        if self.read.shuffle_buffer:
+            window = self.read.shuffle_buffer
             batches = shuffle_windows(
                 batches,
                 window,
-                lambda w: np.random.default_rng([self.seed, epoch, w]),
+                lambda w: np.random.default_rng([self.read.seed, epoch, w]),
                 first_window=start.start // window,
                 skip=start.rows - start.start,
             )
-        if self.batch_size is not None:
-            batches = rebatch(batches, self.batch_size, self.drop_remainder)
+        if self.read.batch_size is not None:
+            batches = rebatch(batches, self.read.batch_size, self.read.drop_remainder)
         try:
             for batch in batches:
                 cursor.delivered += batch.num_rows
@@ -341,13 +307,13 @@ class Feeder:
 
     def _units(self, order: Sequence[Partition], readers: int) -> list[ReadUnit]:
         """The queries that read ``order``: adjacent spans merged (``merge_reads``)."""
-        if not self.merge_reads:
+        if not self.read.merge_reads:
             return [ReadUnit(partition, 1) for partition in order]
         if self.source.parallel_read:  # one query already runs on every core
             return read_units(order, 1)
         # A reader reads its next query while the consumer takes the one before, so that
         # query must fit its read-ahead.
-        return read_units(order, readers, max_rows=READ_AHEAD_BATCHES * self.read_batch_rows)
+        return read_units(order, readers, max_rows=READ_AHEAD_BATCHES * self.read.read_batch_rows)
 
     # -- resuming -------------------------------------------------------------------------
 
@@ -422,12 +388,12 @@ class Feeder:
         """What a state must match to be loaded: the rows and their order depend on it."""
         return {
             "plan": self.plan.fingerprint,
-            "seed": self.seed,
+            "seed": self.read.seed,
             "rank": self._rank,
             "world_size": self._world_size,
-            "shuffle_buffer": self.shuffle_buffer,
-            "shuffle": self.shuffle,
-            "shuffle_window": self.shuffle_window,
+            "shuffle_buffer": self.read.shuffle_buffer,
+            "shuffle": self.read.shuffles,
+            "shuffle_window": self.read.shuffle_window,
         }
 
     def partition_order(self, epoch: int = 0) -> list[int]:
@@ -435,55 +401,26 @@ class Feeder:
         return [self.share[i].index for i in self._positions(epoch)]
 
     def _positions(self, epoch: int) -> list[int]:
-        if self.shuffle_window is not None:
-            return fragment_order(self.share, self.shuffle_window, self.seed, epoch)
-        if not self.shuffle:
+        if self.read.shuffle_window is not None:
+            return fragment_order(self.share, self.read.shuffle_window, self.read.seed, epoch)
+        if not self.read.shuffles:
             return list(range(len(self.share)))
-        rng = np.random.default_rng([self.seed, epoch])
+        rng = np.random.default_rng([self.read.seed, epoch])
         return [int(i) for i in rng.permutation(len(self.share))]
 
 
-def _check_options(
-    format: str,
-    batch_size: int | None,
-    *,
-    readers: int,
-    epochs: int,
-    world_size: int,
-    shuffle_buffer: int,
-    read_batch_rows: int,
-) -> None:
-    """The Feeder's format and integer options."""
-    if format not in FORMATS:
-        raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
-    for value, what, lowest in (
-        (readers, "readers", 1),
-        (epochs, "epochs", 1),
-        (world_size, "world_size", 1),
-        (shuffle_buffer, "shuffle_buffer", 0),
-        (read_batch_rows, "read_batch_rows", 1),
-    ):
-        _check_int(value, what, lowest)
-    if batch_size is not None:
-        _check_int(batch_size, "batch_size", 1)
+_OWN = ("format", "batch_size", "rank", "world_size", "leased", "state", "read")
+"""The Feeder's own keywords (for the "did you mean" hint of an unknown one)."""
 
 
-def _plan_for(query: str | Plan, source: Source, world_size: int, options: dict[str, Any]) -> Plan:
-    """``query`` if it is a Plan for ``source`` (no plan options then), else its new plan."""
-    if not isinstance(query, Plan):
-        options.setdefault("workers", world_size)
-        return make_plan(query, source, **options)
-    if options:
-        raise InvalidArgumentError(
-            f"plan options ({', '.join(options)}) need a SQL query, not a Plan"
+def __getattr__(name: str) -> Any:
+    """``Feeder``: the deprecated name of :class:`PartitionFeeder` (one release)."""
+    if name == "Feeder":
+        warnings.warn(
+            "sqlfeed.feed.feeder.Feeder is now sqlfeed.feed.feeder.PartitionFeeder (internal); "
+            "use sqlfeed.Feeder, the one public Feeder (static and job mode)",
+            DeprecationWarning,
+            stacklevel=2,
         )
-    if query.dialect != source.dialect.name:
-        raise InvalidArgumentError(
-            f"the plan is for {query.dialect}, the source is {source.dialect.name}"
-        )
-    return query
-
-
-def _check_int(value: object, what: str, lowest: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")
+        return PartitionFeeder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
