@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import duckdb
 import numpy as np
@@ -45,10 +45,7 @@ from sqlfeed.shards.reader import lines_are_rows, read_shard, read_text_range
 from sqlfeed.shards.shardset import Shardset
 from sqlfeed.sql import ParsedQuery
 
-if TYPE_CHECKING:  # datasets imports this module (Dataset.source)
-    from sqlfeed.shards.datasets import Dataset
-
-__all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment"]
+__all__ = ["TRACE_COLUMNS", "DatasetSource", "Fragment", "JoinedShardsets"]
 
 TRACE_COLUMNS = ("sqlfeed_file", "sqlfeed_row_group", "sqlfeed_row")
 """Provenance columns added with ``trace=True``: the main shardset's shard file, its
@@ -91,12 +88,48 @@ class Fragment:
         return f"sqlfeed_frag_{self.shard}_{self.kind[0]}{self.start}_{self.end}"
 
 
+class JoinedShardsets(Protocol):
+    """What :class:`DatasetSource` reads of a dataset (a
+    :class:`~sqlfeed.shards.datasets.Dataset`, which makes its source with this module:
+    a protocol here, not an import of it)."""
+
+    @property
+    def path(self) -> Path:
+        """The dataset's folder (for messages)."""
+        ...
+
+    @property
+    def uid(self) -> str:
+        """The column that joins the shardsets."""
+        ...
+
+    @property
+    def shardsets(self) -> list[Shardset]:
+        """Every shardset, oldest first."""
+        ...
+
+    @property
+    def main(self) -> Shardset:
+        """The shardset whose shards the joined rows follow."""
+        ...
+
+    @property
+    def others(self) -> list[Shardset]:
+        """The shardsets joined to the main one, oldest first."""
+        ...
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the joined rows."""
+        ...
+
+
 class DatasetSource(DuckDBSource):
     """DuckDB with a dataset as a view; see the module docstring."""
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: JoinedShardsets,
         *,
         name: str = "dataset",
         trace: bool = False,
