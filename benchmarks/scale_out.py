@@ -59,20 +59,17 @@ import statistics
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
+from benchmarks.harness import Tally
 
 __all__ = ["CONTENDERS", "Config", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@scale_out@@ "
 SCAN_SQL = "SELECT * FROM {table}"
 SHARD_KEY = "l_orderkey"
 GOAL_RATIO = 1.5
@@ -145,13 +142,14 @@ class TreeMemory:
             self.peak = max(self.peak, self.sample())
 
 
-Outcome = tuple[int, dict[str, Any]]
-"""What a contender's read returns: (rows, details)."""
+Outcome = tuple[Tally, dict[str, Any]]
+"""What a contender's read returns: (rows and checksum, details)."""
 
 
 @dataclass(frozen=True)
 class Contender:
-    """One way of reading the whole table into a framework.
+    """One way of reading the whole table into a framework (run through the harness as
+    :meth:`as_harness`).
 
     Attributes:
         id: name for ``--only`` and the tables.
@@ -166,6 +164,23 @@ class Contender:
     label: str
     setup: Callable[[Config], Any]
     read: Callable[[Config, Any], Outcome]
+
+    def run(self, cfg: Config) -> harness.Outcome:
+        """Set up (untimed), then read with the process tree's memory sampled (timed)."""
+        started = time.perf_counter()
+        context = self.setup(cfg)
+        extra: dict[str, Any] = {"startup_s": time.perf_counter() - started}
+        extra["load"] = os.getloadavg()[0]
+        with TreeMemory() as memory:
+            started = harness.start()
+            tally, details = self.read(cfg, context)
+            seconds = time.perf_counter() - started
+        extra.update(peak_tree_pss=memory.peak, read_pss=memory.peak - memory.baseline)
+        return tally.rows, seconds, {**details, **tally.details(), "measured": extra}
+
+    def as_harness(self) -> harness.Contender[Config]:
+        """This contender for :func:`benchmarks.harness.measure`."""
+        return harness.Contender(self.id, self.label, self.run, requires=(self.framework,))
 
 
 def _ray_setup(cfg: Config) -> Any:
@@ -184,8 +199,11 @@ def _ray_setup(cfg: Config) -> Any:
     return ray
 
 
-def _ray_drain(ds: Any) -> int:
-    return sum(b.num_rows for b in ds.iter_batches(batch_format="pyarrow", batch_size=None))
+def _ray_drain(ds: Any) -> Tally:
+    tally = Tally(SHARD_KEY)
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        tally.add(batch)
+    return tally
 
 
 def _ray_sqlfeed(cfg: Config, ray: Any) -> Outcome:
@@ -242,7 +260,9 @@ def _dask_sqlfeed(cfg: Config, dask: Any, dtype_backend: str = "numpy_nullable")
         partitions=cfg.partitions,
         dtype_backend=dtype_backend,
     )
-    return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
+    tally = Tally(SHARD_KEY)
+    tally.add_frame(frame.compute())
+    return tally, {"dask": dask.__version__, "npartitions": frame.npartitions}
 
 
 def _dask_sqlfeed_pyarrow(cfg: Config, dask: Any) -> Outcome:
@@ -261,7 +281,9 @@ def _dask_sqlfeed_arrow(cfg: Config, dask: Any) -> Outcome:
     reader = reader_for(plan, cfg.sa_url, DEFAULT_BATCH_ROWS, None)
     parts = [dask.delayed(reader.table)(p) for p in plan.partitions]
     tables = dask.compute(*parts)
-    return pa.concat_tables(tables).num_rows, {"dask": dask.__version__}
+    tally = Tally(SHARD_KEY)
+    tally.add(pa.concat_tables(tables))
+    return tally, {"dask": dask.__version__}
 
 
 def _dask_read_sql_query(cfg: Config, dask: Any) -> Outcome:
@@ -272,7 +294,10 @@ def _dask_read_sql_query(cfg: Config, dask: Any) -> Outcome:
     frame = dd.read_sql_query(  # type: ignore[no-untyped-call]
         query, cfg.sa_url, index_col=sa.column(SHARD_KEY), npartitions=cfg.partitions
     )
-    return len(frame.compute()), {"dask": dask.__version__, "npartitions": frame.npartitions}
+    computed = frame.compute()
+    tally = Tally(SHARD_KEY)
+    tally.add_values(len(computed), computed.index.to_numpy())  # the key is the index
+    return tally, {"dask": dask.__version__, "npartitions": frame.npartitions}
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -317,34 +342,6 @@ CONTENDERS: dict[str, Contender] = {
 }
 
 
-def _child_main(name: str, config_json: str) -> int:
-    """Run one contender in this fresh process; print its result after :data:`RESULT_MARK`."""
-    cfg = Config(**json.loads(config_json))
-    contender = CONTENDERS[name]
-    result: dict[str, Any] = {"id": name}
-    try:
-        started = time.perf_counter()
-        context = contender.setup(cfg)
-        result["startup_s"] = time.perf_counter() - started
-        result["load"] = os.getloadavg()[0]
-        with TreeMemory() as memory:
-            started = time.perf_counter()
-            rows, details = contender.read(cfg, context)
-            result["seconds"] = time.perf_counter() - started
-        result.update(
-            rows=rows,
-            details=details,
-            peak_tree_pss=memory.peak,
-            read_pss=memory.peak - memory.baseline,
-        )
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
-    result["vm_hwm"] = _status_bytes("VmHWM")
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
-
-
 @dataclass
 class Result:
     """One contender's best run (see the module docstring for the fields)."""
@@ -368,44 +365,34 @@ class Result:
 
 
 def measure(
-    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float
-) -> list[Result]:
-    """Run each contender ``repeat`` times in fresh subprocesses; keep the fastest run
-    (and the median time)."""
+    contenders: Sequence[Contender], cfg: Config, repeat: int, timeout: float, check: bool = False
+) -> tuple[list[Result], list[str]]:
+    """Run each contender ``repeat`` times (interleaved) in fresh subprocesses; keep the
+    fastest run (and the median time). Also returns the disagreements (rows; the sum of
+    ``l_orderkey`` when ``check``)."""
+    entries = [(c.as_harness(), cfg) for c in contenders]
+    measured = harness.measure("scale_out", entries, repeat, timeout, check=check)
     results = []
-    for contender in contenders:
+    for contender, got in zip(contenders, measured, strict=True):
         out = Result(contender.id, contender.framework, contender.label)
-        best: dict[str, Any] | None = None
-        for attempt in range(repeat):
-            _progress(f"{contender.id}: run {attempt + 1}/{repeat}")
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.scale_out",
-                "--child",
-                contender.id,
-                "--child-config",
-                json.dumps(asdict(cfg)),
-            ]
-            got = run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
-            if "error" in got:
-                out.error = got["error"]
-                break
-            out.runs.append(got["seconds"])
-            out.loads.append(got.get("load", -1.0))
-            if best is None or got["seconds"] < best["seconds"]:
-                best = got
+        out.error = got.error or got.skipped
+        out.runs = [r.seconds for r in got.runs]
+        out.loads = [float(r.details.get("measured", {}).get("load", -1.0)) for r in got.runs]
+        best = got.best_run
         if best is not None and out.error is None:
-            out.rows, out.seconds = best["rows"], best["seconds"]
-            out.rows_per_second = best["rows"] / best["seconds"] if best["seconds"] else 0.0
-            out.startup_s, out.details = best["startup_s"], best["details"]
-            out.peak_tree_pss, out.read_pss = best["peak_tree_pss"], best["read_pss"]
-            out.vm_hwm = best["vm_hwm"]
+            details = dict(best.details)
+            extra = details.pop("measured", {})
+            out.rows, out.seconds = best.rows, best.seconds
+            out.rows_per_second = best.rows / best.seconds if best.seconds else 0.0
+            out.startup_s, out.details = float(extra.get("startup_s", 0.0)), details
+            out.peak_tree_pss = int(extra.get("peak_tree_pss", -1))
+            out.read_pss = int(extra.get("read_pss", -1))
+            out.vm_hwm = best.peak_rss_bytes
             out.median_seconds = statistics.median(out.runs)
             if out.median_seconds:
                 out.median_rows_per_second = out.rows / out.median_seconds
         results.append(out)
-    return results
+    return results, harness.agreement(measured)
 
 
 def _mib(value: int) -> str:
@@ -502,16 +489,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-config", help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
-        return _child_main(args.child, args.child_config)
+        table = {c.id: c.as_harness() for c in CONTENDERS.values()}
+        return harness.child_main(table, Config, args.child, args.child_config)
+    if args.smoke:
+        args.scale, args.repeat, args.partitions = 0.01, 1, 2
     chosen = [c for c in CONTENDERS.values() if any(fnmatch.fnmatch(c.id, g) for g in args.only)]
     if not chosen:
         parser.error(f"--only matches no contender (ids: {', '.join(CONTENDERS)})")
     cfg = _prepare(args)
     load = os.getloadavg()
     _progress(f"TPC-H lineitem SF {args.scale:g} in PostgreSQL ({cfg.table}); load {load[0]:.2f}")
-    results = measure(chosen, cfg, args.repeat, args.timeout)
+    results, disagreements = measure(chosen, cfg, args.repeat, args.timeout, check=args.smoke)
     end = os.getloadavg()
     title = (
         f"scale-out reads, TPC-H lineitem SF {args.scale:g} from PostgreSQL ({platform.node()}, "
@@ -521,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(title)
     print(format_results(results))
+    for problem in disagreements:
+        print(f"DISAGREE: {problem}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(
@@ -533,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                 out,
                 indent=2,
             )
-    return 0
+    return 1 if disagreements else 0
 
 
 if __name__ == "__main__":

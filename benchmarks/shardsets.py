@@ -51,26 +51,20 @@ import fnmatch
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
-import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.common import progress as _progress
-from benchmarks.common import run_child
-from benchmarks.common import status_bytes as _status_bytes
 
 __all__ = ["MODES", "PAIRS", "Config", "Mode", "Result", "main", "prepare_dataset"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULT_MARK = "@@shardsets@@ "
 """Prefix of the one stdout line on which a child process reports its result."""
 
 UID = "uid"
@@ -231,12 +225,6 @@ class Config:
         return "'" + str(Path(self.dataset) / shardset / "shard.*.parquet").replace("'", "''") + "'"
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process (all its threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 class _Tally:
     """Rows and checksums of what a mode read; touches every batch's data."""
 
@@ -272,15 +260,10 @@ class _Tally:
 Outcome = tuple[_Tally, float, dict[str, Any]]
 """What a mode returns: (tally, seconds, details)."""
 
-_BASELINE: dict[str, float] = {}
-"""The child's CPU seconds and RSS when its mode started the clock (after its imports)."""
-
 
 def _start() -> float:
     """Record the CPU time and RSS after the mode's imports; return the start time."""
-    _BASELINE["cpu"] = _cpu_seconds()
-    _BASELINE["rss"] = _status_bytes("VmRSS")
-    return time.perf_counter()
+    return harness.start()
 
 
 def _feed(cfg: Config, strategy: str, **options: Any) -> Outcome:
@@ -389,22 +372,22 @@ MODES: dict[str, Mode] = {
 }
 
 
-def _child_main(name: str, config_json: str) -> int:
-    """Run one mode in this (fresh) process and print its result on stdout."""
-    cfg = Config(**json.loads(config_json))
-    result: dict[str, Any] = {"id": name}
-    try:
-        tally, seconds, details = MODES[name].run(cfg)
-        details["batches"] = tally.batches
-        result.update(seconds=seconds, checks=tally.checks(), details=details)
-    except Exception as err:
-        traceback.print_exc()
-        result["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
-    result["cpu_seconds"] = _cpu_seconds() - _BASELINE.get("cpu", 0.0)
-    result["peak_rss_bytes"] = _status_bytes("VmHWM")
-    result["rss_after_imports_bytes"] = int(_BASELINE.get("rss", -1))
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
-    return 1 if "error" in result else 0
+def _outcome(run: Callable[[Config], Outcome]) -> Callable[[Config], harness.Outcome]:
+    """A mode's result as a harness outcome: its checks (and ``uid`` sum as the checksum)
+    in the details."""
+
+    def outcome(cfg: Config) -> harness.Outcome:
+        tally, seconds, details = run(cfg)
+        details.update(batches=tally.batches, checks=tally.checks(), checksum=tally.uid_sum)
+        return tally.rows, seconds, details
+
+    return outcome
+
+
+CONTENDERS: dict[str, harness.Contender[Config]] = {
+    m.id: harness.Contender(m.id, m.label, _outcome(m.run)) for m in MODES.values()
+}
+"""Every mode, run through :mod:`benchmarks.harness`."""
 
 
 @dataclass
@@ -441,57 +424,29 @@ class Result:
     error: str | None = None
 
 
-def _run_child(mode: Mode, cfg: Config, timeout: float) -> dict[str, Any]:
-    """Run ``mode`` in a fresh interpreter; return its result dict."""
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.shardsets",
-        "--child",
-        mode.id,
-        "--child-config",
-        json.dumps(asdict(cfg)),
-    ]
-    return run_child(command, RESULT_MARK, str(REPO_ROOT), timeout)
-
-
 def measure(modes: Iterable[Mode], cfg: Config, repeat: int, timeout: float) -> list[Result]:
     """Run every mode ``repeat`` times, interleaved (run 1 of each, then run 2, ...), each
     run in its own subprocess; keep each mode's fastest run."""
     modes = list(modes)
-    best = {m.id: Result(m.id, m.label) for m in modes}
-    for i in range(repeat):
-        for mode in modes:
-            result = best[mode.id]
-            if result.error:
-                continue
-            outcome = _run_child(mode, cfg, timeout)
-            if "error" in outcome:
-                result.error = outcome["error"]
-                _progress(f"[{mode.id}] run {i + 1}/{repeat}: ERROR {result.error}")
-                continue
-            seconds = float(outcome["seconds"])
-            result.runs.append(round(seconds, 3))
-            checks = outcome["checks"]
-            details = outcome.get("details") or {}
-            _progress(
-                f"[{mode.id}] run {i + 1}/{repeat}: {checks['rows']:,} rows in {seconds:.2f}s, "
-                f"CPU {outcome['cpu_seconds']:.1f}s, peak RSS "
-                f"{outcome['peak_rss_bytes'] / 2**20:,.0f} MB {details or ''}"
-            )
-            if result.checks and checks != result.checks:
-                result.error = f"run {i + 1} read {checks}, an earlier run {result.checks}"
-                continue
-            if result.rows < 0 or seconds < result.seconds:
-                result.rows = int(checks["rows"])
-                result.seconds = seconds
-                result.rows_per_second = result.rows / seconds if seconds > 0 else 0.0
-                result.cpu_seconds = float(outcome["cpu_seconds"])
-                result.peak_rss_bytes = int(outcome["peak_rss_bytes"])
-                result.rss_after_imports_bytes = int(outcome.get("rss_after_imports_bytes", -1))
-                result.checks = dict(checks)
-                result.details = dict(details)
-    return list(best.values())
+    measured = harness.measure(
+        "shardsets", [(CONTENDERS[m.id], cfg) for m in modes], repeat, timeout
+    )
+    results = []
+    for mode, got in zip(modes, measured, strict=True):
+        result = Result(mode.id, mode.label)
+        result.error = got.error or got.skipped
+        result.runs = [round(r.seconds, 3) for r in got.runs]
+        run = got.best_run
+        if run is not None:
+            result.rows, result.seconds = run.rows, run.seconds
+            result.rows_per_second = run.rows / run.seconds if run.seconds > 0 else 0.0
+            result.cpu_seconds = run.cpu_seconds
+            result.peak_rss_bytes = run.peak_rss_bytes
+            result.rss_after_imports_bytes = run.rss_after_imports_bytes
+            result.details = dict(run.details)
+            result.checks = dict(result.details.pop("checks", {}))
+        results.append(result)
+    return results
 
 
 # -- report --------------------------------------------------------------------------------
@@ -547,21 +502,6 @@ def consistency(results: Sequence[Result], expected_rows: int) -> list[str]:
     return problems
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    """An aligned text table (columns in ``right`` right-aligned)."""
-    lines = [tuple(header), *(tuple(r) for r in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for n, line in enumerate(lines):
-        texts = [
-            t.rjust(widths[i]) if i in right else t.ljust(widths[i]) for i, t in enumerate(line)
-        ]
-        out.append("  ".join(texts).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
 def format_results(results: Sequence[Result]) -> str:
     """The results as an aligned text table, each mode's throughput against DuckDB's."""
     duck = next((r for r in results if r.id == "duckdb"), None)
@@ -608,7 +548,7 @@ def format_results(results: Sequence[Result]) -> str:
                 ", ".join(notes),
             )
         )
-    return _table(header, rows, right={2, 3, 4, 5, 6, 7, 8, 9, 10})
+    return harness.table(header, rows, right={2, 3, 4, 5, 6, 7, 8, 9, 10})
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -642,7 +582,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-config", default=None, help=argparse.SUPPRESS)
+    harness.add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat, args.shards = 0.01, 1, 2
     if args.child is None:
         if args.repeat < 1 or args.readers < 1 or args.shards < 1:
             parser.error("--repeat, --readers and --shards must be >= 1")
@@ -680,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     if args.child is not None:
-        return _child_main(args.child, args.child_config or "{}")
+        return harness.child_main(CONTENDERS, Config, args.child, args.child_config or "{}")
     import pyarrow.parquet as pq
 
     from benchmarks.tpch import DEFAULT_CACHE_DIR, lineitem_parquet, scale_tag
