@@ -7,46 +7,47 @@ their options. TensorFlow is imported when a dataset is built, not before.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, MissingDependencyError, SqlfeedError
+from dialects import InvalidArgumentError, SqlfeedError
+from dialects.optional import require
 from sqlfeed.dispatch import Feeder, Worker, default_worker_id
+from sqlfeed.dispatch.epochs import JobEpochs
 from sqlfeed.feed.converter import Converter
-from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
-from sqlfeed.plans import Plan, drop_scratch_with
-from sqlfeed.plans import plan as make_plan
-from sqlfeed.tf.job import JobEpochs
-from sqlfeed.tf.types import (
-    ColumnMapping,
-    RaggedBuilder,
-    as_names,
-    check_options,
-    column_mappings,
-    flat_specs,
-    nest_element,
+from sqlfeed.feed.options import (
+    ColumnOptions,
+    JobOptions,
+    ReadOptions,
+    TensorKeywords,
+    check_int,
+    own_scratch,
+    resolve_plan,
+    split_options,
 )
+from sqlfeed.io import Source, connect
+from sqlfeed.plans import Plan
+from sqlfeed.tf.types import ColumnMapping, RaggedBuilder, as_names, flat_specs, nest_element
 
-__all__ = ["AUTOTUNE", "Feed", "dataset", "distributed_dataset", "input_fn"]
+__all__ = [
+    "AUTOTUNE",
+    "Feed",
+    "FeedArguments",
+    "dataset",
+    "distributed_dataset",
+    "input_fn",
+]
 
 AUTOTUNE = -1
 """``prefetch=AUTOTUNE`` lets tf.data size the prefetch buffer (``tf.data.AUTOTUNE``)."""
 
 
 def _tensorflow() -> Any:
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise MissingDependencyError(
-            "tf.data pipelines need TensorFlow: pip install 'sqlfeed[tf]'"
-        ) from None
-    return tf
+    return require("tensorflow", "tf.data pipelines")
 
 
 class Feed:
@@ -61,18 +62,6 @@ class Feed:
         source: where it runs (anything :func:`sqlfeed.connect` takes).
         batch_size: rows per element (per pipeline: with ``input_context`` this is the
             per-replica batch size; :func:`input_fn` divides a global one).
-        label: the label column (element ``(features, label)``), a list of them (element
-            ``(features, {name: label})``), or None (element ``features``).
-        features: the feature columns in order (default: every column but the labels).
-        fill: per column, the value its NULLs become (default: see the module's table).
-        fill_nulls: False: a NULL in a column without a ``fill`` is an error.
-        masks: True, or feature names: add a boolean ``<name>_is_null`` feature.
-        float_dtype: what Arrow floats become, ``float32`` or ``float64``.
-        time_unit: the unit of timestamps, times and durations (``s``, ``ms``, ``us``,
-            ``ns``); dates are days.
-        drop_remainder: drop each epoch's last, smaller batch (static mode).
-        shuffle_buffer, seed, readers, read_batch_rows: as for :class:`~sqlfeed.Feeder`.
-            The k-th iteration of the dataset is the Feeder's epoch k (its own order).
         prefetch: batches prefetched (``AUTOTUNE``: tf.data decides; 0: none). Default:
             ``AUTOTUNE``, and 0 with ``job``: a job's batch counts as taken when the next
             one is asked for, and a prefetch buffer asks early, so batches an abandoned
@@ -82,12 +71,27 @@ class Feed:
             ``<worker_id>/<input_pipeline_id>``, ``replicas`` defaulting to the number of
             pipelines).
         rank, world_size: a static share without an InputContext.
-        job, queue, worker_id, epochs, lease_ttl, order, even_batches, replicas: pull
-            partitions dynamically from a lease queue, as :class:`~sqlfeed.Feeder` does.
-            Each iteration of the dataset is the job's next epoch (an iteration stopped
-            early is continued by the next); a batch counts as taken (acknowledged) when
-            the next one is asked for.
-        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan`.
+        state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
+        **options: the option groups every facade shares (:mod:`sqlfeed.feed.options`,
+            one default each):
+
+            * columns (:class:`~sqlfeed.feed.options.ColumnOptions`): ``label`` (the
+              label column: element ``(features, label)``; a list of them: ``(features,
+              {name: label})``; None: element ``features``), ``features``, ``fill``,
+              ``fill_nulls``, ``masks``, ``float_dtype``, ``time_unit``;
+            * read (:class:`~sqlfeed.feed.options.ReadOptions`): ``shuffle_buffer``,
+              ``shuffle``, ``shuffle_window``, ``seed``, ``readers``, ``read_batch_rows``,
+              ``drop_remainder`` (static mode), ``merge_reads``, ``snapshot``,
+              ``progress``, ``epochs``, as for :class:`~sqlfeed.Feeder`. The k-th
+              iteration of the dataset is the Feeder's epoch k (its own order);
+            * job (:class:`~sqlfeed.feed.options.JobOptions`): ``job``, ``queue``,
+              ``worker_id``, ``lease_ttl``, ``order``, ``even_batches``, ``replicas``:
+              pull partitions dynamically from a lease queue, as
+              :class:`~sqlfeed.Feeder` does. Each iteration of the dataset is the job's
+              next epoch (an iteration stopped early is continued by the next); a batch
+              counts as taken (acknowledged) when the next one is asked for;
+            * for a SQL query, the :class:`~sqlfeed.feed.options.PlanOptions` of
+              :func:`sqlfeed.plan`.
 
     Raises:
         InvalidArgumentError: bad arguments, unknown columns, unmappable types; raised
@@ -101,89 +105,52 @@ class Feed:
         source: Any = None,
         *,
         batch_size: int,
-        label: str | Sequence[str] | None = None,
-        features: Sequence[str] | None = None,
-        fill: Mapping[str, Any] | None = None,
-        fill_nulls: bool = True,
-        masks: bool | Sequence[str] = False,
-        float_dtype: str = "float32",
-        time_unit: str = "us",
-        drop_remainder: bool = False,
-        shuffle_buffer: int = 0,
-        seed: int = 0,
-        readers: int = 2,
-        read_batch_rows: int = DEFAULT_BATCH_ROWS,
         prefetch: int | None = None,
         input_context: Any = None,
         rank: int = 0,
         world_size: int = 1,
-        job: str | None = None,
-        queue: Any = None,
-        worker_id: str | None = None,
-        epochs: int = 1,
-        lease_ttl: float = 60.0,
-        order: str = "shuffle",
-        even_batches: bool = False,
-        replicas: int | None = None,
-        **plan_options: Any,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[TensorKeywords],
     ) -> None:
-        _check_int(batch_size, "batch_size", 1)
-        mapping: dict[str, Any] = dict(
-            label=label,
-            features=features,
-            fill=fill,
-            fill_nulls=fill_nulls,
-            masks=masks,
-            float_dtype=float_dtype,
-            time_unit=time_unit,
+        (read, job, columns), plan_options = split_options(
+            options, ReadOptions, JobOptions, ColumnOptions, own=_OWN
         )
-        check_options(**mapping)
-        prefetch = _check_modes(prefetch, drop_remainder, job, even_batches)
+        read = read.replace(batch_size=batch_size)
+        prefetch = _check_modes(prefetch, read, job)
         if input_context is not None:
-            rank, world_size, worker_id, replicas = _pipeline_share(
-                input_context, rank, world_size, job, worker_id, even_batches, replicas
-            )
+            rank, world_size, job = _pipeline_share(input_context, rank, world_size, job)
         self.tf = _tensorflow()
         self.source: Source = connect(source)
-        _check_plan_options(plan_options)
-        plan, schema = _plan_and_schema(query, self.source, plan_options, mapping, world_size)
-        self.mappings: list[ColumnMapping] = column_mappings(schema, **mapping)
-        self.plan = plan
-        if isinstance(query, str):  # our plan: an auto-materialized table is ours to drop
-            drop_scratch_with(self, plan, self.source)
+        if not isinstance(query, Plan):  # check the columns before planning
+            columns.mappings(self.source.schema(query))
+        self.plan = resolve_plan(
+            query, self.source, owner=self, default_workers=world_size, **plan_options
+        )  # a plan made here: its auto-materialized table goes with this Feed
+        schema = self.plan.arrow_schema() or self.source.schema(self.plan.sql)
+        self.mappings: list[ColumnMapping] = columns.mappings(schema)
+        self.columns = columns
+        """The column options."""
         self.batch_size = batch_size
-        self.drop_remainder = drop_remainder
+        self.drop_remainder = read.drop_remainder
         self.prefetch = prefetch
-        self.labels = as_names(label, "label")
-        self._single_label = isinstance(label, str)
-        self._converter = Converter(self.mappings, time_unit)
+        self.labels = as_names(columns.label, "label")
+        self._single_label = columns.single_label
+        self._converter = Converter(self.mappings, columns.time_unit)
         self.ragged = any(m.ragged_rank for m in self.mappings)
-        dynamic = job is not None
+        # Dense columns are cut into batch_size rows by tf.data's rebatch; ragged ones
+        # and a job's batches (acknowledged one by one) are batched here.
+        feeder_batch = batch_size if (self.ragged or job.dynamic) else None
         self.feeder = Feeder(
-            plan,
+            self.plan,
             self.source,
             format="arrow",
-            # Dense columns are cut into batch_size rows by tf.data's rebatch; ragged ones
-            # and a job's batches (acknowledged one by one) are batched here.
-            batch_size=batch_size if (self.ragged or dynamic) else None,
-            drop_remainder=drop_remainder,
-            shuffle_buffer=shuffle_buffer,
-            seed=seed,
-            readers=readers,
-            read_batch_rows=read_batch_rows,
+            batch_size=feeder_batch,
             rank=rank,
             world_size=world_size,
-            epochs=epochs,
-            job=job,
-            queue=queue,
-            worker_id=worker_id,
-            lease_ttl=lease_ttl,
-            order=order,
-            even_batches=even_batches,
-            replicas=replicas,
+            **_feeder_options(read, job),
         )
-        self._job = JobEpochs(self.feeder.worker) if dynamic else None
-        self.job = job
+        self._job = JobEpochs(self.feeder.worker) if job.dynamic else None
+        self.job = job.job
         """The job's name in job mode, else None."""
         self._iterations = itertools.count()
         self.anchor: object = None
@@ -193,6 +160,8 @@ class Feed:
         """sqlfeed's error that ended the generator of the iteration (see :meth:`_build`)."""
         self.dataset: Any = self._build()
         """The ``tf.data.Dataset``."""
+        if state is not None:
+            self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"Feed({self.feeder!r}, {len(self.mappings)} columns)"
@@ -348,21 +317,17 @@ class Feed:
         return ds
 
 
-def _check_modes(
-    prefetch: int | None, drop_remainder: bool, job: str | None, even_batches: bool
-) -> int:
+def _check_modes(prefetch: int | None, read: ReadOptions, job: JobOptions) -> int:
     """Checks the options that depend on the mode (static or job); returns ``prefetch``."""
     if prefetch is None:
-        prefetch = AUTOTUNE if job is None else 0
-    _check_int(prefetch, "prefetch", AUTOTUNE)
-    if not isinstance(drop_remainder, bool):
-        raise InvalidArgumentError("drop_remainder must be True or False")
-    if job is None:
-        if even_batches:
+        prefetch = AUTOTUNE if not job.dynamic else 0
+    check_int(prefetch, "prefetch", AUTOTUNE)
+    if not job.dynamic:
+        if job.even_batches:
             raise InvalidArgumentError(
                 "even_batches needs job=...: a static split cannot even out its shares"
             )
-    elif drop_remainder:
+    elif read.drop_remainder:
         raise InvalidArgumentError(
             "drop_remainder works on the whole epoch; with job=..., batches end with their "
             "partition: use even_batches=True for equal batch counts"
@@ -371,15 +336,9 @@ def _check_modes(
 
 
 def _pipeline_share(
-    input_context: Any,
-    rank: int,
-    world_size: int,
-    job: str | None,
-    worker_id: str | None,
-    even_batches: bool,
-    replicas: int | None,
-) -> tuple[int, int, str | None, int | None]:
-    """``(rank, world_size, worker_id, replicas)`` of an InputContext's pipeline.
+    input_context: Any, rank: int, world_size: int, job: JobOptions
+) -> tuple[int, int, JobOptions]:
+    """``(rank, world_size, job options)`` of an InputContext's pipeline.
 
     Statically, pipeline ``i`` of ``n`` is rank ``i`` of ``n``; with a job it is worker
     ``<worker_id>/<i>``, and ``even_batches`` counts the pipelines as the replicas.
@@ -388,41 +347,38 @@ def _pipeline_share(
         raise InvalidArgumentError("give input_context or rank/world_size, not both")
     pipelines = int(input_context.num_input_pipelines)
     pipeline = int(input_context.input_pipeline_id)
-    if job is None:
-        rank, world_size = pipeline, pipelines
-    else:
-        worker_id = f"{worker_id or default_worker_id()}/{pipeline}"
-        if even_batches and replicas is None:
-            replicas = pipelines
-    return rank, world_size, worker_id, replicas
+    if not job.dynamic:
+        return pipeline, pipelines, job
+    replicas = pipelines if job.even_batches and job.replicas is None else job.replicas
+    worker_id = f"{job.worker_id or default_worker_id()}/{pipeline}"
+    return rank, world_size, job.replace(worker_id=worker_id, replicas=replicas)
 
 
-def _plan_and_schema(
-    query: str | Plan,
-    source: Source,
-    plan_options: dict[str, Any],
-    mapping: Mapping[str, Any],
-    world_size: int,
-) -> tuple[Plan, pa.Schema]:
-    """The plan of ``query`` (planned here for SQL) and the Arrow schema of its rows.
-
-    A SQL query's columns are checked against ``mapping`` before planning, so a bad
-    column fails before any planning query runs.
-    """
-    if isinstance(query, Plan):
-        if plan_options:
-            raise InvalidArgumentError(
-                f"plan options ({', '.join(plan_options)}) need a SQL query, not a Plan"
-            )
-        return query, query.arrow_schema() or source.schema(query.sql)
-    schema = source.schema(query)  # check the columns before planning
-    column_mappings(schema, **mapping)
-    plan_options.setdefault("workers", world_size)
-    plan = make_plan(query, source, **plan_options)
-    return plan, plan.arrow_schema() or schema
+def _feeder_options(read: ReadOptions, job: JobOptions) -> dict[str, Any]:
+    """The Feeder's keywords of ``read`` and ``job`` (``batch_size`` is the Feed's own)."""
+    names = [n for n in ReadOptions.names() if n != "batch_size"]
+    return {n: getattr(read, n) for n in names} | {n: getattr(job, n) for n in job.names()}
 
 
-def dataset(query: str | Plan, source: Any = None, *, batch_size: int, **options: Any) -> Any:
+class FeedArguments(TensorKeywords, total=False):
+    """Every keyword of :class:`Feed` but ``batch_size``: what :func:`dataset`,
+    :func:`input_fn` and :func:`distributed_dataset` forward."""
+
+    prefetch: int | None
+    input_context: Any
+    rank: int
+    world_size: int
+    state: Mapping[str, Any] | None
+
+
+_OWN = ("batch_size", *FeedArguments.__annotations__)
+"""The Feed's keywords, for the "did you mean" hint of an unknown one."""
+_FEED_OWN = ("prefetch", "input_context", "rank", "world_size", "state")
+
+
+def dataset(
+    query: str | Plan, source: Any = None, *, batch_size: int, **options: Unpack[FeedArguments]
+) -> Any:
     """A ``tf.data.Dataset`` of the query's rows: ``Feed(query, source, ...).dataset``.
 
     See :class:`Feed` for the options and the module docstring for the type mapping.
@@ -434,7 +390,7 @@ def dataset(query: str | Plan, source: Any = None, *, batch_size: int, **options
 
 
 def input_fn(
-    query: str | Plan, source: Any = None, *, batch_size: int, **options: Any
+    query: str | Plan, source: Any = None, *, batch_size: int, **options: Unpack[FeedArguments]
 ) -> Callable[..., Any]:
     """An ``input_fn``: a function of an optional ``tf.distribute.InputContext``.
 
@@ -447,22 +403,18 @@ def input_fn(
     >>> train = input_fn("SELECT * FROM t", source, label="y", batch_size=256)  # doctest: +SKIP
     >>> model.fit(train(), epochs=2)  # doctest: +SKIP
     """
-    _check_int(batch_size, "batch_size", 1)
-    known = set(inspect.signature(Feed).parameters) - {"query", "source", "plan_options"}
-    _check_plan_options({k: v for k, v in options.items() if k not in known})
-    check_options(*(options.get(k, _OPTION_DEFAULTS[k]) for k in _OPTION_DEFAULTS))
+    check_int(batch_size, "batch_size", 1)
+    shared = {k: v for k, v in options.items() if k not in _FEED_OWN}
+    (_, _, columns), plan_options = split_options(
+        shared, ReadOptions, JobOptions, ColumnOptions, own=_OWN
+    )
     _tensorflow()
     src = connect(source)
-    if isinstance(query, str):
-        plan_options = {k: options.pop(k) for k in _PLAN_OPTIONS if k in options}
-        schema = src.schema(query)
-        _check_columns(schema, options)
-        query = make_plan(query, src, **plan_options)
-        planned_here = True
-    else:
-        planned_here = False
-    _check_columns(query.arrow_schema() or src.schema(query.sql), options)
-    plan = query
+    if not isinstance(query, Plan):  # check the columns before planning
+        columns.mappings(src.schema(query))
+    plan = resolve_plan(query, src, **plan_options)
+    columns.mappings(plan.arrow_schema() or src.schema(plan.sql))
+    feed_options: dict[str, Any] = {k: v for k, v in options.items() if k not in plan_options}
 
     def make(input_context: Any = None) -> Any:
         size = batch_size
@@ -474,57 +426,12 @@ def input_fn(
                     f"{replicas} replicas in sync"
                 )
             size = int(input_context.get_per_replica_batch_size(batch_size))
-        feed = Feed(plan, src, batch_size=size, input_context=input_context, **options)
+        feed = Feed(plan, src, batch_size=size, input_context=input_context, **feed_options)
         feed.anchor = make  # what it reads lives while it does (the table is make's)
         return feed.dataset
 
-    if planned_here:  # an auto-materialized table is ours; a Plan given is its owner's
-        drop_scratch_with(make, plan, src)
+    own_scratch(make, query, plan, src)  # an auto-materialized table planned here is make's
     return make
-
-
-_PLAN_OPTIONS = (
-    "partitions",
-    "strategy",
-    "key",
-    "target_rows",
-    "workers",
-    "scratch",
-    "allow_unstable",
-    "sample_rows",
-    "strict",
-)
-_OPTION_DEFAULTS: dict[str, Any] = {
-    "label": None,
-    "features": None,
-    "fill": None,
-    "fill_nulls": True,
-    "masks": False,
-    "float_dtype": "float32",
-    "time_unit": "us",
-}
-_MAPPING_OPTIONS = (
-    "label",
-    "features",
-    "fill",
-    "fill_nulls",
-    "masks",
-    "float_dtype",
-    "time_unit",
-)
-
-
-def _check_plan_options(options: Mapping[str, Any]) -> None:
-    unknown = [name for name in options if name not in _PLAN_OPTIONS]
-    if unknown:
-        known = [*inspect.signature(Feed).parameters, *_PLAN_OPTIONS]
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InvalidArgumentError(f"unknown option {unknown[0]!r}{hint}")
-
-
-def _check_columns(schema: pa.Schema, options: Mapping[str, Any]) -> None:
-    column_mappings(schema, **{k: v for k, v in options.items() if k in _MAPPING_OPTIONS})
 
 
 def distributed_dataset(
@@ -534,7 +441,7 @@ def distributed_dataset(
     *,
     global_batch_size: int,
     per_replica: bool = False,
-    **options: Any,
+    **options: Any,  # FeedArguments but the plan's strategy (plan first, pass the Plan)
 ) -> Any:
     """``strategy.distribute_datasets_from_function`` over per-pipeline sqlfeed datasets.
 
@@ -550,7 +457,7 @@ def distributed_dataset(
         **options: as for :func:`dataset` (``label``, ``job``, ``even_batches``, ...).
     """
     tf = _tensorflow()
-    _check_int(global_batch_size, "global_batch_size", 1)
+    check_int(global_batch_size, "global_batch_size", 1)
     replicas = int(strategy.num_replicas_in_sync)
     if global_batch_size % replicas:
         raise InvalidArgumentError(
@@ -571,8 +478,3 @@ def distributed_dataset(
             experimental_replication_mode=mode, experimental_fetch_to_device=fetch
         ),
     )
-
-
-def _check_int(value: object, what: str, lowest: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")

@@ -61,10 +61,9 @@ without it, :class:`~dialects.MissingDependencyError` names the extra
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from dialects import MissingDependencyError
+from dialects.optional import require
 from sqlfeed.torch.types import LENGTHS_SUFFIX, LIST_MODES, MASK_SUFFIX
 
 if TYPE_CHECKING:
@@ -73,19 +72,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LENGTHS_SUFFIX", "LIST_MODES", "MASK_SUFFIX", "SQLDataset", "dataloader"]
 
-_LAZY = ("SQLDataset", "dataloader")
+_LAZY = {"SQLDataset": "sqlfeed.torch.dataset", "dataloader": "sqlfeed.torch.loader"}
 
 
 def __getattr__(name: str) -> Any:
     """``SQLDataset`` and ``dataloader``, importing torch on first use."""
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        module = importlib.import_module("sqlfeed.torch.dataset")
-    except ImportError as err:
-        if (err.name or "").split(".")[0] != "torch":
-            raise
-        raise MissingDependencyError(
-            "PyTorch datasets need torch: pip install 'sqlfeed[torch]'"
-        ) from None
-    return getattr(module, name)
+    return getattr(require(_LAZY[name], "PyTorch datasets"), name)

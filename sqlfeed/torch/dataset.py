@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Unpack
 
 import pyarrow as pa
 import torch.distributed as dist
@@ -21,21 +21,22 @@ from torch.utils.data._utils.fetch import _IterableDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from dialects import InvalidArgumentError, NotImplementedYetError
-from sqlfeed.dispatch import (
-    Delivery,
-    Feeder,
-    JobSpec,
-    LeaseQueue,
-    Worker,
-    default_worker_id,
-    open_queue,
-)
+from sqlfeed.dispatch import Delivery, LeaseQueue, Worker, default_worker_id, open_queue
+from sqlfeed.dispatch.epochs import JobEpochs
+from sqlfeed.dispatch.feeder import create_job
 from sqlfeed.dispatch.ledger import DeliveryLog, even_batches_rewind
-from sqlfeed.feed.feeder import UnequalSharesWarning, unequal_shares
-from sqlfeed.feed.tensors import check_options, column_mappings
-from sqlfeed.io import DEFAULT_BATCH_ROWS, Source, connect
-from sqlfeed.plans import Plan, drop_scratch_with
-from sqlfeed.plans import plan as make_plan
+from sqlfeed.feed.feeder import PartitionFeeder, UnequalSharesWarning, unequal_shares
+from sqlfeed.feed.options import (
+    ColumnOptions,
+    JobOptions,
+    ReadOptions,
+    TensorKeywords,
+    check_int,
+    resolve_plan,
+    split_options,
+)
+from sqlfeed.io import Source, connect
+from sqlfeed.plans import Plan
 from sqlfeed.torch.convert import BatchConverter
 from sqlfeed.torch.loader import dataloader
 from sqlfeed.torch.split import even_quotas, shard_of
@@ -45,6 +46,9 @@ __all__ = ["STATE_VERSION", "SQLDataset", "Tagged", "dataloader"]
 
 STATE_VERSION = 1
 """The version of :meth:`SQLDataset.state_dict`'s layout."""
+
+_OWN = ("batch_size", "lists", "tokenizer", "rank", "world_size", "state")
+"""The dataset's own keywords, for the "did you mean" hint of an unknown one."""
 
 CHUNK_ROWS = 65_536
 """Static mode converts consecutive batches together, about this many rows at a time, and
@@ -71,24 +75,36 @@ class SQLDataset(IterableDataset[Any]):
         source: a URL (needed with worker processes) or anything :func:`sqlfeed.connect`
             takes.
         batch_size: rows per batch (per rank).
-        label, features, fill, fill_nulls, masks, float_dtype, time_unit: as for
-            :func:`sqlfeed.tf.dataset` (the same type table and NULL rules).
         lists: ``padded`` (a dense tensor padded with the fill, and ``<col>_lengths``) or
             ``nested`` (a ``torch.nested`` jagged tensor; one level of numbers).
         tokenizer: turns a string column's list of ``str`` into tensors: one callable for
             every string column, or a dict of column name to callable.
-        shuffle_buffer, seed, readers, read_batch_rows, drop_remainder: as for
-            :class:`~sqlfeed.Feeder` (per worker: a worker shuffles its own share).
         rank, world_size: this process's DDP rank and the number of ranks.
-        even_batches: every rank delivers the same number of batches per epoch (each
-            partition's rows are counted once, here; the rows past the quota are dropped).
-        job, queue, worker_id, epochs, lease_ttl, order: pull partitions from a lease
-            queue (:class:`~sqlfeed.Feeder`'s job mode); each DataLoader worker is the
-            job worker ``<worker_id>/<rank>/<worker>``.
-        replicas: with a job and ``even_batches``: the job workers that deliver the same
-            number of batches each, ``world_size x num_workers`` (default ``world_size``:
-            one worker per rank, ``num_workers=0``).
-        **plan_options: for a SQL query, passed to :func:`sqlfeed.plan`.
+        state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
+        **options: the option groups every facade shares (:mod:`sqlfeed.feed.options`,
+            one default each):
+
+            * columns (:class:`~sqlfeed.feed.options.ColumnOptions`): ``label``,
+              ``features``, ``fill``, ``fill_nulls``, ``masks``, ``float_dtype``,
+              ``time_unit``, as for :func:`sqlfeed.tf.dataset` (the same type table and
+              NULL rules);
+            * read (:class:`~sqlfeed.feed.options.ReadOptions`): ``shuffle_buffer``,
+              ``shuffle``, ``shuffle_window``, ``seed``, ``readers`` (default 2, per
+              DataLoader worker), ``read_batch_rows``, ``drop_remainder``,
+              ``merge_reads``, ``snapshot``, ``progress`` (called in the process that
+              reads), as for :class:`~sqlfeed.Feeder` (per worker: a worker shuffles its
+              own share); ``epochs``: a job's epochs;
+            * job (:class:`~sqlfeed.feed.options.JobOptions`): ``even_batches`` (every
+              rank delivers the same number of batches per epoch: each partition's rows
+              are counted once, here; the rows past the quota are dropped); ``job``,
+              ``queue``, ``worker_id``, ``lease_ttl``, ``order``: pull partitions from a
+              lease queue (:class:`~sqlfeed.Feeder`'s job mode), each DataLoader worker
+              being the job worker ``<worker_id>/<rank>/<worker>``; ``replicas``: with a
+              job and ``even_batches``, the job workers that deliver the same number of
+              batches each, ``world_size x num_workers`` (default ``world_size``: one
+              worker per rank, ``num_workers=0``);
+            * for a SQL query, the :class:`~sqlfeed.feed.options.PlanOptions` of
+              :func:`sqlfeed.plan`.
     """
 
     def __init__(
@@ -97,99 +113,81 @@ class SQLDataset(IterableDataset[Any]):
         source: Any = None,
         *,
         batch_size: int,
-        label: str | Sequence[str] | None = None,
-        features: Sequence[str] | None = None,
-        fill: Mapping[str, Any] | None = None,
-        fill_nulls: bool = True,
-        masks: bool | Sequence[str] = False,
-        float_dtype: str = "float32",
-        time_unit: str = "us",
         lists: str = "padded",
         tokenizer: Any = None,
-        shuffle_buffer: int = 0,
-        seed: int = 0,
-        readers: int = 1,
-        read_batch_rows: int = DEFAULT_BATCH_ROWS,
-        drop_remainder: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        even_batches: bool = False,
-        job: str | None = None,
-        queue: Any = None,
-        worker_id: str | None = None,
-        epochs: int = 1,
-        lease_ttl: float = 60.0,
-        order: str = "shuffle",
-        replicas: int | None = None,
-        **plan_options: Any,
+        state: Mapping[str, Any] | None = None,
+        **options: Unpack[TensorKeywords],
     ) -> None:
         super().__init__()
-        _check_int(batch_size, "batch_size", 1)
-        mapping: dict[str, Any] = dict(
-            label=label,
-            features=features,
-            fill=fill,
-            fill_nulls=fill_nulls,
-            masks=masks,
-            float_dtype=float_dtype,
-            time_unit=time_unit,
+        (read, job, columns), plan_options = split_options(
+            options, ReadOptions, JobOptions, ColumnOptions, own=_OWN
         )
-        check_options(**mapping)
+        self.read: ReadOptions = read.replace(batch_size=batch_size)
+        """The read options (each worker's Feeder reads with them)."""
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.target = source
         opened = connect(source)
         self._kept: Source | None = None if isinstance(source, str) else opened
         """The source of a connection object (a URL is opened by each iteration)."""
         try:
-            self.plan = _plan(query, opened, plan_options, self.world_size, self, source)
-            schema = self.plan.arrow_schema() or opened.schema(self.plan.sql)
-            self.mappings = column_mappings(schema, **mapping)
+            self.plan = resolve_plan(
+                query,
+                opened,
+                owner=self,  # a plan made here: its auto-materialized table goes with self
+                drop_via=source if isinstance(source, str) else opened,
+                default_workers=self.world_size,
+                **plan_options,
+            )
+            self.mappings = columns.mappings(
+                self.plan.arrow_schema() or opened.schema(self.plan.sql)
+            )
             check_torch_options(lists, tokenizer, self.mappings)
             self.counts = None
-            if even_batches and job is None:
+            if job.even_batches and not job.dynamic:
                 self.counts = {p.index: opened.count(p.sql) for p in self.plan.partitions}
-            if job is not None:
-                _create_job(
-                    job,
-                    queue,
-                    self.plan,
-                    opened,
-                    epochs,
-                    seed,
-                    lease_ttl,
-                    order,
-                    even_batches,
-                    batch_size,
-                    replicas or self.world_size,
-                )
+            if job.dynamic:
+                self._create_job(job, opened)
         finally:
             if self._kept is None:
                 opened.close()  # worker processes (and iterations) open their own
-        if job is None and not even_batches and self.plan.num_partitions % self.world_size:
+        if not job.dynamic and not job.even_batches and self.plan.num_partitions % self.world_size:
             message = unequal_shares(self.plan.num_partitions, self.world_size)
             warnings.warn(message + " (even_batches=True)", UnequalSharesWarning, stacklevel=2)
         self.labels = [m.name for m in self.mappings if m.label]
-        self._single_label = isinstance(label, str)
+        self._single_label = columns.single_label
         self.batch_size = batch_size
-        self.options: dict[str, Any] = {
-            "shuffle_buffer": shuffle_buffer,
-            "seed": seed,
-            "readers": readers,
-            "read_batch_rows": read_batch_rows,
-            "drop_remainder": drop_remainder,
-        }
-        self.converter = BatchConverter(self.mappings, time_unit, lists, tokenizer)
-        self.job, self.queue, self.even_batches = job, queue, even_batches
-        self.worker_id = worker_id or default_worker_id()
+        self.converter = BatchConverter(self.mappings, columns.time_unit, lists, tokenizer)
+        self.job, self.queue, self.even_batches = job.job, job.queue, job.even_batches
+        self.worker_id = job.worker_id or default_worker_id()
         self.epoch, self._iterations = 0, 0
         self._state: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
-        self._feeder: Feeder | None = None
+        self._feeder: PartitionFeeder | None = None
         self._rows: int | None = None  # the feed's rows through the last batch handed out
-        self._job_worker: Worker | None = None
-        self._deliveries: Iterator[Any] = iter(())
-        self._ahead: Any = None
+        self._epochs: JobEpochs | None = None  # in-process job mode: kept across epochs
         self._tagged, self._consumed = 0, dict[str, DeliveryLog]()  # see note() and checkpoint()
+        if state is not None:
+            self.load_state_dict(state)
+
+    def _create_job(self, job: JobOptions, source: Source) -> None:
+        """Create the job (idempotent: every rank may) in the lease queue."""
+        replicas = (job.replicas or self.world_size) if job.even_batches else None
+        queue = open_queue(job.queue)
+        try:
+            create_job(
+                queue,
+                job.replace(replicas=replicas),
+                self.plan,
+                source,
+                epochs=self.read.epochs,
+                seed=self.read.seed,
+                batch_size=self.read.batch_size,
+            )
+        finally:  # no queue connection left open for DataLoader worker processes to inherit
+            if not isinstance(job.queue, LeaseQueue):
+                queue.close()
 
     def __repr__(self) -> str:
         return (
@@ -199,7 +197,7 @@ class SQLDataset(IterableDataset[Any]):
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads (later ones count on from it)."""
-        _check_int(epoch, "epoch", 0)
+        check_int(epoch, "epoch", 0)
         self.epoch, self._iterations = epoch, 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -282,15 +280,13 @@ class SQLDataset(IterableDataset[Any]):
         source = self._source()
         with warnings.catch_warnings():  # the ranks' shares were checked in the constructor
             warnings.simplefilter("ignore", UnequalSharesWarning)
-            feeder = Feeder(
+            feeder = PartitionFeeder(
                 self.plan,
                 source,
                 rank=start["shard"],
                 world_size=start["shards"],
-                batch_size=self.batch_size,
-                epochs=epoch + 1,
                 state=start["feeder"],
-                **self.options,
+                read=self.read.replace(epochs=epoch + 1),
             )
         self._feeder = feeder
         try:
@@ -309,7 +305,9 @@ class SQLDataset(IterableDataset[Any]):
             if source is not self._kept:
                 source.close()
 
-    def _converted(self, feeder: Feeder, batches: Iterator[Any]) -> Iterator[tuple[Any, int]]:
+    def _converted(
+        self, feeder: PartitionFeeder, batches: Iterator[Any]
+    ) -> Iterator[tuple[Any, int]]:
         """Each batch as an element, and the feed's rows in the epoch through it.
 
         Consecutive batches of about :data:`CHUNK_ROWS` rows are converted together and
@@ -349,34 +347,22 @@ class SQLDataset(IterableDataset[Any]):
                 "SQLite, PostgreSQL or MySQL queue URL, or use num_workers=0"
             )
         in_process = get_worker_info() is None
-        if in_process and self._job_worker is not None:
-            job_worker, deliveries = self._job_worker, self._deliveries
-        else:
-            source = self._source()
+        epochs = self._epochs
+        if not in_process or epochs is None:
             job_worker = Worker(
                 queue,
                 self.job or "",
-                source,
+                self._source(),
                 batch_size=self.batch_size,
                 worker_id=f"{self.worker_id}/{self.rank}/{worker}",
             )
-            deliveries = job_worker.deliveries()
+            epochs = JobEpochs(job_worker, redeliver=False)
             if in_process:  # kept across epochs: checkpoint() records its deliveries
-                self._job_worker, self._deliveries = job_worker, deliveries
+                self._epochs = epochs
+        job_worker = epochs.worker
         self._state = {"epoch": epoch, "job": self.job, "worker": job_worker.worker_id}
-        current = None
         try:
-            while True:
-                delivery, self._ahead = self._ahead, None
-                if delivery is None:
-                    delivery = next(deliveries, None)
-                if delivery is None:
-                    return
-                if current is None:
-                    current = delivery.epoch
-                elif delivery.epoch != current:
-                    self._ahead = delivery if in_process else None
-                    return  # the job's next epoch: the next iteration's
+            for delivery in epochs.epoch_deliveries():
                 element = self._element(delivery.batch)
                 if self._tagged and not in_process:
                     element = Tagged.of(element, job_worker.worker_id, delivery)
@@ -388,8 +374,9 @@ class SQLDataset(IterableDataset[Any]):
 
     def close(self) -> None:
         """Give back the lease of this process's job worker, and close its connection."""
-        worker, self._job_worker = self._job_worker, None
-        if worker is not None:
+        epochs, self._epochs = self._epochs, None
+        if epochs is not None:
+            worker = epochs.worker
             worker.close()
             if worker.source is not self._kept:
                 worker.source.close()
@@ -410,7 +397,7 @@ class SQLDataset(IterableDataset[Any]):
                 DataLoader not made by :func:`dataloader`, or ``step`` is not an integer >= 0.
             NotImplementedYetError: the job has ``even_batches`` (it cannot be rewound).
         """
-        if self.job is None or (self._job_worker is None and not self._tagged):
+        if self.job is None or (self._epochs is None and not self._tagged):
             raise InvalidArgumentError(
                 "checkpoint() records what a job's dataset delivered: it needs job=... and "
                 "the training loop iterating it (with DataLoader worker processes: the loader "
@@ -418,10 +405,10 @@ class SQLDataset(IterableDataset[Any]):
             )
         if self.even_batches:
             raise NotImplementedYetError(even_batches_rewind(self.job))
-        if self._job_worker is not None:
-            self._job_worker.checkpoint(step, [self._ahead] if self._ahead is not None else [])
+        if self._epochs is not None:
+            self._epochs.worker.checkpoint(step, self._epochs.untaken())
             return
-        _check_int(step, "a checkpoint id", 0)
+        check_int(step, "a checkpoint id", 0)
         queue = open_queue(self.queue)
         try:
             for w in range(self._tagged):  # each one, so the checkpoint counts as recorded
@@ -517,71 +504,11 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
         if dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
         return 0, 1
-    _check_int(world_size, "world_size", 1)
-    _check_int(rank, "rank", 0)
+    check_int(world_size, "world_size", 1)
+    check_int(rank, "rank", 0)
     if rank >= world_size:
         raise InvalidArgumentError(f"rank must be in [0, world_size), got {rank}/{world_size}")
     return rank, world_size
-
-
-def _plan(
-    query: str | Plan,
-    source: Source,
-    options: dict[str, Any],
-    world_size: int,
-    owner: SQLDataset,
-    target: Any,
-) -> Plan:
-    """``query``'s plan; one planned here from SQL has its auto-materialized table (if
-    any) dropped when ``owner`` is gone (through ``target``: the URL or the live source)."""
-    if isinstance(query, Plan):
-        if options:
-            raise InvalidArgumentError(
-                f"plan options ({', '.join(options)}) need a SQL query, not a Plan"
-            )
-        return query
-    options.setdefault("workers", world_size)
-    made = make_plan(query, source, **options)
-    drop_scratch_with(owner, made, target if isinstance(target, str) else source)
-    return made
-
-
-def _create_job(
-    job: str,
-    queue: Any,
-    plan: Plan,
-    source: Source,
-    epochs: int,
-    seed: int,
-    lease_ttl: float,
-    order: str,
-    even_batches: bool,
-    batch_size: int,
-    world_size: int,
-) -> None:
-    """Create the job (idempotent: every rank may) in the lease queue."""
-    rows = plan.rows
-    if even_batches and rows is None:
-        rows = source.count(plan.sql, columns=list(plan.columns))
-    lease_queue = open_queue(queue)
-    try:
-        lease_queue.create_job(
-            JobSpec(
-                job,
-                plan,
-                epochs=epochs,
-                seed=seed,
-                lease_ttl=lease_ttl,
-                order=order,
-                even_batches=even_batches,
-                replicas=world_size if even_batches else None,
-                batch_size=batch_size if even_batches else None,
-                rows=rows if even_batches else None,
-            )
-        )
-    finally:  # no queue connection left open for DataLoader worker processes to inherit
-        if not isinstance(queue, LeaseQueue):
-            lease_queue.close()
 
 
 def _refuse_collation(dataset: SQLDataset, frame: Any) -> None:
@@ -606,8 +533,3 @@ def _refuse_collation(dataset: SQLDataset, frame: Any) -> None:
 def _consumed(state: Mapping[str, Any]) -> bool:
     """Whether a dataset state is past its epoch's start (so it holds a share's position)."""
     return bool(state.get("batches") or state.get("feeder") is not None or state.get("done"))
-
-
-def _check_int(value: object, what: str, lowest: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise InvalidArgumentError(f"{what} must be an integer >= {lowest}, got {value!r}")

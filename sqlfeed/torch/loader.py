@@ -10,20 +10,31 @@ each worker's share of the partitions depends on them. Imports torch.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from dialects import InvalidArgumentError
 from sqlfeed.torch.split import shard_of
 
-if TYPE_CHECKING:
-    from sqlfeed.torch.dataset import SQLDataset
-
-__all__ = ["check_loader_state", "dataloader"]
+__all__ = ["LoadedDataset", "check_loader_state", "dataloader"]
 
 
-def dataloader(dataset: SQLDataset, **options: Any) -> Any:
+class LoadedDataset(Protocol):
+    """What the loader needs of a :class:`~sqlfeed.torch.dataset.SQLDataset` (a protocol,
+    so this module never imports the dataset's, which re-exports :func:`dataloader`)."""
+
+    job: str | None
+    rank: int
+    world_size: int
+    _tagged: int
+
+    def note(self, item: Any) -> Any:
+        """The batch of ``item``, its delivery noted for checkpoints."""
+        ...
+
+
+def dataloader(dataset: LoadedDataset, **options: Any) -> Any:
     """A DataLoader of ``dataset``'s batches: ``torchdata``'s ``StatefulDataLoader`` when
     installed (``stateful=False``: torch's), with ``batch_size=None`` (batches are built
     already). With a job and several workers, ``in_order=False``: a worker waiting for the
@@ -33,7 +44,7 @@ def dataloader(dataset: SQLDataset, **options: Any) -> Any:
     another ``num_workers``, world size or rank.
 
     Args:
-        dataset: the :class:`SQLDataset`.
+        dataset: the :class:`~sqlfeed.torch.dataset.SQLDataset`.
         **options: passed to the DataLoader (``num_workers``, ``pin_memory``, ...);
             ``stateful`` picks the class.
     """
