@@ -8,12 +8,14 @@ an error names instead of Python's parameter names (:func:`name_flags`,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from dialects import InvalidArgumentError
+from dialects import InvalidArgumentError, MissingDependencyError
+from dialects.optional import install_hint
 from sqlfeed.io import redact_url
 from sqlfeed.io.urlhints import scheme_hint
 
@@ -153,18 +155,10 @@ def db_url(text: str) -> str:
     return text
 
 
-_EXTRAS = {
-    "psycopg": "postgres",
-    "psycopg2": "postgres",
-    "pymysql": "mysql",
-    "MySQLdb": "mysql",
-    "connectorx": "fast",
-    "adbc_driver_manager": "fast",
-    "adbc_driver_postgresql": "fast",
-    "tensorflow": "tf",
-    "keras": "tf",
-    "matplotlib": "report",
-}
+_URL_INSTEAD = {"psycopg2": "postgresql+psycopg://", "MySQLdb": "mysql+pymysql://"}
+"""The drivers SQLAlchemy's plain ``postgresql://`` and ``mysql://`` ask for, which no
+extra installs: the URL of the driver that the extra (:data:`dialects.optional.EXTRAS`)
+installs."""
 
 
 def missing_module_hint(err: ImportError) -> str:
@@ -172,10 +166,20 @@ def missing_module_hint(err: ImportError) -> str:
     module = (err.name or "").split(".")[0]
     if not module:
         return f"a Python package is missing: {' '.join(str(err).split())}"
-    hint = f"pip install {module}"
-    if module in ("psycopg2", "MySQLdb"):
-        better = "postgresql+psycopg://" if module == "psycopg2" else "mysql+pymysql://"
-        hint = f"use a {better} URL (pip install 'sqlfeed[{_EXTRAS[module]}]')"
-    elif module in _EXTRAS:
-        hint = f"pip install 'sqlfeed[{_EXTRAS[module]}]'"
+    hint = install_hint(module)
+    if module in _URL_INSTEAD:
+        hint = f"use a {_URL_INSTEAD[module]} URL ({hint})"
     return f"the Python package {module} is not installed: {hint}"
+
+
+@contextlib.contextmanager
+def missing_package(what: str) -> Iterator[None]:
+    """Inside: a package that is not installed (a URL's driver, say) is one
+    :class:`~dialects.errors.MissingDependencyError` line, ``what`` first (a flag and its
+    value), then :func:`missing_module_hint`."""
+    try:
+        yield
+    except MissingDependencyError:
+        raise
+    except ImportError as err:
+        raise MissingDependencyError(f"{what}: {missing_module_hint(err)}") from None

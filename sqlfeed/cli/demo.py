@@ -32,7 +32,7 @@ import duckdb
 import numpy as np
 
 import sqlfeed.tf as sqlfeed_tf
-from dialects import MissingDependencyError
+from dialects.optional import require
 from sqlfeed import Plan, compute_stats, connect, plan
 from sqlfeed.cli.common import CommandParser, positive
 from sqlfeed.cli.torch_demo import run_torch_demo
@@ -369,17 +369,12 @@ def _validate(demo: _Demo, model: Any) -> dict[str, Any]:
 
 def _tensorflow_with_two_cpus() -> tuple[Any, list[str]]:
     """TensorFlow, with the CPU split into two logical devices if it is not running yet."""
-    try:
-        if "tensorflow" in sys.modules:
-            import tensorflow as tf
-        else:
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-            with _quiet_stderr():  # TensorFlow's C++ start-up lines ignore the log level
-                import tensorflow as tf
-    except ImportError:
-        raise MissingDependencyError(
-            "the demo trains a Keras model: pip install 'sqlfeed[tf]'"
-        ) from None
+    if "tensorflow" in sys.modules:
+        tf = require("tensorflow", "the demo's Keras model")
+    else:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        with _quiet_stderr():  # TensorFlow's C++ start-up lines ignore the log level
+            tf = require("tensorflow", "the demo's Keras model")
     cpus = tf.config.list_physical_devices("CPU")
     with contextlib.suppress(RuntimeError):  # initialised already: its devices are fixed
         tf.config.set_logical_device_configuration(

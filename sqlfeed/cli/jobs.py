@@ -13,12 +13,12 @@ from typing import TextIO
 
 import sqlalchemy as sa
 
-from dialects import InvalidArgumentError, MissingDependencyError, dialect_for
+from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import connect
 from sqlfeed.cli.checks import (
     check_output_folder,
     db_url,
-    missing_module_hint,
+    missing_package,
     name_flags,
 )
 from sqlfeed.cli.common import (
@@ -487,23 +487,20 @@ def check_queue_url(url: str, *, must_exist: bool) -> None:
         return
     shown = redact_url(url)
     try:
-        parsed = sa.engine.make_url(url)
-        dialect = parsed.get_dialect()
+        with missing_package(f"--queue {shown}"):
+            parsed = sa.engine.make_url(url)
+            dialect = parsed.get_dialect()
     except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError) as err:
         raise InvalidArgumentError(
             f"--queue {shown!r} is not a queue URL ({' '.join(str(err).split())}): use "
             "sqlite:///file.db, postgresql+psycopg://... or mysql+pymysql://..."
         ) from None
-    except ImportError as err:
-        raise MissingDependencyError(f"--queue {shown}: {missing_module_hint(err)}") from None
     if dialect.name not in ("sqlite", "postgresql", "mysql", "mariadb"):
         raise InvalidArgumentError(
             f"--queue: a queue lives in SQLite, PostgreSQL or MySQL/MariaDB, not {dialect.name}"
         )
-    try:
+    with missing_package(f"--queue {shown}"):
         dialect.import_dbapi()
-    except ImportError as err:
-        raise MissingDependencyError(f"--queue {shown}: {missing_module_hint(err)}") from None
     path = parsed.database if dialect.name == "sqlite" else None
     if path and path != ":memory:" and not path.startswith("file:"):
         if must_exist and not Path(path).is_file():

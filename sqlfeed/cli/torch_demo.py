@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dialects import MissingDependencyError
+from dialects.optional import require
 from sqlfeed import connect
 from sqlfeed import torch as sqlfeed_torch
 
@@ -22,16 +22,6 @@ __all__ = ["run_torch_demo"]
 
 NUMERIC = ("age", "amount")
 CATEGORICAL = {"segment": ("basic", "plus", "pro"), "channel": ("web", "store", "phone", "partner")}
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError(
-            "the torch demo trains a PyTorch model: pip install 'sqlfeed[torch]'"
-        ) from None
-    return torch
 
 
 def run_torch_demo(
@@ -53,7 +43,7 @@ def run_torch_demo(
         MissingDependencyError: torch is not installed.
         AssertionError: an epoch lost or repeated a row.
     """
-    torch = _torch()
+    torch = require("torch", "the torch demo's PyTorch model")
     torch.manual_seed(0)
     with connect(url) as source:
         expected = sorted(r[0] for r in source.rows(f"SELECT order_id FROM ({training}) q"))
