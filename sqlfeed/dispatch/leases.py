@@ -102,7 +102,7 @@ def _in_background(call: Callable[[], Any]) -> Future[Any]:
     return future
 
 
-def lease_name(lease: Lease) -> str:
+def _lease_name(lease: Lease) -> str:
     """A lease as log lines name it."""
     return f"partition {lease.partition} of epoch {lease.epoch} (job {lease.job!r})"
 
@@ -223,7 +223,7 @@ class LeaseKeeper(Generic[T]):
                     try:
                         self._renew(hold)
                     except Exception:  # a bug; heartbeats must go on for the other leases
-                        _log.exception("heartbeat of %s", lease_name(hold.lease))
+                        _log.exception("heartbeat of %s", _lease_name(hold.lease))
 
     def _renew(self, hold: Hold[T]) -> bool | None:
         """Renew one lease: True, False when it is lost, None when the queue did not say."""
@@ -231,7 +231,7 @@ class LeaseKeeper(Generic[T]):
         try:
             held = self.queue.heartbeat(hold.lease)
         except EngineError as err:  # busy, or down: the lease is not known to be lost
-            _log.warning("heartbeat of %s failed, trying again: %s", lease_name(hold.lease), err)
+            _log.warning("heartbeat of %s failed, trying again: %s", _lease_name(hold.lease), err)
             return None
         if held:
             hold.renewed = max(hold.renewed, sent)
@@ -270,7 +270,7 @@ class LeaseKeeper(Generic[T]):
                 answer = call()
             except QueueBusyError as err:
                 if time.monotonic() - hold.renewed >= self.spec.lease_ttl:
-                    _log.warning("%s: the queue did not answer: %s", lease_name(hold.lease), err)
+                    _log.warning("%s: the queue did not answer: %s", _lease_name(hold.lease), err)
                     return None
                 time.sleep(min(0.2, self.spec.lease_ttl / 10))
                 continue
@@ -314,7 +314,7 @@ class LeaseKeeper(Generic[T]):
                     done, answer = self.queue.complete_and_acquire(lease, self.worker_id, **last)
                     hold.renewed = max(hold.renewed, sent)
                 except QueueBusyError as err:  # nothing changed: one call at a time then
-                    _log.warning("%s: the queue is busy, asking again: %s", lease_name(lease), err)
+                    _log.warning("%s: the queue is busy, asking again: %s", _lease_name(lease), err)
                     claim = False
             if not claim:
                 done = self._patiently(hold, lambda: self.queue.complete(lease, **last))
@@ -347,7 +347,7 @@ class LeaseKeeper(Generic[T]):
                         taken, hold.taken = hold.taken, []
                 self.queue.release(hold.lease)
         except EngineError as err:  # it expires after its TTL instead
-            _log.warning("could not give back %s: %s", lease_name(hold.lease), err)
+            _log.warning("could not give back %s: %s", _lease_name(hold.lease), err)
         finally:
             hold.over = True
             hold.lock.release()
