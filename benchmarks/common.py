@@ -1,11 +1,12 @@
-"""Helpers every benchmark uses: progress on stderr and this process's memory figures."""
+"""Helpers every benchmark uses: progress on stderr and this process's memory figures.
+
+The child-process protocol, repeats, agreement checks and the report are in
+:mod:`benchmarks.harness`.
+"""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from typing import Any
 
 
 def progress(message: str) -> None:
@@ -26,19 +27,3 @@ def status_bytes(key: str) -> int:
     except OSError:
         pass
     return -1
-
-
-def run_child(command: list[str], mark: str, cwd: str, timeout: float) -> dict[str, Any]:
-    """Run a benchmark child (a fresh interpreter) and return the JSON result it printed
-    after ``mark`` on stdout, or ``{"error": ...}`` when it timed out or printed none."""
-    try:
-        proc = subprocess.run(
-            command, cwd=cwd, stdout=subprocess.PIPE, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:g}s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(mark):
-            result: dict[str, Any] = json.loads(line[len(mark) :])
-            return result
-    return {"error": f"child exited with status {proc.returncode} and no result"}

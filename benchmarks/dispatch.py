@@ -85,6 +85,7 @@ import sqlalchemy as sa
 
 import sqlfeed
 from benchmarks.common import progress as _progress
+from benchmarks.harness import add_smoke_flag
 from dialects import EngineError
 from sqlfeed.dispatch.memory import MemoryQueue
 from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait
@@ -103,8 +104,14 @@ __all__ = [
 
 BACKENDS = ("memory", "sqlite", "postgres", "mariadb")
 PARTS = ("throughput", "overhead")
-DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+DEFAULT_PG_URL = os.environ.get(
+    "SQLFEED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+).replace("postgresql://", "postgresql+psycopg://", 1)
+"""The tests' PostgreSQL (``SQLFEED_TEST_POSTGRES_URL``) as a SQLAlchemy URL."""
+DEFAULT_MYSQL_URL = os.environ.get(
+    "SQLFEED_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"
+).replace("mysql://", "mysql+pymysql://", 1)
+"""The tests' MariaDB/MySQL (``SQLFEED_TEST_MYSQL_URL``) as a SQLAlchemy URL."""
 SYNTHETIC_SQL = "SELECT range AS id FROM range(100000)"
 LEASE_TTL = 30.0
 PROTOCOLS = ("ahead", "serial", "per-batch")
@@ -1329,7 +1336,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mysql-url", default=DEFAULT_MYSQL_URL)
     parser.add_argument("--sqlite-dir", default=None, help="where the SQLite queue file goes")
     parser.add_argument("--json", default=None, help="also write results here")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.workers, args.partitions, args.seconds, args.cycles = [[1, 2]], [40], 1.0, 4
+        args.read_partitions, args.read_samples = 4, 2
+        if "overhead" in args.parts:
+            from benchmarks.tpch import lineitem_parquet, load_postgres
+
+            libpq = args.pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+            args.read_table = load_postgres(libpq, lineitem_parquet(0.01), "lineitem", 0.01)
     args.workers = [n for group in args.workers for n in group]
     if min(args.workers) < 1 or min(args.partitions) < 1 or args.cycles < 1:
         parser.error("--workers, --partitions and --cycles must be >= 1")

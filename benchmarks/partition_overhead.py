@@ -60,6 +60,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from benchmarks.common import progress as _progress
+from benchmarks.harness import add_smoke_flag
 from benchmarks.tpch import (
     DEFAULT_CACHE_DIR,
     DEFAULT_PG_URL,
@@ -511,7 +512,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.partitions, args.repeat = 0.01, [4], 1
     if args.repeat < 1 or args.partition_repeat < 1:
         parser.error("--repeat and --partition-repeat must be >= 1")
     if any(m < 1 for m in args.partitions):

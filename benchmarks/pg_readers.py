@@ -20,6 +20,7 @@ plan's types). Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +29,12 @@ from typing import Any
 import pyarrow as pa
 
 import sqlfeed
-from sqlfeed.io import PostgresSource
+from benchmarks.harness import add_smoke_flag
+from sqlfeed.io import PostgresSource, ReadRequest
 from sqlfeed.io.postgres import READERS
 
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+PG_URL = os.environ.get("SQLFEED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+"""The tests' PostgreSQL (``SQLFEED_TEST_POSTGRES_URL``)."""
 
 
 def _table(scale: float) -> str:
@@ -54,7 +57,7 @@ def _drain(source: PostgresSource, sql: str, schema: pa.Schema) -> int:
 
 def _casts(source: PostgresSource, sql: str, schema: pa.Schema) -> int:
     """Batches of one partition whose types differ from the plan's (untimed)."""
-    batches = source._read(sql, schema, 65_536, None, False, None)  # before conform
+    batches = source.batches(ReadRequest(sql, schema, 65_536))  # before conform
     return sum(not batch.schema.equals(schema) for batch in batches)
 
 
@@ -75,7 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--readers", nargs="+", default=list(READERS))
     parser.add_argument("--url", default=PG_URL)
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        from benchmarks.tpch import lineitem_parquet, load_postgres
+
+        args.scale, args.partitions, args.repeat = 0.01, [2], 1
+        load_postgres(args.url, lineitem_parquet(args.scale), "lineitem", args.scale)
     sql = f"SELECT * FROM {_table(args.scale)}"
     rows, seconds = min(
         (_baseline(args.url, sql, args.threads) for _ in range(args.repeat)), key=lambda r: r[1]

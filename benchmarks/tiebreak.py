@@ -38,6 +38,7 @@ import duckdb
 import psycopg
 
 from benchmarks.common import progress
+from benchmarks.harness import add_smoke_flag
 from benchmarks.tpch import DEFAULT_CACHE_DIR, DEFAULT_PG_URL, lineitem_parquet, load_postgres
 from sqlfeed.sql import complete_orders, parse, schema_sql
 
@@ -203,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale, args.repeat = 0.01, 1
     started = time.perf_counter()
     parquet = lineitem_parquet(args.scale, args.cache_dir)
     results: list[Result] = []

@@ -29,6 +29,7 @@ import decimal
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,36 @@ for bench, gen, queries in (("tpch", "dbgen", "tpch_queries()"),
     json.dump(rows, open(f"{data}/{bench}/queries.json", "w"))
     con.execute("USE memory")
 """
+
+
+SMOKE_QUERIES = (
+    (
+        1,
+        "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_qty, "
+        "sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price, avg(l_discount) AS avg_disc, "
+        "count(*) AS count_order FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' "
+        "GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus",
+    ),
+    (
+        6,
+        "SELECT sum(l_extendedprice * l_discount) AS revenue FROM lineitem "
+        "WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' "
+        "AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24",
+    ),
+)
+"""``--smoke``: TPC-H Q1 and Q6 (``lineitem`` only) over :mod:`benchmarks.tpch`'s SF 0.01
+``lineitem``, for a machine without the TPC data: the same evaluation, two queries."""
+
+
+def _smoke_data(data: Path) -> None:
+    """Write :data:`SMOKE_QUERIES` and ``lineitem`` (SF 0.01) where ``--data`` expects them."""
+    import shutil
+
+    from benchmarks.tpch import lineitem_parquet
+
+    (data / "tpch").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(lineitem_parquet(0.01), data / "tpch" / "lineitem.parquet")
+    (data / "tpch" / "queries.json").write_text(json.dumps(SMOKE_QUERIES))
 
 
 def _rows(connection: Any, sql: str) -> collections.Counter[tuple[Any, ...]]:
@@ -110,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--generate-with", metavar="PYTHON", help="generate the data first")
     parser.add_argument("--json", type=Path, help="write every query's status here")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="TPC-H Q1 and Q6 over lineitem SF 0.01 only (no TPC data needed)",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.data = Path(tempfile.mkdtemp(prefix="tpc-smoke-"))
+        _smoke_data(args.data)
     if args.generate_with:
         subprocess.run(
             [args.generate_with, "-c", _GENERATE, str(args.data), str(args.scale)], check=True
@@ -118,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     connection = duckdb.connect()
     statuses: dict[str, dict[str, tuple[str, str]]] = {"text": {}, "source": {}}
     for bench in ("tpch", "tpcds"):
+        if args.smoke and bench == "tpcds":
+            progress("tpcds: not in the smoke run")
+            continue
         for parquet in sorted((args.data / bench).glob("*.parquet")):
             connection.execute(
                 f"CREATE OR REPLACE TABLE {parquet.stem} AS SELECT * FROM read_parquet(?)",
@@ -133,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(statuses, indent=1))
     wrong = any(s == "wrong" for found in statuses.values() for s, _ in found.values())
+    if args.smoke:
+        import shutil
+
+        shutil.rmtree(args.data, ignore_errors=True)
     return 1 if wrong else 0
 
 

@@ -68,8 +68,12 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".bench-data"
 DEFAULT_DUCKDB_PATH = DEFAULT_CACHE_DIR / "tpch.duckdb"
-DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
+DEFAULT_PG_URL = os.environ.get(
+    "SQLFEED_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+"""The tests' PostgreSQL (``SQLFEED_TEST_POSTGRES_URL``, see ``tests/helpers/engines.py``)."""
+DEFAULT_MYSQL_URL = os.environ.get("SQLFEED_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+"""The tests' MariaDB/MySQL (``SQLFEED_TEST_MYSQL_URL``)."""
 DEFAULT_SQLITE_PATH = DEFAULT_CACHE_DIR / "tpch.sqlite"
 META_TABLE = "bench_meta"
 
@@ -620,7 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--duckdb", type=Path, default=None, help="DuckDB database file")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny scale (0.01): check the loaders run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale = 0.01
     db_path: Path = args.duckdb or args.cache_dir / "tpch.duckdb"
 
     print(f"TPC-H lineitem SF {args.scale}")
