@@ -8,16 +8,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, MissingDependencyError
+from dialects import InvalidArgumentError
+from dialects.optional import require
+from sqlfeed.feed.options import PlanOptions, own_scratch
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS
-from sqlfeed.plans import Partition, Plan, drop_scratch_with
+from sqlfeed.plans import Partition, Plan
 
 __all__ = ["DTYPE_BACKENDS", "PandasReader", "dataframe", "range_divisions"]
 
@@ -66,13 +68,7 @@ def _nullable_dtype(arrow_type: pa.DataType) -> Any:
 
 
 def _dask_dataframe() -> Any:
-    try:
-        import dask.dataframe as dd
-    except ImportError:
-        raise MissingDependencyError(
-            "Dask DataFrames need Dask: pip install 'sqlfeed[dask]'"
-        ) from None
-    return dd
+    return require("dask.dataframe", "Dask DataFrames")
 
 
 @dataclass(frozen=True)
@@ -133,7 +129,7 @@ def dataframe(
     dtype_backend: str = "numpy_nullable",
     read_batch_rows: int = DEFAULT_BATCH_ROWS,
     snapshot: str | None = None,
-    **plan_options: Any,
+    **plan_options: Unpack[PlanOptions],
 ) -> Any:
     """A ``dask.dataframe.DataFrame`` of exactly the rows of ``query`` (SQL or a Plan).
 
@@ -176,8 +172,8 @@ def dataframe(
         )
     divisions = range_divisions(plan, schema, index)
     read = PandasReader(reader, dtype_backend, index, sort=divisions is not None)
-    if isinstance(query, str):  # planned here: an auto-materialized table is ours to drop
-        drop_scratch_with(read, plan, url)  # when the graph that holds ``read`` is gone
+    own_scratch(read, query, plan, url)  # planned here: dropped when the graph holding
+    # ``read`` is gone
     return dd.from_map(
         read, list(plan.partitions), meta=read.meta(), divisions=divisions, label="sqlfeed"
     )

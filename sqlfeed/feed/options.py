@@ -51,6 +51,7 @@ __all__ = [
     "ReadKeywords",
     "ReadOptions",
     "TensorKeywords",
+    "check_given_plan",
     "check_int",
     "check_plan_options",
     "own_scratch",
@@ -152,21 +153,31 @@ def resolve_plan(
     """
     check_plan_options(plan_options)
     if isinstance(query, Plan):
-        if plan_options:
-            raise InvalidArgumentError(
-                f"plan options ({', '.join(plan_options)}) need a SQL query, not a Plan"
-            )
-        if query.dialect != source.dialect.name:
-            raise InvalidArgumentError(
-                f"the plan is for {query.dialect}, the source is {source.dialect.name}"
-            )
-        return query
+        return check_given_plan(query, source.dialect.name, plan_options)
     if default_workers is not None:
         plan_options.setdefault("workers", default_workers)
     made = make_plan(query, source, **plan_options)
     if owner is not None:
         own_scratch(owner, query, made, source if drop_via is None else drop_via)
     return made
+
+
+def check_given_plan(
+    plan: Plan, dialect: str, plan_options: Mapping[str, Any], where: str = "the source"
+) -> Plan:
+    """``plan``, given instead of SQL, if it can be read on ``dialect`` (the source's
+    engine, or a URL's: ``where`` says which) and no plan options came with it.
+
+    Raises:
+        InvalidArgumentError: plan options with a Plan, or a Plan of another dialect.
+    """
+    if plan_options:
+        raise InvalidArgumentError(
+            f"plan options ({', '.join(plan_options)}) need a SQL query, not a Plan"
+        )
+    if plan.dialect != dialect:
+        raise InvalidArgumentError(f"the plan is for {plan.dialect}, {where} is {dialect}")
+    return plan
 
 
 def own_scratch(owner: object, query: object, plan: Plan, source: Source | str) -> None:

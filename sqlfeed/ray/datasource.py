@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, MissingDependencyError
+from dialects.optional import require
+from sqlfeed.feed.options import PlanOptions, check_int, own_scratch
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS
 from sqlfeed.io.arrow import without_hints
-from sqlfeed.plans import Partition, Plan, drop_scratch_with
+from sqlfeed.plans import Partition, Plan
 
 __all__ = ["dataset", "datasource", "group_partitions"]
 
@@ -28,14 +29,9 @@ _VARIABLE_WIDTH_BYTES = 32
 def _ray_datasource_api() -> tuple[Any, Any, Any]:
     """Ray's ``Datasource``, ``ReadTask`` and ``BlockMetadata`` (MissingDependencyError
     without Ray)."""
-    try:
-        from ray.data.block import BlockMetadata
-        from ray.data.datasource import Datasource, ReadTask
-    except ImportError:
-        raise MissingDependencyError(
-            "Ray Data datasets need Ray: pip install 'sqlfeed[ray]'"
-        ) from None
-    return Datasource, ReadTask, BlockMetadata
+    block = require("ray.data.block", "Ray Data datasets")
+    datasource = require("ray.data.datasource", "Ray Data datasets")
+    return datasource.Datasource, datasource.ReadTask, block.BlockMetadata
 
 
 @functools.cache
@@ -138,7 +134,7 @@ def datasource(
     override_num_blocks: int | None = None,
     read_batch_rows: int = DEFAULT_BATCH_ROWS,
     snapshot: str | None = None,
-    **plan_options: Any,
+    **plan_options: Unpack[PlanOptions],
 ) -> Any:
     """A ``ray.data.Datasource`` reading the plan of ``query`` from ``source_url``.
 
@@ -148,12 +144,11 @@ def datasource(
     _ray_datasource_api()  # a missing Ray fails before anything runs on the database
     url = check_source_url(source_url, "Ray Data")
     if override_num_blocks is not None:
-        _check_positive(override_num_blocks, "override_num_blocks")
+        check_int(override_num_blocks, "override_num_blocks", 1)
     plan = plan_for_url(query, url, plan_options)
     reader = reader_for(plan, url, read_batch_rows, snapshot)
     made = _datasource_class()(plan, reader, override_num_blocks)
-    if isinstance(query, str):  # planned here: an auto-materialized table is ours to drop
-        drop_scratch_with(made, plan, url)
+    own_scratch(made, query, plan, url)  # planned here: an auto-materialized table is ours
     return made
 
 
@@ -166,7 +161,7 @@ def dataset(
     read_batch_rows: int = DEFAULT_BATCH_ROWS,
     snapshot: str | None = None,
     ray_options: Mapping[str, Any] | None = None,
-    **plan_options: Any,
+    **plan_options: Unpack[PlanOptions],
 ) -> Any:
     """A ``ray.data.Dataset`` of exactly the rows of ``query`` (SQL or a Plan).
 
@@ -212,15 +207,10 @@ def dataset(
     )
     options = dict(ray_options or {})
     if concurrency is not None:
-        _check_positive(concurrency, "concurrency")
+        check_int(concurrency, "concurrency", 1)
         options["concurrency"] = concurrency
     # Default: one block per read task (Ray would otherwise split small reads into ~200).
     options["override_num_blocks"] = override_num_blocks or len(source.plan.partitions)
     import ray.data
 
     return ray.data.read_datasource(source, **options)
-
-
-def _check_positive(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{what} must be an integer >= 1, got {value!r}")

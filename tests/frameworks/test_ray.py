@@ -24,8 +24,8 @@ from tests.helpers.remote_engines import (
     QUERY,
     close_duckdb_file,
     expected_rows,
+    refusal,
     rows_of,
-    skip_reason,
     url_engine,
 )
 
@@ -54,11 +54,14 @@ def read_all(ds: Any) -> pa.Table:
 @pytest.mark.parametrize("plan_name", sorted(PLANS))
 @pytest.mark.parametrize("engine_name", ["duckdb", "sqlite", "postgres", "mysql"])
 def test_the_dataset_has_exactly_the_query_rows(engine_name: str, plan_name: str) -> None:
-    reason = skip_reason(engine_name, plan_name)
-    if reason:
-        pytest.skip(reason)
     engine, url = url_engine(engine_name)
     sql = QUERY.format(keyed=engine.qualify("keyed"))
+    refused = refusal(engine_name, plan_name)
+    if refused:
+        with pytest.raises(InvalidArgumentError) as error:
+            sqlfeed.ray.dataset(sql, url, partitions=7, **PLANS[plan_name])
+        assert str(error.value) == refused
+        return
     ds = sqlfeed.ray.dataset(sql, url, partitions=7, **PLANS[plan_name])
     plan = plan_for_url(sql, url, {"partitions": 7, **PLANS[plan_name]})
     table = read_all(ds)
@@ -177,5 +180,5 @@ def test_import_sqlfeed_never_imports_ray_and_a_missing_ray_names_the_extra() ->
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    assert out == ["[]", "Ray Data datasets need Ray: pip install 'sqlfeed[ray]'"]
+    assert out == ["[]", "Ray Data datasets needs ray: pip install 'sqlfeed[ray]'"]
     assert issubclass(MissingDependencyError, ImportError)
