@@ -24,18 +24,23 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import inspect
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from dialects import EngineError, InvalidArgumentError, dialect_for
+from sqlfeed.feed.options import (
+    PlanOptions,
+    check_given_plan,
+    check_int,
+    check_plan_options,
+    resolve_plan,
+)
 from sqlfeed.feed.snapshots import SnapshotWarning, check_snapshot_option, needs_snapshot, unshared
 from sqlfeed.io import (
     DEFAULT_BATCH_ROWS,
@@ -47,7 +52,6 @@ from sqlfeed.io import (
     redact_url,
 )
 from sqlfeed.plans import Partition, Plan
-from sqlfeed.plans import plan as make_plan
 
 __all__ = [
     "PartitionReader",
@@ -58,8 +62,6 @@ __all__ = [
     "reading_source",
     "release_sources",
 ]
-
-_PLAN_OPTIONS = frozenset(inspect.signature(make_plan).parameters) - {"query", "source"}
 
 
 def check_source_url(source_url: object, what: str) -> str:
@@ -142,7 +144,7 @@ def release_sources() -> None:
             source.close()
 
 
-def plan_for_url(query: str | Plan, url: str, plan_options: Mapping[str, Any]) -> Plan:
+def plan_for_url(query: str | Plan, url: str, plan_options: PlanOptions) -> Plan:
     """The plan of ``query`` on ``url`` (planned here for SQL), with its Arrow schema.
 
     A given :class:`Plan` is checked (its dialect must be the URL's; plan options need
@@ -153,20 +155,9 @@ def plan_for_url(query: str | Plan, url: str, plan_options: Mapping[str, Any]) -
         InvalidArgumentError: unknown plan options, plan options with a Plan, a Plan of
             another dialect, a query that is neither SQL nor a Plan.
     """
-    unknown = sorted(set(plan_options) - _PLAN_OPTIONS)
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown option(s) {', '.join(unknown)}; the planning options are "
-            f"{', '.join(sorted(_PLAN_OPTIONS))}"
-        )
+    check_plan_options(plan_options)
     if isinstance(query, Plan):
-        if plan_options:
-            raise InvalidArgumentError(
-                f"plan options ({', '.join(sorted(plan_options))}) need a SQL query, not a Plan"
-            )
-        dialect = dialect_for(url).name
-        if query.dialect != dialect:
-            raise InvalidArgumentError(f"the plan is for {query.dialect}, the URL is {dialect}")
+        check_given_plan(query, dialect_for(url).name, plan_options, where="the URL")
         if query.schema is not None:
             return query
         with open_for_reading(url) as source:
@@ -177,7 +168,7 @@ def plan_for_url(query: str | Plan, url: str, plan_options: Mapping[str, Any]) -
             f"expected a SQL query or a sqlfeed Plan, got a {type(query).__name__}"
         )
     with open_for_reading(url) as source:
-        return make_plan(query, source, **plan_options)
+        return resolve_plan(query, source, **plan_options)
 
 
 @dataclass(frozen=True)
@@ -254,8 +245,7 @@ def reader_for(
         InvalidArgumentError: ``batch_rows`` is not a positive integer, ``snapshot`` is
             an id given for an engine other than PostgreSQL, or the plan has no schema.
     """
-    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-        raise InvalidArgumentError(f"read_batch_rows must be an integer >= 1, got {batch_rows!r}")
+    check_int(batch_rows, "read_batch_rows", 1)
     if snapshot in (None, True) and plan.snapshot is not None:
         snapshot = plan.snapshot  # the plan carries one, held by the session that made it
     check_snapshot_option(True if snapshot is None else snapshot, plan.dialect)
