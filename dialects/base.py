@@ -7,16 +7,35 @@ sqlglot expressions. Subclasses register themselves when they are defined.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.errors import UnsupportedError as SqlglotUnsupportedError
 
+from dialects.catalog import Extent, SqlRunner
 from dialects.errors import InvalidArgumentError, UnknownDialectError, UnsupportedError
 
 _REGISTRY: dict[str, type[Dialect]] = {}
 """Every name and URL scheme a dialect answers to, lower-cased, mapped to its class."""
+
+MICROSECONDS = {"HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
+"""Microseconds in an hour, a minute and a second (durations summed from their parts)."""
+
+
+@dataclass(frozen=True)
+class QueueBounds:
+    """How long a queue session may wait or idle before the server ends the wait."""
+
+    lock_wait_s: int
+    """The longest a statement waits for a row lock."""
+    idle_transaction_s: int
+    """A session idle this long inside a transaction is ended by the server."""
+    silent_session_s: int
+    """Where no idle-transaction time-out exists (MySQL): a silent session's end."""
+    busy_ms: int
+    """Where a database file is locked by a process (SQLite): its busy timeout per try."""
 
 
 class Dialect:
@@ -78,6 +97,109 @@ class Dialect:
     STATS_SETTINGS: ClassVar[tuple[str, ...]] = ()
     """Statements run in the transaction of each statistics query, before it (PostgreSQL:
     ``SET LOCAL work_mem``, so that the per-column hash aggregations stay in memory)."""
+
+    TITLE: ClassVar[str] = ""
+    """The engine as messages name it (``PostgreSQL``, ``MySQL/MariaDB``)."""
+
+    # -- capabilities the planner, the feeds and the queue ask about ----------------------
+
+    PHYSICAL_ADDRESS: ClassVar[bool] = False
+    """Whether a base table's rows have a physical address that ranges can cut
+    (PostgreSQL's ctid pages, DuckDB's and SQLite's rowids): :meth:`physical_extent`."""
+
+    ROW_GROUP_ROWS: ClassVar[int | None] = None
+    """Rows in one of the engine's row groups, where a rowid range across one decompresses
+    it twice (DuckDB): physical ranges are cut at multiples of it."""
+
+    ROWS_FROM_EXTENT: ClassVar[bool] = False
+    """Whether the planner takes a table's row estimate from its :meth:`physical_extent`
+    (PostgreSQL's ``reltuples``, SQLite's rowid span) instead of counting (DuckDB counts a
+    table for free); elsewhere from :meth:`catalog_row_estimate`."""
+
+    KEY_BOUNDS_FROM_INDEX: ClassVar[bool] = False
+    """Whether MIN and MAX of an integer primary key are read off its index with the
+    catalog's row estimate, without counting (PostgreSQL, MySQL/MariaDB)."""
+
+    CLUSTERED_PRIMARY_KEY: ClassVar[bool] = False
+    """Whether a table's rows are stored in primary-key order (InnoDB's clustered index), so
+    ranges of the leading key column ordered by the key are read in that order."""
+
+    READS_FILES: ClassVar[bool] = False
+    """Whether queries read files in the process (DuckDB's ``read_parquet``, ``read_csv``,
+    tar views): fragments of files and tar inputs need it."""
+
+    MEMORY_URLS: ClassVar[bool] = False
+    """Whether a URL of the engine naming no file (``duckdb://``) opens a database in this
+    process's memory, which the tasks of other processes cannot open."""
+
+    EXPORTS_SNAPSHOTS: ClassVar[bool] = False
+    """Whether one session can export a snapshot that the connections of others read in
+    (PostgreSQL's ``pg_export_snapshot``); elsewhere a consistent read is one session."""
+
+    PINNED_DRIVER: ClassVar[str] = ""
+    """The driver of the one session a consistent read runs on where snapshots cannot be
+    shared (``pymysql``, ``sqlite3``), for ``plan.reason``."""
+
+    CREATES_SCRATCH_SCHEMA: ClassVar[bool] = False
+    """Whether ``materialize`` may create its default scratch schema when none is given
+    (PostgreSQL and MySQL/MariaDB, where the user may): :meth:`prepare_scratch_schema`."""
+
+    SCRATCH_BY_PAGES: ClassVar[bool] = False
+    """Whether a scratch table is read by ranges of its pages (PostgreSQL's TID range scans:
+    no row number, no index) instead of ranges of a row number it stores."""
+
+    SCRATCH_ROW_NUMBER_INDEX: ClassVar[bool] = True
+    """Whether a scratch table's row number is indexed for its ranges (not on DuckDB, which
+    prunes with its zone maps, nor where :attr:`SCRATCH_BY_PAGES`)."""
+
+    FLOAT_NAN: ClassVar[bool] = True
+    """Whether a float column can hold NaN (MySQL/MariaDB cannot; SQLite stores NULL)."""
+
+    FLOAT_INFINITY: ClassVar[bool] = True
+    """Whether a float column can hold the infinities (MySQL/MariaDB cannot)."""
+
+    FLOAT_UNDERFLOW_RAISES: ClassVar[bool] = False
+    """Whether a float product that rounds to zero is an error (PostgreSQL's "value out of
+    range: underflow") rather than zero."""
+
+    OUTER_MODIFIERS: ClassVar[frozenset[str]] = frozenset()
+    """SELECT modifiers the engine takes only in the outermost SELECT and that change no row
+    (MySQL's ``SQL_NO_CACHE``...): a derived table embedding the query leaves them out."""
+
+    GROUPED_PUSHDOWN_FENCE: ClassVar[bool] = False
+    """Whether a WHERE around a grouped derived table must be fenced off with a LIMIT (MariaDB
+    pushes it into the HAVING, where ``JSON_ARRAYAGG(... ORDER BY ...)`` compares wrongly)."""
+
+    ORDERED_AGGREGATES_SINCE: ClassVar[str] = ""
+    """The engine release that first takes an ORDER BY inside an aggregate, where older ones
+    are still met (``SQLite 3.44``); empty when every supported release does."""
+
+    QUEUE_NOW: ClassVar[str | None] = None
+    """The SQL of the current unix time in seconds with a fraction, for the lease queue;
+    None: no lease queue lives in this engine."""
+
+    QUEUE_LOCK_CLAUSE: ClassVar[str] = ""
+    """What a queue's claim appends to its SELECT so that claims skip each other's rows
+    (`` FOR UPDATE SKIP LOCKED``); empty where a write lock covers the database (SQLite)."""
+
+    QUEUE_FILE: ClassVar[bool] = False
+    """Whether a queue URL names a local database file, which only ``job create`` makes."""
+
+    QUEUE_CAVEAT: ClassVar[str | None] = None
+    """What a lease queue in this engine cannot guarantee (``job create`` says it)."""
+
+    QUEUE_ISOLATION: ClassVar[str | None] = None
+    """The isolation level of queue sessions (MySQL/MariaDB: READ COMMITTED, so a claim's
+    ``SKIP LOCKED`` scan keeps no lock on the rows it passes over); None: the default."""
+
+    QUEUE_WRITE_BEGIN: ClassVar[str | None] = None
+    """The statement that begins a queue transaction that writes, where the queue begins
+    transactions itself (SQLite: ``BEGIN IMMEDIATE``, reads a deferred ``BEGIN``); None:
+    the driver begins them."""
+
+    SERVER_VERSION_SQL: ClassVar[str | None] = None
+    """The query a queue session reads the server's version with, for
+    :meth:`queue_session_sql` (MySQL or MariaDB); None: not needed."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -192,6 +314,129 @@ class Dialect:
         Most engines have them built in; SQLite does not (see ``dialects.sqlite``).
         """
 
+    # -- catalog hooks: SQL text the caller runs through its source ---------------------
+
+    def physical_extent(self, source: SqlRunner, table: exp.Table, quoted: str) -> Extent | str:
+        """The physical extent of ``table`` (spelled ``quoted``), or why it has none.
+
+        Only where :attr:`PHYSICAL_ADDRESS` is set; the catalog queries run on ``source``.
+        """
+        return f"{self.name} has no physical row address (PostgreSQL ctid, DuckDB or SQLite rowid)"
+
+    def row_address(self, value: int) -> exp.Expr:
+        """A physical row address as the engine compares it (a rowid: the number itself)."""
+        return exp.Literal.number(value)
+
+    def catalog_row_estimate(self, source: SqlRunner, table: exp.Table) -> tuple[int, str] | None:
+        """(rows, where the number comes from) of a base table from the catalog, without
+        counting; None: no estimate (see also :attr:`ROWS_FROM_EXTENT`)."""
+        return None
+
+    def primary_key_sql(self, table: exp.Table, quoted: str) -> str | None:
+        """The catalog query for (column, type) of ``table``'s primary key columns in key
+        order (``quoted``: the table as the engine spells it); None: not known here."""
+        return None
+
+    def unique_keys_sql(self, table: exp.Table) -> str | None:
+        """The catalog query for (index, column, not null) of ``table``'s primary and unique
+        keys (partial, expression and prefix indexes left out); None: not known here."""
+        return None
+
+    def key_histogram(self, source: SqlRunner, quoted: str, column: str) -> list[int] | None:
+        """The equal-count histogram bounds the catalog keeps of an integer column
+        (PostgreSQL's ``pg_stats.histogram_bounds``); None: none kept."""
+        return None
+
+    # -- scratch tables ---------------------------------------------------------------------
+
+    def prepare_scratch_schema(self, source: SqlRunner, schema: str, probe: str) -> str | None:
+        """Create the scratch schema ``schema`` where the user may; None when a table can be
+        made in it, else why not (as the server says it). ``probe``: a free table name a
+        check may create and drop. Only where :attr:`CREATES_SCRATCH_SCHEMA` is set."""
+        return f"{self.name} has no default scratch schema"
+
+    def scratch_properties(self) -> list[exp.Expr]:
+        """Properties of a ``CREATE TABLE`` of a scratch copy (PostgreSQL: UNLOGGED)."""
+        return []
+
+    def scratch_index(self, table: exp.Table, name: str, schema: str, column: str) -> exp.Create:
+        """``CREATE INDEX <name>_rn`` on ``column`` of the scratch table ``table`` (``name``
+        in the schema ``schema``)."""
+        return exp.Create(
+            kind="INDEX",
+            this=exp.Index(
+                this=exp.to_identifier(f"{name}_rn"),
+                table=table.copy(),
+                params=exp.IndexParameters(columns=[exp.column(column)]),
+            ),
+        )
+
+    def relation_pages_sql(self, quoted: str) -> str:
+        """The query for the number of pages of the table spelled ``quoted``; only where
+        :attr:`SCRATCH_BY_PAGES` is set."""
+        raise UnsupportedError(f"{self.name} has no table pages to read ranges of")
+
+    def scratch_tables_sql(self, schema: str) -> str:
+        """The catalog query for name, bytes and rows of every table in ``schema`` (NULL
+        where the engine keeps none)."""
+        literal = exp.Literal.string(schema).sql(self.sqlglot_dialect)
+        return (
+            "SELECT table_name, NULL, NULL FROM information_schema.tables "
+            f"WHERE table_schema = {literal}"
+        )
+
+    def table_names_sql(self, schema: str) -> str:
+        """The catalog query for the name of every table in ``schema``."""
+        literal = exp.Literal.string(schema).sql(self.sqlglot_dialect)
+        return f"SELECT table_name FROM information_schema.tables WHERE table_schema = {literal}"
+
+    # -- values: literals and arithmetic the statistics' SQL needs ------------------------
+
+    def nan(self) -> exp.Expr:
+        """NaN as a value of a float column (only where :attr:`FLOAT_NAN`)."""
+        return exp.cast(exp.Literal.string("NaN"), exp.DataType.Type.DOUBLE)
+
+    def infinity(self) -> exp.Expr:
+        """Positive infinity as a value (only where :attr:`FLOAT_INFINITY`)."""
+        return exp.cast(exp.Literal.string("Infinity"), exp.DataType.Type.DOUBLE)
+
+    def epoch_days(self, column: exp.Expr) -> exp.Expr | None:
+        """A date as whole days since 1970-01-01; None: sqlfeed knows no such arithmetic."""
+        return None
+
+    def epoch_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        """A timestamp as microseconds since 1970 (an integer or exact number); None: not
+        known here."""
+        return None
+
+    def clock_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        """A time of day as microseconds since midnight; None: not known here."""
+        return None
+
+    def duration_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        """A duration (as the feeds read it) as microseconds; None: not known here."""
+        return None
+
+    def unnest_elements(self, value: exp.Expr, depth: int) -> exp.Expr | None:
+        """What ``UNNEST`` takes to give the innermost values of a list column ``depth``
+        levels deep (the inner levels flattened); None: not in SQL here."""
+        return None
+
+    # -- the lease queue ----------------------------------------------------------------
+
+    def insert_ignoring(self, table: str, values: str) -> str:
+        """``INSERT INTO table VALUES values`` that skips a row whose key is there already."""
+        raise UnsupportedError(f"{self.name} holds no lease queue")
+
+    def queue_connect_args(self, bounds: QueueBounds) -> dict[str, Any]:
+        """The driver's connect arguments for queue sessions (SQLite: its busy timeout)."""
+        return {}
+
+    def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
+        """Statements run on every new queue connection, so that no queue call waits long
+        on a lock (``version``: what :attr:`SERVER_VERSION_SQL` read, else empty)."""
+        return []
+
     # -- rendering ----------------------------------------------------------------------
 
     def sql(self, expression: exp.Expr, pretty: bool = False) -> str:
@@ -207,6 +452,14 @@ class Dialect:
             raise UnsupportedError(
                 f"{self.name}: sqlglot cannot render this query ({type(err).__name__}: {err})"
             ) from None
+
+
+def days_since_1970(column: exp.Expr) -> exp.Expr:
+    """``CAST((date - DATE '1970-01-01') AS BIGINT)``: where a date minus a date is days."""
+    epoch = exp.cast(exp.Literal.string("1970-01-01"), exp.DataType.Type.DATE)
+    return exp.cast(
+        exp.paren(exp.Sub(this=column.copy(), expression=epoch)), exp.DataType.Type.BIGINT
+    )
 
 
 def _percent_text(percent: float) -> str:

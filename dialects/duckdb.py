@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from dialects.base import Dialect, days_since_1970
+from dialects.catalog import Extent, SqlRunner
+
+ROW_GROUP = 122_880
+"""Rows in a DuckDB row group (its default ``row_group_size``)."""
 
 
 class DuckDB(Dialect):
@@ -21,6 +25,12 @@ class DuckDB(Dialect):
     DERIVED_COLUMN_LIST = True
     WHOLE_ROW_HASH = True
     GROUPING_SETS = True
+    TITLE = "DuckDB"
+    PHYSICAL_ADDRESS = True
+    ROW_GROUP_ROWS = ROW_GROUP
+    READS_FILES = True
+    MEMORY_URLS = True
+    SCRATCH_ROW_NUMBER_INDEX = False
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)
@@ -33,3 +43,68 @@ class DuckDB(Dialect):
     def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
         points = exp.Array(expressions=[exp.Literal.number(repr(f)) for f in fractions])
         return exp.PercentileDisc(this=arg, expression=points)
+
+    # -- catalog ------------------------------------------------------------------------
+
+    def physical_extent(self, source: SqlRunner, table: exp.Table, quoted: str) -> Extent | str:
+        """Rowids up to ``MAX(rowid)``; the row estimate of ``duckdb_tables()``."""
+        schema = exp.Literal.string(table.db or "main").sql("duckdb")
+        found = source.rows(
+            "SELECT estimated_size FROM duckdb_tables() WHERE lower(table_name) = lower("
+            f"{exp.Literal.string(table.name).sql('duckdb')}) AND lower(schema_name) = "
+            f"lower({schema})",
+            what="catalog query",
+        )
+        if not found:
+            return f"{quoted} is not a base table (a view, or not found)"
+        span = source.scalar(f"SELECT MAX(rowid) FROM {quoted}", what="catalog query")
+        high = int(span) + 1 if span is not None else 0
+        return Extent(
+            0, high, float(found[0][0] or 0), "duckdb_tables().estimated_size", "rowid", "rowids"
+        )
+
+    def primary_key_sql(self, table: exp.Table, quoted: str) -> str | None:
+        name = exp.Literal.string(table.name).sql("duckdb")
+        return (
+            "SELECT c.column_name, c.data_type FROM duckdb_constraints() k, "
+            "unnest(k.constraint_column_names) AS u(column_name) JOIN duckdb_columns() c "
+            "ON c.table_name = k.table_name AND c.column_name = u.column_name "
+            "WHERE k.constraint_type = 'PRIMARY KEY' AND lower(k.table_name) = "
+            f"lower({name}) ORDER BY list_position(k.constraint_column_names, "
+            "u.column_name)"
+        )
+
+    def unique_keys_sql(self, table: exp.Table) -> str | None:
+        name = exp.Literal.string(table.name).sql("duckdb")
+        schema = exp.Literal.string(table.db).sql("duckdb") if table.db else "current_schema()"
+        return (
+            "SELECT k.constraint_index, u.column_name, NOT c.is_nullable "
+            "FROM duckdb_constraints() k, unnest(k.constraint_column_names) AS u(column_name) "
+            "JOIN duckdb_columns() c ON c.database_name = k.database_name AND c.schema_name = "
+            "k.schema_name AND c.table_name = k.table_name AND c.column_name = u.column_name "
+            "WHERE k.constraint_type IN ('PRIMARY KEY', 'UNIQUE') AND lower(k.table_name) = "
+            f"lower({name}) AND lower(k.schema_name) = lower({schema})"
+        )
+
+    def scratch_tables_sql(self, schema: str) -> str:
+        return (
+            "SELECT table_name, NULL, estimated_size FROM duckdb_tables() "
+            f"WHERE schema_name = {exp.Literal.string(schema).sql('duckdb')}"
+        )
+
+    # -- values -------------------------------------------------------------------------
+
+    def epoch_days(self, column: exp.Expr) -> exp.Expr | None:
+        return days_since_1970(column)
+
+    def epoch_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        return exp.Anonymous(this="epoch_us", expressions=[column.copy()])
+
+    def clock_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        return exp.Anonymous(this="epoch_us", expressions=[column.copy()])
+
+    def unnest_elements(self, value: exp.Expr, depth: int) -> exp.Expr | None:
+        """The inner levels flattened (``flatten``), the outer one unnested."""
+        for _ in range(depth - 1):
+            value = exp.Anonymous(this="flatten", expressions=[value])
+        return value

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from dialects.base import MICROSECONDS, Dialect, QueueBounds
+from dialects.catalog import SqlRunner
 
 
 class MySQL(Dialect):
@@ -21,6 +22,23 @@ class MySQL(Dialect):
     sqlglot_dialect = "mysql"
     HASH_FUNCTION = "CRC32"
     HASH_IS_UNSIGNED = True
+    TITLE = "MySQL/MariaDB"
+    KEY_BOUNDS_FROM_INDEX = True
+    CLUSTERED_PRIMARY_KEY = True
+    PINNED_DRIVER = "pymysql"
+    CREATES_SCRATCH_SCHEMA = True
+    FLOAT_NAN = False
+    FLOAT_INFINITY = False
+    OUTER_MODIFIERS = frozenset(
+        ("SQL_NO_CACHE", "SQL_CACHE", "SQL_CALC_FOUND_ROWS", "HIGH_PRIORITY", "SQL_BUFFER_RESULT")
+    )
+    """Taken only in the outermost SELECT; they change no row (a cache, a priority,
+    FOUND_ROWS()), so a derived table leaves them out."""
+    GROUPED_PUSHDOWN_FENCE = True
+    QUEUE_NOW = "UNIX_TIMESTAMP(NOW(6))"
+    QUEUE_LOCK_CLAUSE = " FOR UPDATE SKIP LOCKED"
+    QUEUE_ISOLATION = "READ COMMITTED"
+    SERVER_VERSION_SQL = "SELECT VERSION()"
 
     def collation_tiebreak(self, arg: exp.Expr) -> exp.Expr | None:
         """``CAST(x AS BINARY)``: the default collations hold 'a' = 'A' = 'a ' in ORDER BY."""
@@ -34,3 +52,108 @@ class MySQL(Dialect):
         return exp.Anonymous(
             this="CRC32", expressions=[exp.Anonymous(this="CONCAT_WS", expressions=parts)]
         )
+
+    # -- catalog ------------------------------------------------------------------------
+
+    def catalog_row_estimate(self, source: SqlRunner, table: exp.Table) -> tuple[int, str] | None:
+        """``information_schema.tables.table_rows``: exact for MyISAM, an estimate for
+        InnoDB; 0 (maybe stale statistics) is no estimate."""
+        schema = _literal(table.db) if table.db else "DATABASE()"
+        found = source.rows(
+            "SELECT table_rows, engine FROM information_schema.tables WHERE table_schema = "
+            f"{schema} AND table_name = {_literal(table.name)} AND table_type = 'BASE TABLE'",
+            what="catalog query",
+        )
+        if not found or not found[0][0]:  # 0: maybe stale statistics; count instead
+            return None
+        kind = "an estimate" if str(found[0][1]).lower() == "innodb" else "exact"
+        return int(found[0][0]), f"information_schema.tables.table_rows, {kind}"
+
+    def primary_key_sql(self, table: exp.Table, quoted: str) -> str | None:
+        return (
+            "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k "
+            "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
+            "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
+            "WHERE k.CONSTRAINT_NAME = 'PRIMARY' AND k.TABLE_SCHEMA = DATABASE() "
+            f"AND k.TABLE_NAME = {_literal(table.name)} ORDER BY k.ORDINAL_POSITION"
+        )
+
+    def unique_keys_sql(self, table: exp.Table) -> str | None:
+        """A prefix index (``SUB_PART``) is no key of the whole value."""
+        schema = _literal(table.db) if table.db else "DATABASE()"
+        return (
+            "SELECT INDEX_NAME, COLUMN_NAME, CASE WHEN NULLABLE = 'YES' OR SUB_PART IS NOT "
+            "NULL THEN 0 ELSE 1 END FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 "
+            f"AND TABLE_SCHEMA = {schema} AND TABLE_NAME = {_literal(table.name)}"
+        )
+
+    # -- scratch tables -----------------------------------------------------------------
+
+    def prepare_scratch_schema(self, source: SqlRunner, schema: str, probe: str) -> str | None:
+        """The database created if missing, then a probe table created and dropped in it:
+        what the server refuses (a read-only server, no privilege) is raised."""
+        name = exp.to_identifier(schema)
+        source.execute(f"CREATE DATABASE IF NOT EXISTS {name.sql('mysql')}", what="scratch schema")
+        table = exp.table_(probe, db=name)
+        source.execute(f"CREATE TABLE {table.sql('mysql')} (x INT)", what="scratch probe")
+        drop = exp.Drop(kind="TABLE", tables=[table], exists=True)
+        source.execute(self.sql(drop), what="scratch clean-up")
+        return None
+
+    def scratch_tables_sql(self, schema: str) -> str:
+        return (
+            "SELECT table_name, data_length + index_length, table_rows "
+            f"FROM information_schema.tables WHERE table_schema = {_literal(schema)}"
+        )
+
+    # -- values -------------------------------------------------------------------------
+
+    def epoch_days(self, column: exp.Expr) -> exp.Expr | None:
+        return exp.Anonymous(
+            this="DATEDIFF", expressions=[column.copy(), exp.Literal.string("1970-01-01")]
+        )
+
+    def epoch_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        return exp.Anonymous(
+            this="TIMESTAMPDIFF",
+            expressions=[
+                exp.var("MICROSECOND"),
+                exp.Literal.string("1970-01-01 00:00:00"),
+                column.copy(),
+            ],
+        )
+
+    def clock_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        return self.duration_microseconds(column)
+
+    def duration_microseconds(self, column: exp.Expr) -> exp.Expr | None:
+        """A TIME, which is a duration (HOUR() and the others are unsigned: the sign apart)."""
+        parts: exp.Expr = exp.Anonymous(this="MICROSECOND", expressions=[column.copy()])
+        for field, factor in MICROSECONDS.items():
+            value = exp.Anonymous(this=field, expressions=[column.copy()])
+            scaled = exp.Mul(this=value, expression=exp.Literal.number(factor))
+            parts = exp.Add(this=parts, expression=scaled)
+        negative = exp.LT(this=column.copy(), expression=exp.Literal.string("00:00:00"))
+        sign = exp.Case(
+            ifs=[exp.If(this=negative, true=exp.Literal.number(-1))], default=exp.Literal.number(1)
+        )
+        return exp.Mul(this=sign, expression=exp.paren(parts))
+
+    # -- the lease queue ----------------------------------------------------------------
+
+    def insert_ignoring(self, table: str, values: str) -> str:
+        return f"INSERT IGNORE INTO {table} VALUES {values}"
+
+    def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
+        """``innodb_lock_wait_timeout``; MariaDB's ``idle_transaction_timeout``, MySQL (which
+        has none) ends a silent session by ``wait_timeout`` instead."""
+        statements = [f"SET SESSION innodb_lock_wait_timeout = {bounds.lock_wait_s}"]
+        if "mariadb" in version.lower():
+            statements.append(f"SET SESSION idle_transaction_timeout = {bounds.idle_transaction_s}")
+        else:
+            statements.append(f"SET SESSION wait_timeout = {bounds.silent_session_s}")
+        return statements
+
+
+def _literal(text: str) -> str:
+    return exp.Literal.string(text).sql("mysql")

@@ -272,11 +272,8 @@ def _elements(
     """The statistics of a list column's innermost values, as the feeds give them."""
     element, depth = innermost(field.type)
     name, engine = field.name, query.engine
-    value: exp.Expr = query.column(name)
-    if engine.name == "duckdb":
-        for _ in range(depth - 1):  # the inner levels flattened, the outer one unnested
-            value = exp.Anonymous(this="flatten", expressions=[value])
-    elif engine.name != "postgres" or depth > 1:  # PostgreSQL's unnest flattens every level
+    value = engine.unnest_elements(query.column(name), depth)
+    if value is None:  # PostgreSQL's unnest flattens every level: one level deep only
         raise UnsupportedError(
             f"statistics of list column {name!r} need its elements, which sqlfeed unnests in "
             f"SQL on PostgreSQL and DuckDB only: use method='accumulate' or leave it out"

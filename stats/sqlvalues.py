@@ -90,21 +90,15 @@ def _statement_body(text: str) -> str:
     return f"{body}\n" if "--" in last_line or "#" in last_line else body
 
 
-_NO_NON_FINITE = frozenset({"mysql"})
-"""Engines whose floating-point columns hold neither NaN nor infinities."""
-_NO_NAN = frozenset({"mysql", "sqlite"})
-"""Engines with no NaN (SQLite stores a NaN as NULL)."""
-
-
 def raises_on_underflow(engine: Dialect) -> bool:
     """Whether a float product that rounds to zero is an error (PostgreSQL's "value out of
     range: underflow") rather than zero."""
-    return engine.name == "postgres"
+    return engine.FLOAT_UNDERFLOW_RAISES
 
 
 def holds_non_finite(engine: Dialect) -> bool:
     """Whether a float column of this engine may hold NaN or an infinity."""
-    return engine.name not in _NO_NON_FINITE
+    return engine.FLOAT_NAN or engine.FLOAT_INFINITY
 
 
 def float_literal(value: float, engine: Dialect) -> exp.Expr:
@@ -117,16 +111,12 @@ def float_literal(value: float, engine: Dialect) -> exp.Expr:
         number = exp.Literal.number(repr(float(value)).lstrip("-"))
         return exp.Neg(this=number) if math.copysign(1.0, value) < 0 else number
     if math.isnan(value):
-        if engine.name in _NO_NAN:
+        if not engine.FLOAT_NAN:
             raise UnsupportedError(f"{engine.name} has no NaN value")
-        return exp.cast(exp.Literal.string("NaN"), exp.DataType.Type.DOUBLE)
-    if engine.name in _NO_NON_FINITE:
+        return engine.nan()
+    if not engine.FLOAT_INFINITY:
         raise UnsupportedError(f"{engine.name} has no infinite value")
-    literal: exp.Expr
-    if engine.name == "sqlite":  # SQLite reads an overflowing literal as infinity
-        literal = exp.Literal.number("9e999")
-    else:
-        literal = exp.cast(exp.Literal.string("Infinity"), exp.DataType.Type.DOUBLE)
+    literal = engine.infinity()
     return exp.Neg(this=literal) if value < 0 else literal
 
 
@@ -158,72 +148,11 @@ def epoch_units(column: exp.Expr, arrow_type: pa.DataType, engine: Dialect) -> e
     None for other types, and on engines where sqlfeed does not know the arithmetic (the
     statistics then have no mean or variance for the column).
     """
-    if pa.types.is_time(arrow_type) or pa.types.is_duration(arrow_type):
-        return _clock_units(column, bool(pa.types.is_time(arrow_type)), engine)
+    if pa.types.is_time(arrow_type):
+        return engine.clock_microseconds(column)
+    if pa.types.is_duration(arrow_type):
+        return engine.duration_microseconds(column)
     unit = unit_of(arrow_type)
     if unit is None:
         return None
-    name = engine.name
-    if name in ("duckdb", "postgres") and unit == DAYS:
-        epoch = exp.cast(exp.Literal.string("1970-01-01"), exp.DataType.Type.DATE)
-        return exp.cast(
-            exp.paren(exp.Sub(this=column.copy(), expression=epoch)), exp.DataType.Type.BIGINT
-        )
-    if name == "duckdb":
-        return exp.Anonymous(this="epoch_us", expressions=[column.copy()])
-    if name == "postgres":  # EXTRACT(EPOCH ...) is an exact numeric (PostgreSQL 14+)
-        seconds = exp.Extract(this=exp.var("EPOCH"), expression=column.copy())
-        return exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000))
-    if name == "mysql" and unit == DAYS:
-        return exp.Anonymous(
-            this="DATEDIFF", expressions=[column.copy(), exp.Literal.string("1970-01-01")]
-        )
-    if name == "mysql":
-        return exp.Anonymous(
-            this="TIMESTAMPDIFF",
-            expressions=[
-                exp.var("MICROSECOND"),
-                exp.Literal.string("1970-01-01 00:00:00"),
-                column.copy(),
-            ],
-        )
-    return None
-
-
-_US = {"HOUR": 3_600_000_000, "MINUTE": 60_000_000, "SECOND": 1_000_000}
-
-
-def _clock_units(column: exp.Expr, clock: bool, engine: Dialect) -> exp.Expr | None:
-    """A time of day (``clock``: microseconds since midnight) or a duration (microseconds)."""
-    if engine.name == "duckdb":  # TIME (a DuckDB INTERVAL is no duration: not fed)
-        return exp.Anonymous(this="epoch_us", expressions=[column.copy()]) if clock else None
-    if engine.name == "postgres" and clock:  # an exact numeric (PostgreSQL 14+)
-        seconds = exp.Extract(this=exp.var("EPOCH"), expression=column.copy())
-        return exp.Mul(this=seconds, expression=exp.Literal.number(1_000_000))
-    if engine.name == "postgres":  # time, or interval as the feeds read it: a year 365
-        # days, a month 30 (EXTRACT(EPOCH ...) would count 365.25 and 30)
-        def part(field: str, factor: int) -> exp.Expr:
-            extract = exp.Extract(this=exp.var(field), expression=column.copy())
-            return exp.Mul(this=extract, expression=exp.Literal.number(factor))
-
-        total: exp.Expr = part("HOUR", _US["HOUR"])
-        for field, factor in (("MINUTE", _US["MINUTE"]), ("SECOND", _US["SECOND"])):
-            total = exp.Add(this=total, expression=part(field, factor))
-        days = exp.Add(
-            this=exp.Add(this=part("YEAR", 365), expression=part("MONTH", 30)),
-            expression=part("DAY", 1),
-        )
-        day = exp.Literal.number(86_400_000_000)
-        return exp.Add(this=exp.Mul(this=exp.paren(days), expression=day), expression=total)
-    if engine.name == "mysql":  # TIME, a duration (HOUR() and the others are unsigned)
-        parts: exp.Expr = exp.Anonymous(this="MICROSECOND", expressions=[column.copy()])
-        for field, factor in _US.items():
-            value = exp.Anonymous(this=field, expressions=[column.copy()])
-            scaled = exp.Mul(this=value, expression=exp.Literal.number(factor))
-            parts = exp.Add(this=parts, expression=scaled)
-        negative = exp.LT(this=column.copy(), expression=exp.Literal.string("00:00:00"))
-        sign = exp.Case(
-            ifs=[exp.If(this=negative, true=exp.Literal.number(-1))], default=exp.Literal.number(1)
-        )
-        return exp.Mul(this=sign, expression=exp.paren(parts))
-    return None
+    return engine.epoch_days(column) if unit == DAYS else engine.epoch_microseconds(column)

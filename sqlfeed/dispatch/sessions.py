@@ -30,11 +30,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dialects import EngineError
+from dialects import Dialect, EngineError, UnknownDialectError, get_dialect
+from dialects.base import QueueBounds
+from dialects.sqlite import QUEUE_CAVEAT
 from sqlfeed.dispatch.queue import QueueBusyError
 from sqlfeed.io.faults import connection_lost
 
 __all__ = [
+    "BOUNDS",
     "IDLE_TRANSACTION_SECONDS",
     "LOCK_WAIT_SECONDS",
     "MYSQL_WAIT_SECONDS",
@@ -43,6 +46,7 @@ __all__ = [
     "SQLITE_BUSY_MS",
     "SQLITE_CAVEAT",
     "create_queue_engine",
+    "queue_dialect",
     "retry_delay",
     "retrying",
     "transient",
@@ -61,76 +65,81 @@ RETRY_SECONDS = 3.0
 READ_ONLY = {"sqlfeed_read_only": True}
 """Execution options of a read-only queue transaction (SQLite: a deferred ``BEGIN``)."""
 
-SQLITE_CAVEAT = (
-    "a SQLite queue serves the processes of one machine, and cannot take a lease over "
-    "from a worker that is frozen (SIGSTOP, swapped out) inside one of its queue "
-    "transactions: every other worker waits until it resumes or dies; a PostgreSQL or "
-    "MariaDB queue ends such a session within seconds"
-)
+SQLITE_CAVEAT = QUEUE_CAVEAT
 """What a SQLite queue cannot guarantee (said by ``job create`` and the README)."""
+BOUNDS = QueueBounds(
+    LOCK_WAIT_SECONDS, IDLE_TRANSACTION_SECONDS, MYSQL_WAIT_SECONDS, SQLITE_BUSY_MS
+)
+"""The bounds above, as each dialect's :meth:`~dialects.Dialect.queue_session_sql` takes them."""
 
 _PG_TRANSIENT = ("40001", "40P01", "55P03", "25P03", "57014")
 _MYSQL_TRANSIENT = (1205, 1213, 4031)
 
 
+def queue_dialect(backend: str) -> Dialect:
+    """The dialect of a queue's SQLAlchemy backend name (``postgresql``, ``mariadb``...); the
+    base dialect, which holds no queue (:attr:`~dialects.Dialect.QUEUE_NOW` None), for an
+    engine sqlfeed knows nothing of."""
+    try:
+        return get_dialect(backend)
+    except UnknownDialectError:
+        return Dialect()
+
+
 def create_queue_engine(url: str) -> sa.Engine:
-    """A SQLAlchemy engine for a queue at ``url``, its sessions bounded as described above.
+    """A SQLAlchemy engine for a queue at ``url``, its sessions bounded as described above
+    (each dialect's queue settings: :attr:`~dialects.Dialect.QUEUE_ISOLATION`,
+    :meth:`~dialects.Dialect.queue_session_sql`, ...).
 
     Raises:
         sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError: a bad URL.
     """
-    name = sa.engine.make_url(url).get_backend_name()
-    if name == "sqlite":
-        engine = sa.create_engine(
-            url, connect_args={"timeout": SQLITE_BUSY_MS / 1000, "check_same_thread": False}
-        )
-        _sqlite_sessions(engine)
-    elif name in ("mysql", "mariadb"):
-        engine = sa.create_engine(url, pool_pre_ping=True, isolation_level="READ COMMITTED")
-        sa.event.listen(engine, "connect", _mysql_session)
-    else:
-        engine = sa.create_engine(url, pool_pre_ping=True)
-        if name == "postgresql":
-            sa.event.listen(engine, "connect", _postgres_session)
+    dialect = queue_dialect(sa.engine.make_url(url).get_backend_name())
+    options: dict[str, Any] = {}
+    connect_args = dialect.queue_connect_args(BOUNDS)
+    if connect_args:
+        options["connect_args"] = connect_args
+    if not dialect.QUEUE_FILE:  # a server: a connection the pool kept may have been lost
+        options["pool_pre_ping"] = True
+    if dialect.QUEUE_ISOLATION is not None:
+        options["isolation_level"] = dialect.QUEUE_ISOLATION
+    engine = sa.create_engine(url, **options)
+    if dialect.QUEUE_NOW is not None:  # an engine that holds queues
+        sa.event.listen(engine, "connect", _session_setup(dialect))
+    if dialect.QUEUE_WRITE_BEGIN is not None:
+        _own_begins(engine, dialect.QUEUE_WRITE_BEGIN)
     return engine
 
 
-def _postgres_session(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"SET lock_timeout = '{LOCK_WAIT_SECONDS}s'")
-    cursor.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_TRANSACTION_SECONDS}s'")
-    cursor.close()
-    dbapi_connection.commit()
+def _session_setup(dialect: Dialect) -> Callable[[Any, Any], None]:
+    """What runs on every new queue connection: the dialect's session statements."""
+    begins_itself = dialect.QUEUE_WRITE_BEGIN is not None
 
-
-def _mysql_session(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("SELECT VERSION()")
-    mariadb = "mariadb" in str(cursor.fetchone()[0]).lower()
-    cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}")
-    if mariadb:
-        cursor.execute(f"SET SESSION idle_transaction_timeout = {IDLE_TRANSACTION_SECONDS}")
-    else:
-        cursor.execute(f"SET SESSION wait_timeout = {MYSQL_WAIT_SECONDS}")
-    cursor.close()
-    dbapi_connection.commit()
-
-
-def _sqlite_sessions(engine: sa.Engine) -> None:
-    """WAL; ``BEGIN IMMEDIATE`` takes the write lock up front, reads a deferred ``BEGIN``."""
-
-    @sa.event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # sqlalchemy emits BEGIN below
+    def setup(dbapi_connection: Any, _record: Any) -> None:
+        if begins_itself:
+            dbapi_connection.isolation_level = None  # sqlalchemy emits BEGIN (_own_begins)
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        version = ""
+        if dialect.SERVER_VERSION_SQL is not None:
+            cursor.execute(dialect.SERVER_VERSION_SQL)
+            version = str(cursor.fetchone()[0])
+        for statement in dialect.queue_session_sql(version, BOUNDS):
+            cursor.execute(statement)
         cursor.close()
+        if not begins_itself:
+            dbapi_connection.commit()
+
+    return setup
+
+
+def _own_begins(engine: sa.Engine, write_begin: str) -> None:
+    """``write_begin`` (SQLite: ``BEGIN IMMEDIATE``) takes the write lock up front; reads
+    begin with a deferred ``BEGIN``."""
 
     @sa.event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         read_only = connection.get_execution_options().get("sqlfeed_read_only", False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        connection.exec_driver_sql("BEGIN" if read_only else write_begin)
 
 
 def transient(err: BaseException) -> bool:

@@ -38,8 +38,8 @@ from sqlfeed.dispatch.queue import (
 from sqlfeed.dispatch.sessions import (
     READ_ONLY,
     RETRY_SECONDS,
-    SQLITE_CAVEAT,
     create_queue_engine,
+    queue_dialect,
     retrying,
     transient,
 )
@@ -48,13 +48,6 @@ from sqlfeed.io import driver_message, redact_url
 
 __all__ = ["SQLQueue"]
 
-
-_NOW = {
-    "postgresql": "EXTRACT(EPOCH FROM clock_timestamp())",
-    "mysql": "UNIX_TIMESTAMP(NOW(6))",
-    "mariadb": "UNIX_TIMESTAMP(NOW(6))",
-    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
-}
 
 _ALL_DONE = object()
 """Every epoch of the job is finished (checked outside the claim's transaction)."""
@@ -77,13 +70,15 @@ class SQLQueue(LeaseQueue):
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as err:
             raise InvalidArgumentError(f"bad queue URL {url!r}: {err}") from None
         self.backend = self.engine.dialect.name
-        if self.backend not in _NOW:
+        self.sql_dialect = queue_dialect(self.backend)
+        """The engine's dialect: its queue SQL (the time, the claim's lock, ...)."""
+        if self.sql_dialect.QUEUE_NOW is None:
             raise InvalidArgumentError(
                 f"a queue lives in SQLite, PostgreSQL or MySQL/MariaDB, not {self.backend}"
             )
-        self._now = _NOW[self.backend]
+        self._now = self.sql_dialect.QUEUE_NOW
         self._specs: dict[str, JobSpec] = {}
-        self._lock_clause = "" if self.backend == "sqlite" else " FOR UPDATE SKIP LOCKED"
+        self._lock_clause = self.sql_dialect.QUEUE_LOCK_CLAUSE
         self._missing = _missing_sqlite_file(self.engine)  # only create_job makes the file
         if self._missing is None:
             self._tables()
@@ -91,7 +86,7 @@ class SQLQueue(LeaseQueue):
     @property
     def caveat(self) -> str | None:
         """What this queue cannot guarantee (SQLite: a frozen worker stalls the others)."""
-        return SQLITE_CAVEAT if self.backend == "sqlite" else None
+        return self.sql_dialect.QUEUE_CAVEAT
 
     def close(self) -> None:
         self.engine.dispose()
@@ -473,12 +468,7 @@ class SQLQueue(LeaseQueue):
 
     def finish_share(self, job: str, epoch: int, worker: str) -> None:
         """Idempotent, also when two threads of a worker say it at once (claim-ahead)."""
-        insert = {"sqlite": "INSERT OR IGNORE INTO", "postgresql": "INSERT INTO"}
-        statement = (
-            f"{insert.get(self.backend, 'INSERT IGNORE INTO')} sqlfeed_shares "
-            "VALUES (:j, :e, :w)"
-            + (" ON CONFLICT DO NOTHING" if self.backend == "postgresql" else "")
-        )
+        statement = self.sql_dialect.insert_ignoring("sqlfeed_shares", "(:j, :e, :w)")
 
         def record() -> None:
             with self._tx() as c:
@@ -594,7 +584,9 @@ class SQLQueue(LeaseQueue):
 def _missing_sqlite_file(engine: Any) -> str | None:
     """The file of a SQLite queue URL when it does not exist yet (None otherwise)."""
     path = engine.url.database or ""
-    if engine.dialect.name != "sqlite" or path in ("", ":memory:") or path.startswith("file:"):
+    if not queue_dialect(engine.dialect.name).QUEUE_FILE:
+        return None
+    if path in ("", ":memory:") or path.startswith("file:"):
         return None
     return None if os.path.exists(path) else path
 

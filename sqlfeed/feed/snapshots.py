@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError
+from dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.errors import SnapshotWarning
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
 from sqlfeed.plans.model import LIVE_STRATEGIES, SNAPSHOT_ENGINES, Plan
@@ -73,7 +73,7 @@ def check_snapshot_option(snapshot: object, dialect: str) -> None:
         raise InvalidArgumentError(
             f"snapshot must be True, False or a PostgreSQL snapshot id, got {snapshot!r}"
         )
-    if dialect != "postgres":
+    if not get_dialect(dialect).EXPORTS_SNAPSHOTS:
         raise InvalidArgumentError(
             f"snapshot={snapshot!r} is a PostgreSQL snapshot id; {dialect} cannot share a "
             "snapshot across connections (snapshot=True reads on one connection)"
@@ -123,7 +123,7 @@ def consistent_reads(
     if snapshot is False or not needs_snapshot(plan, reads):
         yield ConsistentRead(source, None)
         return
-    if plan.dialect == "postgres":
+    if get_dialect(plan.dialect).EXPORTS_SNAPSHOTS:
         try:
             holder = source.export_snapshot()
         except EngineError as err:

@@ -17,11 +17,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialects import InvalidArgumentError
+from sqlfeed.feed.options import resolve_plan
 from sqlfeed.io import Source, connect
 from sqlfeed.io.arrow import without_hints
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.materialize import drop_scratch_with
-from sqlfeed.plans.planner import plan as make_plan
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
 from sqlfeed.sql.verbatim import EMBEDDING_ENGINES
 from stats.accumulate import StatsAccumulator
@@ -137,9 +137,10 @@ def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
     as the text PostgreSQL prints for it (``format('%s', x)``), and each such array as
     ``text[]``: what the feeds give, and what can be grouped where the type itself cannot
     (``json`` and ``xml`` have no equality)."""
-    if src.dialect.name != "postgres":
+    column_types = getattr(src, "column_types", None)  # PostgreSQL's sources: type OIDs
+    if column_types is None:
         return relation
-    types = src.column_types(relation)  # type: ignore[attr-defined]
+    types = column_types(relation)
     casts: dict[str, str] = {}
     for field, oid in zip(schema, types, strict=True):
         strings = pa.types.is_list(field.type) and pa.types.is_string(field.type.value_type)
@@ -184,7 +185,7 @@ def _accumulate(
     progress: Callable[[str], None] | None,
     plan_options: dict[str, Any],
 ) -> FeatureStats:
-    plan = make_plan(parsed, src, **plan_options)
+    plan = resolve_plan(parsed, src, **plan_options)  # the plan options checked there
     schema = plain_schema(plan.arrow_schema() or schema)  # view types: no kernels
     partitions = list(plan.partitions)
     lock = threading.Lock()

@@ -14,13 +14,13 @@ A strategy is a module (:mod:`sqlfeed.plans.hash`, :mod:`~sqlfeed.plans.range`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
 import pyarrow as pa
 from sqlglot import exp
 
+from dialects.catalog import Extent
 from sqlfeed.io import Source
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery, grouped_output, grouped_table, single_table
@@ -55,23 +55,6 @@ class Strategy(Protocol):
 
     def build(self, ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
         """About ``m`` partitions whose rows add up to exactly the query's rows."""
-
-
-@dataclass(frozen=True)
-class Extent:
-    """The physical row addresses of a base table: ``[low, high)`` in ``unit``."""
-
-    low: int
-    high: int
-    rows: float | None
-    """The catalog's row estimate; None when it has none (never analyzed)."""
-    rows_from: str
-    """Where ``rows`` comes from, for ``plan.reason``."""
-    address: str
-    """The column holding a row's address: ``ctid``, ``rowid`` (or SQLite's ``_rowid_``,
-    ``oid`` when a column named rowid hides it)."""
-    unit: str
-    """``pages`` (PostgreSQL) or ``rowids``."""
 
 
 class PlanContext:
@@ -146,24 +129,12 @@ class PlanContext:
         table = self.base_table
         if table is None:
             return None
-        if self.engine.name in ("postgres", "sqlite"):  # DuckDB counts a table for free
+        if self.engine.ROWS_FROM_EXTENT:
             extent = self.physical
             if isinstance(extent, str) or extent.rows is None:
                 return None
             return round(extent.rows), extent.rows_from
-        if self.engine.name != "mysql":
-            return None
-        schema = exp.Literal.string(table.db).sql("mysql") if table.db else "DATABASE()"
-        found = self.source.rows(
-            "SELECT table_rows, engine FROM information_schema.tables WHERE table_schema = "
-            f"{schema} AND table_name = {exp.Literal.string(table.name).sql('mysql')} "
-            "AND table_type = 'BASE TABLE'",
-            what="catalog query",
-        )
-        if not found or not found[0][0]:  # 0: maybe stale statistics; count instead
-            return None
-        kind = "an estimate" if str(found[0][1]).lower() == "innodb" else "exact"
-        return int(found[0][0]), f"information_schema.tables.table_rows, {kind}"
+        return self.engine.catalog_row_estimate(self.source, table)
 
     @cached_property
     def primary_key(self) -> list[str]:
@@ -200,133 +171,21 @@ class PlanContext:
         """(column, type) of the base table's primary key columns, in key order."""
         if self.base_table is None:
             return []
-        sql = self._primary_key_sql()
+        sql = self.engine.primary_key_sql(self.base_table, self.quoted_table_name())
         if sql is None:
             return []
         return [tuple(row) for row in self.source.rows(sql, what="catalog query")]
 
-    def _primary_key_sql(self) -> str | None:
-        """The catalog query for (column, type) of the table's primary key columns."""
-        assert self.base_table is not None
-        engine = self.engine.name
-        table = exp.Literal.string(self.base_table.name).sql(self.engine.sqlglot_dialect)
-        if engine == "postgres":
-            name = exp.Literal.string(self.quoted_table_name()).sql("postgres")
-            return (
-                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_index i "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                f"WHERE i.indrelid = to_regclass({name}) AND i.indisprimary "
-                "ORDER BY array_position(i.indkey::int2[], a.attnum)"
-            )
-        if engine == "duckdb":
-            return (
-                "SELECT c.column_name, c.data_type FROM duckdb_constraints() k, "
-                "unnest(k.constraint_column_names) AS u(column_name) JOIN duckdb_columns() c "
-                "ON c.table_name = k.table_name AND c.column_name = u.column_name "
-                "WHERE k.constraint_type = 'PRIMARY KEY' AND lower(k.table_name) = "
-                f"lower({table}) ORDER BY list_position(k.constraint_column_names, "
-                "u.column_name)"
-            )
-        if engine == "mysql":
-            return (
-                "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k "
-                "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND "
-                "c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME "
-                "WHERE k.CONSTRAINT_NAME = 'PRIMARY' AND k.TABLE_SCHEMA = DATABASE() "
-                f"AND k.TABLE_NAME = {table} ORDER BY k.ORDINAL_POSITION"
-            )
-        if engine == "sqlite":
-            return f"SELECT name, type FROM pragma_table_info({table}) WHERE pk > 0 ORDER BY pk"
-        return None
-
 
 def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
-    """The physical extent of ``table`` (spelled ``quoted``), or why it has none.
+    """The physical extent of ``table`` (spelled ``quoted``), or why it has none: the
+    dialect's :meth:`~dialects.Dialect.physical_extent`, run on ``source``.
 
     PostgreSQL: its pages, and ``reltuples`` scaled to its current size as the planner
     does (None when never analyzed); DuckDB: rowids up to ``MAX(rowid)``; SQLite: rowids
     from ``MIN(rowid)`` to ``MAX(rowid)`` (both read off the b-tree's ends).
     """
-    engine = source.dialect.name
-    if engine == "postgres":
-        return _postgres_extent(source, quoted)
-    if engine == "duckdb":
-        schema = exp.Literal.string(table.db or "main").sql("duckdb")
-        found = source.rows(
-            "SELECT estimated_size FROM duckdb_tables() WHERE lower(table_name) = lower("
-            f"{exp.Literal.string(table.name).sql('duckdb')}) AND lower(schema_name) = "
-            f"lower({schema})",
-            what="catalog query",
-        )
-        if not found:
-            return f"{quoted} is not a base table (a view, or not found)"
-        span = source.scalar(f"SELECT MAX(rowid) FROM {quoted}", what="catalog query")
-        high = int(span) + 1 if span is not None else 0
-        return Extent(
-            0, high, float(found[0][0] or 0), "duckdb_tables().estimated_size", "rowid", "rowids"
-        )
-    if engine == "sqlite":
-        return _sqlite_extent(source, table, quoted)
-    return f"{engine} has no physical row address (PostgreSQL ctid, DuckDB or SQLite rowid)"
-
-
-def _postgres_extent(source: Source, quoted: str) -> Extent | str:
-    name = exp.Literal.string(quoted).sql("postgres")
-    rows = source.rows(
-        "SELECT c.relkind, pg_relation_size(c.oid) / current_setting('block_size')::int, "
-        f"c.reltuples, c.relpages FROM pg_class c WHERE c.oid = to_regclass({name})",
-        what="catalog query",
-    )
-    if not rows or rows[0][0] not in ("r", "m"):
-        return f"{quoted} is not a base table (a view, a partitioned table, or not found)"
-    pages, tuples, analyzed_pages = int(rows[0][1]), float(rows[0][2]), int(rows[0][3])
-    estimate = None
-    if tuples > 0:  # -1: never analyzed (0 before PostgreSQL 14): count instead
-        estimate = tuples * pages / analyzed_pages if analyzed_pages > 0 else tuples
-    return Extent(0, pages, estimate, "pg_class.reltuples", "ctid", "pages")
-
-
-def _sqlite_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
-    literal = exp.Literal.string(table.name).sql("sqlite")
-    where = (
-        f"WHERE lower(schema) = lower({exp.Literal.string(table.db).sql('sqlite')}) "
-        if table.db
-        else ""
-    )
-    found = source.rows(
-        f"SELECT type, wr, schema FROM pragma_table_list({literal}) {where}ORDER BY CASE schema "
-        "WHEN 'temp' THEN 0 WHEN 'main' THEN 1 ELSE 2 END LIMIT 1",  # how SQLite resolves it
-        what="catalog query",
-    )
-    if not found or found[0][0] != "table":
-        return f"{quoted} is not a base table (a view, or not found)"
-    if found[0][1]:
-        return f"{quoted} is a WITHOUT ROWID table: it has no rowid to cut ranges of"
-    columns = {
-        str(r[0]).casefold()
-        for r in source.rows(
-            f"SELECT name FROM pragma_table_info({literal}, "
-            f"{exp.Literal.string(str(found[0][2])).sql('sqlite')})",
-            what="catalog query",
-        )
-    }
-    address = next((a for a in ("rowid", "_rowid_", "oid") if a not in columns), None)
-    if address is None:
-        return f"{quoted} has columns named rowid, _rowid_ and oid: they hide its rowid"
-    # One aggregate per query: SQLite reads MIN or MAX of the rowid off the b-tree's end
-    # only when it is alone; together they scan the table.
-    low = source.scalar(f"SELECT MIN({address}) FROM {quoted}", what="catalog query")
-    high = source.scalar(f"SELECT MAX({address}) FROM {quoted}", what="catalog query")
-    if low is None or high is None:
-        return Extent(0, 0, 0.0, "its rowid span", address, "rowids")
-    return Extent(
-        int(low),
-        int(high) + 1,
-        float(int(high) - int(low) + 1),
-        "its rowid span, an upper bound after deletes",
-        address,
-        "rowids",
-    )
+    return source.dialect.physical_extent(source, table, quoted)
 
 
 def expensive(parsed: ParsedQuery) -> str:
@@ -355,7 +214,7 @@ def unique_keys(source: Source, table: exp.Table) -> list[list[str]]:
     A key with a nullable column is left out: NULLs tie in an ORDER BY. Partial,
     expression and prefix indexes are left out too; INCLUDE columns are not key columns.
     """
-    sql = _unique_keys_sql(source.dialect.name, table)
+    sql = source.dialect.unique_keys_sql(table)
     if sql is None:
         return []
     keys: dict[str, list[str]] = {}
@@ -365,48 +224,3 @@ def unique_keys(source: Source, table: exp.Table) -> list[list[str]]:
         if not not_null or str(not_null).upper() in ("YES", "0", "FALSE"):
             nullable.add(str(index))
     return [columns for index, columns in keys.items() if index not in nullable]
-
-
-def _unique_keys_sql(engine: str, table: exp.Table) -> str | None:
-    """The catalog query for (index, column, not null) of ``table``'s unique keys."""
-    plain = table.copy()
-    plain.set("alias", None)
-    name = exp.Literal.string(table.name).sql(engine)
-    if engine == "postgres":
-        qualified = exp.Literal.string(plain.sql("postgres")).sql("postgres")
-        return (
-            "SELECT i.indexrelid::regclass::text, a.attname, a.attnotnull FROM pg_index i "
-            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = "
-            "ANY((i.indkey::int2[])[0:i.indnkeyatts - 1]) "
-            f"WHERE i.indrelid = to_regclass({qualified}) AND i.indisunique "
-            "AND i.indpred IS NULL AND i.indexprs IS NULL"
-        )
-    if engine == "duckdb":
-        schema = exp.Literal.string(table.db).sql("duckdb") if table.db else "current_schema()"
-        return (
-            "SELECT k.constraint_index, u.column_name, NOT c.is_nullable "
-            "FROM duckdb_constraints() k, unnest(k.constraint_column_names) AS u(column_name) "
-            "JOIN duckdb_columns() c ON c.database_name = k.database_name AND c.schema_name = "
-            "k.schema_name AND c.table_name = k.table_name AND c.column_name = u.column_name "
-            "WHERE k.constraint_type IN ('PRIMARY KEY', 'UNIQUE') AND lower(k.table_name) = "
-            f"lower({name}) AND lower(k.schema_name) = lower({schema})"
-        )
-    if engine == "mysql":
-        schema = exp.Literal.string(table.db).sql("mysql") if table.db else "DATABASE()"
-        return (
-            "SELECT INDEX_NAME, COLUMN_NAME, CASE WHEN NULLABLE = 'YES' OR SUB_PART IS NOT "
-            "NULL THEN 0 ELSE 1 END FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 "
-            f"AND TABLE_SCHEMA = {schema} AND TABLE_NAME = {name}"
-        )
-    if engine == "sqlite":
-        return (
-            'SELECT il.name, ii.name, ti."notnull" OR (ti.pk = 1 AND lower(ti.type) = '
-            "'integer' AND (SELECT COUNT(*) FROM pragma_table_info(" + name + ") WHERE pk > 0) "
-            f"= 1) FROM pragma_index_list({name}) il, pragma_index_info(il.name) ii "
-            f"JOIN pragma_table_info({name}) ti ON ti.name = ii.name "
-            'WHERE il."unique" = 1 AND il.partial = 0 UNION ALL '
-            "SELECT 'primary key', name, \"notnull\" OR (lower(type) = 'integer' AND "
-            f"(SELECT COUNT(*) FROM pragma_table_info({name}) WHERE pk > 0) = 1) "
-            f"FROM pragma_table_info({name}) WHERE pk > 0"
-        )
-    return None

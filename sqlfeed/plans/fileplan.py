@@ -150,7 +150,7 @@ def _cuttable(parsed: ParsedQuery) -> list[tuple[FileTable, str | None]]:
 
 def problem(ctx: PlanContext) -> str | None:
     """Why the query cannot be cut into pieces of files (None: it can)."""
-    if ctx.engine.name != "duckdb" or not isinstance(ctx.source, FileSource):
+    if not ctx.engine.READS_FILES or not isinstance(ctx.source, FileSource):
         return (
             f"fragments read a shardset dataset (dataset:///DIR) or files on DuckDB "
             f"(read_parquet, read_csv, ...), not a {ctx.engine.name} query"

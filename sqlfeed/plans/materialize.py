@@ -73,7 +73,7 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
     unstorable = _unstorable(ctx)
     if unstorable:
         return unstorable
-    if ctx.scratch is None and ctx.engine.name in ("postgres", "mysql"):
+    if ctx.scratch is None and ctx.engine.CREATES_SCRATCH_SCHEMA:
         refused = default_scratch(ctx)
         if refused is None:
             return None
@@ -106,39 +106,10 @@ def default_scratch(ctx: PlanContext) -> str | None:
 
 
 def _prepare_default(source: Source) -> str | None:
-    """Create :data:`DEFAULT_SCRATCH` where allowed; None when a table can be made in it."""
-    schema = exp.to_identifier(DEFAULT_SCRATCH)
-    if source.dialect.name == "postgres":
-        recovery, read_only, exists, allowed, user, database = source.rows(
-            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only'), "
-            "n.oid IS NOT NULL, CASE WHEN n.oid IS NULL THEN has_database_privilege("
-            "current_database(), 'CREATE') ELSE has_schema_privilege(n.oid, 'CREATE') END, "
-            "current_user, current_database() FROM (SELECT 1) AS one LEFT JOIN pg_namespace n "
-            f"ON n.nspname = '{DEFAULT_SCRATCH}'",
-            what="catalog query",
-        )[0]
-        if recovery:
-            return "the server is a read-only standby (in recovery)"
-        if read_only == "on":
-            return "the session is read-only (default_transaction_read_only)"
-        if not allowed and exists:
-            return f"no CREATE privilege on it (GRANT CREATE ON SCHEMA {DEFAULT_SCRATCH} TO {user})"
-        if not allowed:
-            return (
-                f"it does not exist and {user} may not create schemas (CREATE SCHEMA "
-                f"{DEFAULT_SCRATCH} AUTHORIZATION {user}, or GRANT CREATE ON DATABASE {database} "
-                f"TO {user})"
-            )
-        if not exists:
-            source.execute(
-                f"CREATE SCHEMA IF NOT EXISTS {schema.sql('postgres')}", what="scratch schema"
-            )
-        return None
-    source.execute(f"CREATE DATABASE IF NOT EXISTS {schema.sql('mysql')}", what="scratch schema")
-    probe = exp.table_(f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}", db=schema)
-    source.execute(f"CREATE TABLE {probe.sql('mysql')} (x INT)", what="scratch probe")
-    source.execute(source.dialect.sql(_drop(probe)), what="scratch clean-up")
-    return None
+    """Create :data:`DEFAULT_SCRATCH` where allowed (the dialect's
+    :meth:`~dialects.Dialect.prepare_scratch_schema`); None when a table can be made in it."""
+    probe = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
+    return source.dialect.prepare_scratch_schema(source, DEFAULT_SCRATCH, probe)
 
 
 def reason(ctx: PlanContext, auto: bool = False) -> str:
@@ -186,7 +157,7 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     rows = stored_rows(ctx)
     table: exp.Table = ctx.memo[_TABLE_MEMO][0]
     projection = [exp.column(exp.to_identifier(c, quoted=True)) for c in ctx.columns]
-    if ctx.engine.name == "postgres":
+    if ctx.engine.SCRATCH_BY_PAGES:
         return _page_ranges(ctx, table, projection, rows, m), ctx.engine.sql(table)
     parts = max(1, min(m, rows))
     cuts = [rows * i // parts for i in range(parts + 1)]
@@ -217,14 +188,8 @@ def _page_ranges(
 ) -> list[Partition]:
     """PostgreSQL: ranges of the scratch table's pages (TID range scans, no index)."""
     engine = ctx.engine
-    name = exp.Literal.string(engine.sql(table)).sql("postgres")
-    pages = int(
-        ctx.source.scalar(
-            f"SELECT pg_relation_size(to_regclass({name})) / current_setting('block_size')::int",
-            what="catalog query",
-        )
-        or 0
-    )
+    pages_sql = engine.relation_pages_sql(engine.sql(table))
+    pages = int(ctx.source.scalar(pages_sql, what="catalog query") or 0)
     parts = max(1, min(m, pages))
     cuts = [pages * i // parts for i in range(1, parts)]
     query = exp.select(*[p.copy() for p in projection]).from_(table.copy())
@@ -249,30 +214,20 @@ def _fill(ctx: PlanContext, table: exp.Table, name: str) -> int:
     PostgreSQL, read by ctid pages); its row count."""
     assert ctx.scratch is not None
     engine = ctx.engine
-    # PostgreSQL: no ROW_NUMBER() (a window: no parallel plan), no index. The query's text
-    # is embedded as written (numbered_sql), so the CREATE is rendered without it.
-    postgres = engine.name == "postgres"
-    numbered = numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns, number=not postgres)
+    # Read by pages (PostgreSQL): no ROW_NUMBER() (a window: no parallel plan), no index.
+    # The query's text is embedded as written (numbered_sql), so the CREATE is rendered
+    # without it.
+    number = not engine.SCRATCH_BY_PAGES
+    numbered = numbered_sql(ctx.parsed, _ROW_NUMBER, columns=ctx.columns, number=number)
     create = exp.Create(kind="TABLE", this=table)
-    if postgres:  # a scratch copy needs no write-ahead log: about 2x faster
-        create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
+    properties = engine.scratch_properties()  # PostgreSQL: UNLOGGED, about 2x faster
+    if properties:
+        create.set("properties", exp.Properties(expressions=properties))
     statement = f"{engine.sql(create)} AS {numbered}"
     ctx.source.execute(statement, what="materialize statement")
     try:
-        if engine.name not in ("duckdb", "postgres"):  # DuckDB prunes with its zone maps
-            index_table = table.copy()
-            index_name: exp.Expr = exp.to_identifier(f"{name}_rn")
-            if engine.name == "sqlite":  # SQLite qualifies the index, not its table
-                index_table = exp.table_(name)
-                index_name = exp.table_(f"{name}_rn", db=ctx.scratch)
-            index = exp.Create(
-                kind="INDEX",
-                this=exp.Index(
-                    this=index_name,
-                    table=index_table,
-                    params=exp.IndexParameters(columns=[exp.column(_ROW_NUMBER)]),
-                ),
-            )
+        if engine.SCRATCH_ROW_NUMBER_INDEX:  # not DuckDB: it prunes with its zone maps
+            index = engine.scratch_index(table, name, ctx.scratch, _ROW_NUMBER)
             ctx.source.execute(engine.sql(index), what="materialize index")
         return int(ctx.source.scalar(f"SELECT COUNT(*) FROM {engine.sql(table)}") or 0)
     except Exception:
@@ -343,41 +298,11 @@ class ScratchTable:
         return (time.time() if now is None else now) - self.created
 
 
-def _catalog_sql(source: Source, scratch: str) -> str:
-    """Name, bytes and rows of every table in ``scratch`` (NULL where the engine keeps none)."""
-    engine = source.dialect
-    schema = exp.Literal.string(scratch).sql(engine.sqlglot_dialect)
-    if engine.name == "sqlite":
-        return (
-            f"SELECT name, NULL, NULL FROM {engine.sql(exp.to_identifier(scratch))}"
-            ".sqlite_master WHERE type = 'table'"
-        )
-    if engine.name == "postgres":
-        return (
-            "SELECT c.relname, pg_total_relation_size(c.oid), GREATEST(c.reltuples, 0)::bigint "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            f"WHERE n.nspname = {schema} AND c.relkind IN ('r', 'p')"
-        )
-    if engine.name == "mysql":
-        return (
-            "SELECT table_name, data_length + index_length, table_rows "
-            f"FROM information_schema.tables WHERE table_schema = {schema}"
-        )
-    if engine.name == "duckdb":
-        return (
-            "SELECT table_name, NULL, estimated_size FROM duckdb_tables() "
-            f"WHERE schema_name = {schema}"
-        )
-    return (
-        "SELECT table_name, NULL, NULL FROM information_schema.tables "
-        f"WHERE table_schema = {schema}"
-    )
-
-
 def list_scratch(source: Source, scratch: str) -> list[ScratchTable]:
     """sqlfeed's scratch tables in the schema ``scratch``, oldest first."""
     found = []
-    for name, size, rows in source.rows(_catalog_sql(source, scratch), what="catalog query"):
+    catalog = source.dialect.scratch_tables_sql(scratch)
+    for name, size, rows in source.rows(catalog, what="catalog query"):
         created = scratch_created(str(name))
         if created is not None:
             found.append(
@@ -415,11 +340,7 @@ def drop_expired_scratch(
 ) -> list[str]:
     """Drop sqlfeed's scratch tables in ``scratch`` created more than ``older_than`` s ago."""
     engine = source.dialect
-    schema = exp.Literal.string(scratch).sql(engine.sqlglot_dialect)
-    if engine.name == "sqlite":
-        sql = f"SELECT name FROM {scratch}.sqlite_master WHERE type = 'table'"
-    else:
-        sql = f"SELECT table_name FROM information_schema.tables WHERE table_schema = {schema}"
+    sql = engine.table_names_sql(scratch)
     dropped = []
     cutoff = time.time() - older_than
     for (name,) in source.rows(sql, what="catalog query"):

@@ -16,7 +16,8 @@ import re
 
 from sqlglot import exp
 
-from dialects import Dialect
+from dialects import Dialect, get_dialect
+from dialects.duckdb import ROW_GROUP
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
 from sqlfeed.plans.spans import template
@@ -31,7 +32,7 @@ __all__ = [
     "reason",
 ]
 
-DUCKDB_ROW_GROUP = 122_880
+DUCKDB_ROW_GROUP = ROW_GROUP
 """Rows in a DuckDB row group: rowid partitions are cut at multiples of it."""
 _PLACEHOLDERS = (738_291_046_153, 738_291_046_171)
 _PLACEHOLDER_TEXT = re.compile("|".join(str(p) for p in _PLACEHOLDERS))
@@ -40,7 +41,7 @@ _PLACEHOLDER_TEXT = re.compile("|".join(str(p) for p in _PLACEHOLDERS))
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
     """Physical ranges need PostgreSQL, DuckDB or SQLite, a plain scan of one base table
     with a row address (not a view, not a WITHOUT ROWID table), no key."""
-    if ctx.engine.name not in ("postgres", "duckdb", "sqlite"):
+    if not ctx.engine.PHYSICAL_ADDRESS:
         why = (
             f"{ctx.engine.name} has no physical row address (PostgreSQL ctid, DuckDB or "
             "SQLite rowid)"
@@ -80,9 +81,10 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
     span = extent.high - extent.low
     parts = max(1, min(m, span))
     cuts = [extent.low + span * i // parts for i in range(1, parts)]
-    if ctx.engine.name == "duckdb" and span >= parts * DUCKDB_ROW_GROUP:
+    group = ctx.engine.ROW_GROUP_ROWS
+    if group is not None and span >= parts * group:
         # Cut at row-group edges: a range across a row group decompresses all of it twice.
-        aligned = {round(c / DUCKDB_ROW_GROUP) * DUCKDB_ROW_GROUP for c in cuts}
+        aligned = {round(c / group) * group for c in cuts}
         cuts = sorted(c for c in aligned if extent.low < c < extent.high)
     address = exp.column(extent.address, table=ctx.table.alias_or_name)
     sqls = range_sqls(ctx.parsed, ctx.engine, address, cuts, allow_unstable)
@@ -139,7 +141,7 @@ def range_sqls(
     """
     shapes = physical_partition_sqls(
         query,
-        address_conditions(engine.name, address, list(_PLACEHOLDERS) if len(cuts) > 1 else []),
+        address_conditions(engine, address, list(_PLACEHOLDERS) if len(cuts) > 1 else []),
         dialect=engine,
         allow_unstable=allow_unstable,
     )
@@ -148,7 +150,7 @@ def range_sqls(
     if counts != [(1, 0), (1, 1), (0, 1)]:
         return physical_partition_sqls(
             query,
-            address_conditions(engine.name, address, cuts),
+            address_conditions(engine, address, cuts),
             dialect=engine,
             allow_unstable=allow_unstable,
         )
@@ -166,16 +168,14 @@ def range_sqls(
     ]
 
 
-def address_conditions(engine: str, address: exp.Column, cuts: list[int]) -> list[exp.Expr]:
+def address_conditions(
+    engine: str | Dialect, address: exp.Column, cuts: list[int]
+) -> list[exp.Expr]:
     """``address >= lo AND address < hi`` for each span between the cuts, the first and
-    last open-ended, so together they cover every row once. PostgreSQL compares ctids
-    with ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids."""
-
-    def at(value: int) -> exp.Expr:
-        if engine == "postgres":
-            kind = exp.DataType.build("tid", dialect="postgres", udt=True)
-            return exp.cast(exp.Literal.string(f"({value},0)"), kind)
-        return exp.Literal.number(value)
+    last open-ended, so together they cover every row once. Each cut is written by the
+    dialect's :meth:`~dialects.Dialect.row_address`: PostgreSQL compares ctids with
+    ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids."""
+    at = get_dialect(engine).row_address
 
     conditions: list[exp.Expr] = []
     edges = [None, *cuts, None]

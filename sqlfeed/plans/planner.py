@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dialects import InvalidArgumentError
+from dialects import InvalidArgumentError, get_dialect
 from sqlfeed.io import connect
 from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans import fragments, materialize, physical
@@ -214,20 +214,20 @@ def consistency(strategy: str, dialect: str, partitions: int) -> str:
     partitions read a scratch copy, files, DuckDB, or are one query."""
     if partitions < 2 or strategy not in LIVE_STRATEGIES or dialect not in SNAPSHOT_ENGINES:
         return ""
-    if dialect == "postgres":
+    engine = get_dialect(dialect)
+    if engine.EXPORTS_SNAPSHOTS:
         return (
             "; every read of the plan (a Feeder epoch, export, tf, torch, Ray, Dask) runs "
             "inside one exported snapshot: one state of the tables while they are written"
         )
-    engine, driver = ("MySQL/MariaDB", "pymysql") if dialect == "mysql" else ("SQLite", "sqlite3")
     return (
-        f"; {engine} cannot share a snapshot across connections, so a static read of the "
+        f"; {engine.TITLE} cannot share a snapshot across connections, so a static read of the "
         "plan (a Feeder epoch, export, tf, torch) runs its queries in order on ONE "
         "connection inside one consistent snapshot: one state of the tables while they are "
-        f"written, but one reader instead of several, by {driver} (several times slower "
-        "than connectorx or ADBC, which open connections of their own); snapshot=False "
-        "reads on several connections at once, only for data that does not change "
-        "meanwhile; jobs, Ray and Dask tasks read at different times"
+        f"written, but one reader instead of several, by {engine.PINNED_DRIVER} (several "
+        "times slower than connectorx or ADBC, which open connections of their own); "
+        "snapshot=False reads on several connections at once, only for data that does not "
+        "change meanwhile; jobs, Ray and Dask tasks read at different times"
     )
 
 

@@ -115,7 +115,7 @@ def clustered_order(ctx: PlanContext, key: str) -> list[exp.Column]:
     """MySQL/MariaDB ranges of the leading primary-key column pushed into a plain scan
     without an ORDER BY: the primary key's columns (qualified by the table, so no output
     alias can stand for them) to order each range by; empty otherwise."""
-    if ctx.engine.name != "mysql" or ctx.table is None or ctx.keys:
+    if not ctx.engine.CLUSTERED_PRIMARY_KEY or ctx.table is None or ctx.keys:
         return []
     if key != ctx.integer_primary_key or ctx.parsed.tree.args.get("order"):
         return []
@@ -205,7 +205,7 @@ def _key_spans(
 
 def _indexed(ctx: PlanContext, key: str) -> bool:
     """Whether the bounds come from the key's index (see :func:`_index_extent`)."""
-    if ctx.keys or ctx.engine.name not in ("mysql", "postgres") or ctx.base_table is None:
+    if ctx.keys or not ctx.engine.KEY_BOUNDS_FROM_INDEX or ctx.base_table is None:
         return False
     return key == ctx.integer_primary_key and ctx.catalog_rows is not None
 
@@ -232,30 +232,11 @@ def _index_extent(
     extremes = exp.select(exp.Min(this=column), exp.Max(this=column.copy())).from_(table)
     low, high = ctx.source.rows(ctx.engine.sql(extremes), what="bounds query")[0]
     cuts = None
-    if ctx.engine.name == "postgres" and isinstance(low, int) and isinstance(high, int):
-        histogram = _pg_histogram(ctx, ctx.primary_key[0])
+    if isinstance(low, int) and isinstance(high, int):  # PostgreSQL keeps a histogram
+        quoted = ctx.quoted_table_name()
+        histogram = ctx.engine.key_histogram(ctx.source, quoted, ctx.primary_key[0])
         cuts = _histogram_cuts(histogram, m) if histogram else None
     return rows, rows, low, high, cuts
-
-
-def _pg_histogram(ctx: PlanContext, column: str) -> list[int] | None:
-    """The column's ``pg_stats.histogram_bounds`` (equal-count buckets of a sample), or
-    None when ANALYZE left none (a column of few distinct values has its most common
-    values instead)."""
-    name = exp.Literal.string(ctx.quoted_table_name()).sql("postgres")
-    found = ctx.source.rows(
-        "SELECT s.histogram_bounds::text FROM pg_stats s JOIN pg_namespace n ON n.nspname = "
-        "s.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename "
-        f"WHERE c.oid = to_regclass({name}) AND s.attname = "
-        f"{exp.Literal.string(column).sql('postgres')} AND NOT s.inherited",
-        what="catalog query",
-    )
-    if not found or found[0][0] is None:
-        return None
-    try:
-        return [int(value) for value in str(found[0][0]).strip("{}").split(",")]
-    except ValueError:
-        return None
 
 
 def _histogram_cuts(histogram: Sequence[int], m: int) -> list[int]:

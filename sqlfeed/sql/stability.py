@@ -178,8 +178,8 @@ def _aggregate_reason(node: exp.Expr, parsed: ParsedQuery) -> str:
     else:
         what = "concatenates rows in an arbitrary order"
     fix = "add ORDER BY inside the aggregate"
-    if parsed.dialect.name == "sqlite":
-        fix += " (needs SQLite 3.44 or newer)"
+    if parsed.dialect.ORDERED_AGGREGATES_SINCE:
+        fix += f" (needs {parsed.dialect.ORDERED_AGGREGATES_SINCE} or newer)"
     return f"{shown} without ORDER BY {what}; {fix}"
 
 

@@ -82,7 +82,7 @@ def embedded_text(parsed: ParsedQuery) -> str:
     """
     engine, tree = parsed.dialect, parsed.tree
     drop = droppable_order(tree)
-    target = _without_outer_modifiers(tree) if engine.name == "mysql" else tree
+    target = _without_outer_modifiers(tree, engine)
     if drop:
         target = target.copy() if target is tree else target
         target.set("order", None)
@@ -96,9 +96,9 @@ def embedded_text(parsed: ParsedQuery) -> str:
     expected = tree
     if drop and (cut := without_order(text, engine, _without_order(tree))) is not None:
         text, expected = cut, _without_order(tree)
-    unmodified = _without_outer_modifiers(expected) if engine.name == "mysql" else expected
+    unmodified = _without_outer_modifiers(expected, engine)
     if unmodified is not expected:
-        cut = without_modifiers(text, engine, _OUTER_MODIFIERS, unmodified)
+        cut = without_modifiers(text, engine, engine.OUTER_MODIFIERS, unmodified)
         text, expected = (cut, unmodified) if cut is not None else (text, expected)
     if not _pushdown_fence(parsed):
         return text
@@ -118,18 +118,14 @@ def _without_order(tree: exp.Expr) -> exp.Expr:
     return cut
 
 
-# MySQL/MariaDB take these only in the outermost SELECT; they change no row (a cache, a
-# priority, FOUND_ROWS()), so a derived table leaves them out.
-_OUTER_MODIFIERS = frozenset(
-    ("SQL_NO_CACHE", "SQL_CACHE", "SQL_CALC_FOUND_ROWS", "HIGH_PRIORITY", "SQL_BUFFER_RESULT")
-)
-
-
-def _without_outer_modifiers(tree: exp.Expr) -> exp.Expr:
-    """MySQL's SELECT without :data:`_OUTER_MODIFIERS` (a copy; ``tree`` itself when it
-    has none)."""
+def _without_outer_modifiers(tree: exp.Expr, engine: Dialect) -> exp.Expr:
+    """The SELECT without the modifiers the engine takes only in the outermost SELECT
+    (:attr:`~dialects.Dialect.OUTER_MODIFIERS`, MySQL's ``SQL_NO_CACHE``...: they change no
+    row, so a derived table leaves them out); a copy, ``tree`` itself when it has none."""
+    if not engine.OUTER_MODIFIERS:
+        return tree
     modifiers = tree.args.get("operation_modifiers") or []
-    kept = [m for m in modifiers if m.name.upper() not in _OUTER_MODIFIERS]
+    kept = [m for m in modifiers if m.name.upper() not in engine.OUTER_MODIFIERS]
     if len(kept) == len(modifiers):
         return tree
     cut = tree.copy()
@@ -148,7 +144,7 @@ _JSON_AGGREGATES = ("json_arrayagg", "json_objectagg")
 def _pushdown_fence(parsed: ParsedQuery) -> bool:
     """Whether a MySQL/MariaDB wrap must keep its WHERE out of the query (see above)."""
     tree = parsed.tree
-    if parsed.dialect.name != "mysql" or has_limit(tree):
+    if not parsed.dialect.GROUPED_PUSHDOWN_FENCE or has_limit(tree):
         return False
     text = parsed.sql.casefold()
     if any(name in text for name in _JSON_AGGREGATES):

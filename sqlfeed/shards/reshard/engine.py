@@ -53,8 +53,12 @@ def render(tree: exp.Expr) -> str:
 # -- errors -------------------------------------------------------------------------------
 
 
+_DRIVER_MODULES = frozenset(("duckdb", "_duckdb"))
+"""The top-level modules DuckDB's Python errors are defined in."""
+
+
 def _is_duckdb_error(err: BaseException) -> bool:
-    return (type(err).__module__ or "").split(".")[0] in ("duckdb", "_duckdb")
+    return (type(err).__module__ or "").split(".")[0] in _DRIVER_MODULES
 
 
 @contextlib.contextmanager

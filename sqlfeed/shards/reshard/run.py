@@ -138,7 +138,7 @@ def _query(
     if not allow_unstable:
         check_stable(parsed)
     tars = tar_inputs(tar)
-    if tars and dialect.name != "duckdb":
+    if tars and not dialect.READS_FILES:
         raise InvalidArgumentError(
             f"tar views are read through DuckDB; the query runs on {dialect.name}: drop --db "
             "(or give a duckdb:// URL) to reshard tar files"
