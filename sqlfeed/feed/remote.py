@@ -33,7 +33,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError, dialect_for
+from dialects import (
+    EngineError,
+    InvalidArgumentError,
+    UnknownDialectError,
+    dialect_for,
+    get_dialect,
+)
 from sqlfeed.feed.options import (
     PlanOptions,
     check_given_plan,
@@ -81,13 +87,22 @@ def check_source_url(source_url: object, what: str) -> str:
             f"'duckdb:///data.duckdb'), not a {type(source_url).__name__}"
         )
     url = source_url.strip()
-    if url.partition(":")[0].lower() == "duckdb" and duckdb_file(url) == MEMORY:
+    if _memory_urls(url) and duckdb_file(url) == MEMORY:
         raise InvalidArgumentError(
             f"an in-memory DuckDB ({url!r}) exists in one process only, and {what} reads "
             "in others: write the tables to a file and pass 'duckdb:///path.duckdb'"
         )
     dialect_for(url)  # an unknown kind of URL fails here, before anything runs
     return url
+
+
+def _memory_urls(url: str) -> bool:
+    """Whether the engine of ``url``'s scheme opens a database in this process's memory for
+    a URL naming no file (DuckDB: :attr:`~dialects.Dialect.MEMORY_URLS`)."""
+    try:
+        return get_dialect(url.partition(":")[0]).MEMORY_URLS
+    except UnknownDialectError:
+        return False
 
 
 def open_for_reading(url: str) -> Source:
@@ -255,7 +270,7 @@ def reader_for(
         return PartitionReader(url, plan.schema, batch_rows, snapshot)
     if snapshot is False or not needs_snapshot(plan):
         return PartitionReader(url, plan.schema, batch_rows)
-    if plan.dialect != "postgres":
+    if not get_dialect(plan.dialect).EXPORTS_SNAPSHOTS:
         why = f"{plan.dialect} cannot share a snapshot with the tasks' connections"
         warnings.warn(unshared(plan, why), SnapshotWarning, stacklevel=3)
         return PartitionReader(url, plan.schema, batch_rows)
