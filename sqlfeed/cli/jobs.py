@@ -34,8 +34,10 @@ from sqlfeed.cli.common import (
 )
 from sqlfeed.cli.saved import add_plan_file, load_plan
 from sqlfeed.cli.worker import Checkpoints, WaitReporter
-from sqlfeed.dispatch import ORDERS, Delivery, JobSpec, Lease, Worker, open_queue
+from sqlfeed.dispatch import ORDERS, Delivery, Lease, Worker, open_queue
+from sqlfeed.dispatch.feeder import create_job
 from sqlfeed.dispatch.folder import BatchFolder
+from sqlfeed.feed.options import JobOptions
 from sqlfeed.io import Source, redact_url
 from sqlfeed.plans.materialize import drop_scratch
 from sqlfeed.sql import ParsedQuery
@@ -253,26 +255,23 @@ def _create_job(args: argparse.Namespace, parsed: ParsedQuery, source: Source, o
     try:  # the queue is made once there is a plan: a query that fails leaves no queue file
         _check_tasks(args.epochs, plan.num_partitions)
         queue = open_queue(args.queue)
-        rows = None
-        if args.even_batches is not None:
-            rows = plan.rows
-            if rows is None:
-                rows = source.count(parsed, columns=list(plan.columns))
+        job = JobOptions(
+            job=args.job,
+            lease_ttl=args.lease_ttl,
+            order=args.order,
+            even_batches=args.even_batches is not None,
+            replicas=args.even_batches,
+        )
         holder = source.export_snapshot() if args.snapshot else None
-        spec = queue.create_job(
-            JobSpec(
-                args.job,
-                plan,
-                epochs=args.epochs,
-                seed=args.seed,
-                lease_ttl=args.lease_ttl,
-                order=args.order,
-                snapshot=holder.snapshot if holder else None,
-                even_batches=args.even_batches is not None,
-                replicas=args.even_batches,
-                batch_size=args.batch_size,
-                rows=rows,
-            )
+        spec = create_job(
+            queue,
+            job,
+            plan,
+            source,
+            epochs=args.epochs,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            snapshot=holder.snapshot if holder else None,
         )
     except BaseException:
         with contextlib.suppress(Exception):  # the first error is the one to report
