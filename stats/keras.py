@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from dialects import InvalidArgumentError, MissingDependencyError
+from dialects import InvalidArgumentError
+from dialects.optional import require
 from stats.fed import NUMBER_KINDS, TICK_KINDS, fed_kind, fed_value
 from stats.model import ColumnStats, FeatureStats
 from stats.units import PER_SECOND
@@ -65,12 +66,7 @@ def to_keras(
             column has no mean; an empty vocabulary makes no lookup), or whose fed tensor
             no layer here takes (the reason, in one line).
     """
-    try:
-        from keras import layers
-    except ImportError:
-        raise MissingDependencyError(
-            "Keras layers need TensorFlow/Keras: pip install 'sqlfeed[tf]'"
-        ) from None
+    layers = require("keras.layers", "to_keras (Keras preprocessing layers)")
     if numeric not in ("normalize", "discretize"):
         raise InvalidArgumentError(f"numeric must be 'normalize' or 'discretize', not {numeric!r}")
     if time_unit not in PER_SECOND:

@@ -20,7 +20,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
-from dialects import MissingDependencyError
+from dialects.optional import require
 from stats.fed import fed_kind
 from stats.model import ColumnStats, FeatureStats
 from stats.units import DAYS, MICROSECONDS, from_units, to_units
@@ -77,12 +77,7 @@ def html_report(stats: FeatureStats, title: str | None = None) -> str:
     Raises:
         MissingDependencyError: matplotlib is not installed.
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise MissingDependencyError(
-            "the HTML report needs matplotlib: pip install 'sqlfeed[all]'"
-        ) from err
+    figure_cls = require("matplotlib.figure", "the HTML report").Figure
 
     heading = title if title is not None else "Feature statistics"
     parts = [
@@ -102,7 +97,7 @@ def html_report(stats: FeatureStats, title: str | None = None) -> str:
     ]
     for index, column in enumerate(stats.columns.values()):
         if column.kind in ("numeric", "categorical"):
-            parts.append(_section(Figure, index, column, _is_label(stats, column)))
+            parts.append(_section(figure_cls, index, column, _is_label(stats, column)))
     parts += ["</body>", "</html>", ""]
     return "\n".join(parts)
 

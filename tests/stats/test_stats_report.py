@@ -277,7 +277,7 @@ def test_missing_matplotlib_is_a_missing_dependency(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(MissingDependencyError, match=r"sqlfeed\[all\]"):
+    with pytest.raises(MissingDependencyError, match=r"sqlfeed\[report\]"):
         html_report(stats)
 
 
