@@ -5,14 +5,18 @@
 (:mod:`sqlfeed.dispatch.sqlqueue`) implement it, and :func:`open_queue`
 (:mod:`sqlfeed.dispatch.backends`) opens one by URL. A :class:`Worker`
 (:mod:`sqlfeed.dispatch.worker`) leases partitions, heartbeats and acknowledges its
-batches; :class:`Feeder` (:mod:`sqlfeed.dispatch.feeder`, public as ``sqlfeed.Feeder``)
-is the feed layer's Feeder with the ``job=...`` options that build such a Worker.
+batches; :class:`JobEpochs` (:mod:`sqlfeed.dispatch.epochs`) cuts its deliveries into
+the epochs tf and torch iterate. :class:`Feeder` (:mod:`sqlfeed.dispatch.feeder`, public
+as ``sqlfeed.Feeder``, the one public Feeder) reads a static share, or builds such a
+Worker from the ``job=...`` options; :func:`create_job` is the one job creation (the
+Feeder, torch and ``sqlfeed job create``).
 """
 
 from __future__ import annotations
 
 from sqlfeed.dispatch.backends import open_queue
-from sqlfeed.dispatch.feeder import Feeder
+from sqlfeed.dispatch.epochs import JobEpochs
+from sqlfeed.dispatch.feeder import Feeder, create_job
 from sqlfeed.dispatch.memory import MemoryQueue
 from sqlfeed.dispatch.queue import (
     ORDERS,
@@ -34,6 +38,7 @@ __all__ = [
     "CorruptStateError",
     "Delivery",
     "Feeder",
+    "JobEpochs",
     "JobSpec",
     "JobStatus",
     "Lease",
@@ -43,6 +48,7 @@ __all__ = [
     "UnknownJobError",
     "Wait",
     "Worker",
+    "create_job",
     "default_worker_id",
     "open_queue",
 ]

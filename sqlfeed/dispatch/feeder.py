@@ -17,7 +17,13 @@ from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.dispatch.worker import Worker
 from sqlfeed.feed.feeder import PartitionFeeder
-from sqlfeed.feed.options import JobFeederKeywords, JobOptions, ReadOptions, read_options
+from sqlfeed.feed.options import (
+    JobFeederKeywords,
+    JobOptions,
+    ReadOptions,
+    plan_options_of,
+    read_options,
+)
 from sqlfeed.io import Source
 from sqlfeed.plans.model import Plan
 
@@ -85,6 +91,7 @@ class Feeder(PartitionFeeder):
         state: Mapping[str, Any] | None = None,
         **options: Unpack[JobFeederKeywords],
     ) -> None:
+        plan_options_of(options, [ReadOptions, JobOptions], own=_OWN)  # unknown: refused
         job = JobOptions.from_kwargs(options)
         read = read_options(None, batch_size, options)
         if job.dynamic:
@@ -101,6 +108,10 @@ class Feeder(PartitionFeeder):
             state=state,
             **rest,  # type: ignore[arg-type]
         )
+
+
+_OWN = ("format", "batch_size", "rank", "world_size", "state")
+"""The Feeder's own keywords (for the "did you mean" hint of an unknown one)."""
 
 
 def _check_static(read: ReadOptions, rank: int, world_size: int) -> None:
