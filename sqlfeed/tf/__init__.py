@@ -67,8 +67,10 @@ feed records a checkpoint of the job instead, see :meth:`sqlfeed.dispatch.Worker
 Package layout: :mod:`sqlfeed.tf.types` (the element structure; the type mapping itself is
 framework-neutral, in :mod:`sqlfeed.feed.tensors`, shared with :mod:`sqlfeed.torch`,
 and so is the record batch -> NumPy conversion, :mod:`sqlfeed.feed.converter`),
-:mod:`sqlfeed.tf.job` (a job's epochs) and :mod:`sqlfeed.tf.feed` (:class:`Feed` and the
-dataset functions).
+:mod:`sqlfeed.tf.feed` (:class:`Feed` and the dataset functions; its options are the
+vocabulary every facade shares, :mod:`sqlfeed.feed.options`); a job's epochs are cut by
+:class:`sqlfeed.dispatch.epochs.JobEpochs`, shared with :mod:`sqlfeed.torch` (and
+re-exported by :mod:`sqlfeed.tf.job`).
 
 TensorFlow is imported only when a dataset is built; without it,
 :class:`~dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[tf]'``).
