@@ -7,7 +7,9 @@ sqlglot expressions. Subclasses register themselves when they are defined.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from sqlglot import exp
@@ -173,6 +175,19 @@ class Dialect:
     ORDERED_AGGREGATES_SINCE: ClassVar[str] = ""
     """The engine release that first takes an ORDER BY inside an aggregate, where older ones
     are still met (``SQLite 3.44``); empty when every supported release does."""
+
+    EMBEDS_QUERY_TEXT: ClassVar[bool] = False
+    """Whether a wrap embeds the user's own query text and sqlfeed's renderings are checked
+    to read back as the user's query (vetted by the SQL corpus on the engine); elsewhere the
+    query is rendered from its tree as sqlglot writes it for the engine, unchecked."""
+
+    FETCH_WITH_TIES: ClassVar[bool] = True
+    """Whether ``FETCH ... WITH TIES`` keeps the tied rows (DuckDB has none, and sqlglot
+    would write it as a plain LIMIT, which drops them: refused)."""
+
+    RENDERED_SYNONYMS: ClassVar[Mapping[str, frozenset[str]]] = MappingProxyType({})
+    """A word sqlglot writes for this engine -> the user's words it is the engine's synonym
+    of (MySQL's ``COALESCE`` for ``IFNULL``), so a rendering with it changes nothing."""
 
     QUEUE_NOW: ClassVar[str | None] = None
     """The SQL of the current unix time in seconds with a fraction, for the lease queue;

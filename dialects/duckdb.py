@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from sqlglot import exp
 
 from dialects.base import Dialect, days_since_1970
@@ -26,6 +28,18 @@ class DuckDB(Dialect):
     WHOLE_ROW_HASH = True
     GROUPING_SETS = True
     TITLE = "DuckDB"
+    EMBEDS_QUERY_TEXT = True
+    FETCH_WITH_TIES = False
+    RENDERED_SYNONYMS = MappingProxyType(
+        {
+            "LISTAGG": frozenset({"STRING_AGG", "GROUP_CONCAT"}),
+            "LENGTH": frozenset({"LEN"}),
+            "ARRAY_CONTAINS": frozenset({"LIST_CONTAINS", "LIST_HAS"}),
+            "ARRAY_AGG": frozenset({"LIST"}),
+            # USING SAMPLE 10% (bernoulli, 7): the method and seed spelled out
+            **{w: frozenset({"USING"}) for w in ("PERCENT", "BERNOULLI", "SYSTEM", "REPEATABLE")},
+        }
+    )
     PHYSICAL_ADDRESS = True
     ROW_GROUP_ROWS = ROW_GROUP
     READS_FILES = True

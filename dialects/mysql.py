@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from sqlglot import exp
 
 from dialects.base import MICROSECONDS, Dialect, QueueBounds
@@ -23,6 +25,8 @@ class MySQL(Dialect):
     HASH_FUNCTION = "CRC32"
     HASH_IS_UNSIGNED = True
     TITLE = "MySQL/MariaDB"
+    EMBEDS_QUERY_TEXT = True
+    RENDERED_SYNONYMS = MappingProxyType({"COALESCE": frozenset({"IFNULL"})})
     KEY_BOUNDS_FROM_INDEX = True
     CLUSTERED_PRIMARY_KEY = True
     PINNED_DRIVER = "pymysql"

@@ -84,6 +84,7 @@ class Postgres(Dialect):
     """The statistics' hash aggregations (one hash table per column's distinct values) and
     sorts of distinct values stay in memory; PostgreSQL's default 4MB would spill them."""
     TITLE = "PostgreSQL"
+    EMBEDS_QUERY_TEXT = True
     PHYSICAL_ADDRESS = True
     ROWS_FROM_EXTENT = True
     KEY_BOUNDS_FROM_INDEX = True

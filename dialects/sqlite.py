@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from types import MappingProxyType
 from typing import Any
 
 from sqlglot import exp
@@ -63,6 +64,10 @@ class SQLite(Dialect):
     HASH_FUNCTION = HASH_FUNCTION_NAME
     HASH_IS_UNSIGNED = True
     TITLE = "SQLite"
+    EMBEDS_QUERY_TEXT = True
+    RENDERED_SYNONYMS = MappingProxyType(
+        {"COALESCE": frozenset({"IFNULL"}), "SUBSTRING": frozenset({"SUBSTR"})}
+    )
     PHYSICAL_ADDRESS = True
     ROWS_FROM_EXTENT = True
     PINNED_DRIVER = "sqlite3"

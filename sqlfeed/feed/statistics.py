@@ -23,7 +23,6 @@ from sqlfeed.io.arrow import without_hints
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
-from sqlfeed.sql.verbatim import EMBEDDING_ENGINES
 from stats.accumulate import StatsAccumulator
 from stats.model import FeatureStats, StatsSpec
 from stats.pushdown import compute_pushdown
@@ -124,9 +123,9 @@ def _embedded(src: Source, relation: str) -> str | exp.Expr:
     """The relation as the statistics statements hold it: its text, embedded as written
     (the user's own text inside it, as partitions embed it: sqlglot never re-renders a
     query it might change), or, on the engines whose queries sqlfeed renders from their
-    tree anyway (:data:`~sqlfeed.sql.verbatim.EMBEDDING_ENGINES` aside), that tree,
+    tree anyway (:attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT` aside), that tree,
     which sqlglot writes with each statement (T-SQL's CTEs hoisted above it)."""
-    if src.dialect.name in EMBEDDING_ENGINES:
+    if src.dialect.EMBEDS_QUERY_TEXT:
         return relation
     return exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect)
 

@@ -178,17 +178,13 @@ def _refuse_unsafe_nodes(tree: exp.Expr) -> None:
             )
 
 
-_NO_WITH_TIES = frozenset({"duckdb"})
-"""Engines without ``FETCH ... WITH TIES``, which sqlglot accepts for them and writes as a
-plain LIMIT. (For MySQL/MariaDB, whose SQL sqlglot also writes as a LIMIT, a partition
-embeds the user's own text, and a rewrite that would lose it is refused when rendered:
-see :func:`sqlfeed.sql.render.render_problem`.)"""
-
-
 def _refuse_lost_with_ties(tree: exp.Expr, engine: Dialect) -> None:
     """``FETCH ... WITH TIES`` on an engine that has none (sqlglot would silently read it as
-    a plain LIMIT, which drops the rows tied with the last one)."""
-    if engine.name not in _NO_WITH_TIES:
+    a plain LIMIT, which drops the rows tied with the last one): see
+    :attr:`~dialects.Dialect.FETCH_WITH_TIES`. (For MySQL/MariaDB, whose SQL sqlglot also
+    writes as a LIMIT, a partition embeds the user's own text, and a rewrite that would lose
+    it is refused when rendered: see :func:`sqlfeed.sql.render.render_problem`.)"""
+    if engine.FETCH_WITH_TIES:
         return
     for fetch in tree.find_all(exp.Fetch):
         options = fetch.args.get("limit_options")

@@ -304,19 +304,6 @@ def without_modifiers(
 # an alias, CAST for ``x::type``, OFFSET for ``LIMIT o, n``, the tie-breakers' direction,
 # CROSS JOIN for a comma, NOT for a negated operator (!~).
 _SAME_MEANING = frozenset("AS CAST OFFSET LIMIT ASC DESC NULLS FIRST LAST CROSS JOIN NOT".split())
-# Per engine: a word sqlglot writes -> the user's words it is the engine's synonym of.
-_SYNONYMS: dict[str, dict[str, frozenset[str]]] = {
-    "duckdb": {
-        "LISTAGG": frozenset({"STRING_AGG", "GROUP_CONCAT"}),
-        "LENGTH": frozenset({"LEN"}),
-        "ARRAY_CONTAINS": frozenset({"LIST_CONTAINS", "LIST_HAS"}),
-        "ARRAY_AGG": frozenset({"LIST"}),
-        # USING SAMPLE 10% (bernoulli, 7): the method and seed spelled out
-        **{w: frozenset({"USING"}) for w in ("PERCENT", "BERNOULLI", "SYSTEM", "REPEATABLE")},
-    },
-    "mysql": {"COALESCE": frozenset({"IFNULL"})},
-    "sqlite": {"COALESCE": frozenset({"IFNULL"}), "SUBSTRING": frozenset({"SUBSTR"})},
-}
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NOT_WORDS = (TokenType.STRING, TokenType.NUMBER, TokenType.IDENTIFIER, TokenType.NATIONAL_STRING)
 
@@ -387,7 +374,7 @@ def new_words(engine: Dialect, rendered: str, text: str) -> list[str] | None:
     if written is None or ours is None:
         return None
     user = _words(written)
-    synonyms = _SYNONYMS.get(engine.name, {})
+    synonyms = engine.RENDERED_SYNONYMS  # a word sqlglot writes -> the user's synonyms
     return sorted(
         word
         for word in _words(ours) - user - _SAME_MEANING

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects import Dialect, SqlfeedError, UnsupportedError
+from dialects import Dialect, SqlfeedError, UnsupportedError, dialect_names, get_dialect
 from dialects.text import unused_name
 from sqlfeed.sql.parse import ParsedQuery
 from sqlfeed.sql.render import (
@@ -40,11 +40,14 @@ __all__ = [
 
 # The engines whose own text is embedded and whose renderings are checked (both vetted by
 # tests/engines/test_corpus_engines.py: each takes any query text as a derived table, WITH
-# included). Elsewhere the query is rendered from its tree as sqlglot writes it for the
-# engine (transpiled: T-SQL's TOP for a LIMIT), its CTEs hoisted above the wrap (T-SQL
-# has no nested WITH), unchecked.
-EMBEDDING_ENGINES = frozenset(("duckdb", "postgres", "mysql", "sqlite"))
-"""The engines whose own text is embedded and whose renderings are checked."""
+# included): Dialect.EMBEDS_QUERY_TEXT. Elsewhere the query is rendered from its tree as
+# sqlglot writes it for the engine (transpiled: T-SQL's TOP for a LIMIT), its CTEs hoisted
+# above the wrap (T-SQL has no nested WITH), unchecked.
+EMBEDDING_ENGINES = frozenset(
+    name for name in dialect_names() if get_dialect(name).EMBEDS_QUERY_TEXT
+)
+"""The engines whose own text is embedded and whose renderings are checked (their
+dialects' :attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT`)."""
 
 
 def faithful(parsed: ParsedQuery) -> bool:
@@ -56,7 +59,7 @@ def faithful(parsed: ParsedQuery) -> bool:
 def rendering_problem(parsed: ParsedQuery) -> str | None:
     """Why sqlglot cannot render the query for its engine without changing what it
     means (None: it can), for a refusal; see :func:`sqlfeed.sql.render.render_problem`."""
-    if parsed.dialect.name not in EMBEDDING_ENGINES:
+    if not parsed.dialect.EMBEDS_QUERY_TEXT:
         return None  # not checked: rendered from the tree, as sqlglot writes it
     return render_problem(parsed.dialect, parsed.tree, parsed.sql)
 
@@ -174,7 +177,7 @@ def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
         UnsupportedError: the rewritten query cannot be rendered without changing it.
     """
     text = statement_text(parsed.sql, parsed.dialect)
-    if parsed.dialect.name not in EMBEDDING_ENGINES:
+    if not parsed.dialect.EMBEDS_QUERY_TEXT:
         return parsed.dialect.sql(parsed.tree, pretty=pretty)
     if reparse(text, parsed.dialect) == parsed.tree:
         parsed.dialect.sql(parsed.tree)  # what the engine lacks is refused before it runs
@@ -189,14 +192,14 @@ def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str
     engine = parsed.dialect
     text = statement_text(parsed.sql, engine)
     original = reparse(text, engine)
-    if engine.name in EMBEDDING_ENGINES and original is not None:
+    if engine.EMBEDS_QUERY_TEXT and original is not None:
         spliced = with_order(text, engine, original, tree)
         if spliced is not None and _order_words_written(parsed, original):
             return spliced
     rendered, problem = checked_render(engine, tree, parsed.sql)
     # Only the engines the corpus runs on are refused: elsewhere sqlglot's round trip
     # differs in harmless ways (T-SQL aliases every CTE column), and nothing checks it.
-    if problem is not None and engine.name in EMBEDDING_ENGINES:
+    if problem is not None and engine.EMBEDS_QUERY_TEXT:
         raise UnsupportedError(
             "sqlfeed must rewrite this query inside (tie-breakers for an ORDER BY that may "
             f"tie) but cannot write it for {engine.name} without changing it: {problem}; "
@@ -222,7 +225,7 @@ def wrap_body(parsed: ParsedQuery) -> tuple[exp.Expr, exp.With | None, tuple[str
     """What a wrap (:class:`sqlfeed.sql.frame.Frame`) puts in its derived table: a
     placeholder for the embedded text (and the placeholder's name and text), or, on other
     engines, the query's tree and the CTEs to hoist above the wrap."""
-    if parsed.dialect.name in EMBEDDING_ENGINES:
+    if parsed.dialect.EMBEDS_QUERY_TEXT:
         placeholder = unused_name(parsed.sql, "_sqlfeed_query_7c1e")
         return exp.var(placeholder), None, (placeholder, embedded_text(parsed))
     body = parsed.tree.copy()

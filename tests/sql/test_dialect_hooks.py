@@ -24,6 +24,8 @@ from dialects.catalog import Extent
 ENGINES = ("postgres", "mysql", "sqlite", "duckdb")
 
 CAPABILITIES: dict[str, dict[str, Any]] = {
+    "EMBEDS_QUERY_TEXT": {"postgres": True, "mysql": True, "sqlite": True, "duckdb": True},
+    "FETCH_WITH_TIES": {"postgres": True, "mysql": True, "sqlite": True, "duckdb": False},
     "PHYSICAL_ADDRESS": {"postgres": True, "mysql": False, "sqlite": True, "duckdb": True},
     "ROW_GROUP_ROWS": {"postgres": None, "mysql": None, "sqlite": None, "duckdb": 122_880},
     "ROWS_FROM_EXTENT": {"postgres": True, "mysql": False, "sqlite": True, "duckdb": False},
@@ -109,6 +111,18 @@ def test_only_queue_engines_say_the_time() -> None:
     assert [e for e in ENGINES if get_dialect(e).QUEUE_NOW] == ["postgres", "mysql", "sqlite"]
     assert get_dialect("sqlite").QUEUE_CAVEAT is not None
     assert get_dialect("postgres").QUEUE_CAVEAT is None
+
+
+def test_the_engines_outside_the_corpus_are_rendered_from_their_tree() -> None:
+    assert not get_dialect("tsql").EMBEDS_QUERY_TEXT
+    assert not get_dialect("snowflake").EMBEDS_QUERY_TEXT
+
+
+def test_synonyms_sqlglot_writes_are_declared_per_engine() -> None:
+    assert dict(get_dialect("mysql").RENDERED_SYNONYMS) == {"COALESCE": frozenset({"IFNULL"})}
+    assert "SUBSTR" in get_dialect("sqlite").RENDERED_SYNONYMS["SUBSTRING"]
+    assert "LIST" in get_dialect("duckdb").RENDERED_SYNONYMS["ARRAY_AGG"]
+    assert dict(get_dialect("postgres").RENDERED_SYNONYMS) == {}
 
 
 def test_mysql_leaves_out_outer_modifiers() -> None:
