@@ -2,10 +2,12 @@
 
 :func:`connect` turns a URL, engine or connection into a :class:`Source`
 (:mod:`sqlfeed.io.source`), with one module per engine family: :mod:`sqlfeed.io.duckdb`,
-:mod:`sqlfeed.io.sqlalchemy` (any SQLAlchemy engine), :mod:`sqlfeed.io.postgres`,
-:mod:`sqlfeed.io.mysql` and :mod:`sqlfeed.io.sqlite` (the last two share connectorx's
-reads and fallback, :mod:`sqlfeed.io.cxread`). Engine-independent Arrow helpers are in
-:mod:`sqlfeed.io.arrow`, PostgreSQL's types and readers' reach in :mod:`sqlfeed.io.pgtypes`,
+:mod:`sqlfeed.io.sqlalchemy` (any SQLAlchemy engine), the package
+:mod:`sqlfeed.io.postgres`, :mod:`sqlfeed.io.mysql` and :mod:`sqlfeed.io.sqlite`. A read
+is a :class:`~sqlfeed.io.readers.ReadRequest` served by the engine's readers, listed in one
+table per engine, through one fallback chain (:mod:`sqlfeed.io.readers`; connectorx's
+reader, shared by every engine, in :mod:`sqlfeed.io.cxread`). Engine-independent Arrow
+helpers are in :mod:`sqlfeed.io.arrow`,
 file URLs (``duckdb:``, ``sqlite:``, ``dataset:``) in :mod:`sqlfeed.io.files`, the pieces
 of local files partition queries name (byte ranges, ORC stripes) in
 :mod:`sqlfeed.io.ranges`. This layer imports only
@@ -21,6 +23,7 @@ from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.mysql import MySQLSource
 from sqlfeed.io.postgres import READERS, PostgresSource
 from sqlfeed.io.ranges import range_url
+from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import SnapshotHolder, Source, driver_message, redact_url
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 from sqlfeed.io.sqlite import SQLiteSource
@@ -32,6 +35,8 @@ __all__ = [
     "DuckDBSource",
     "MySQLSource",
     "PostgresSource",
+    "ReadRequest",
+    "Reader",
     "SQLAlchemySource",
     "SQLiteSource",
     "SnapshotHolder",

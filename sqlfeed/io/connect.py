@@ -6,11 +6,11 @@ plug in sources of their own without ``io`` importing them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dialects import Dialect, InvalidArgumentError, dialect_for, get_dialect
-from sqlfeed.io.duckdb import DuckDBSource, open_duckdb
+from sqlfeed.io.duckdb import DuckDBSource, is_duckdb_connection, open_duckdb
 from sqlfeed.io.mysql import MySQLSource
 from sqlfeed.io.postgres import PostgresSource
 from sqlfeed.io.source import Source
@@ -28,6 +28,9 @@ _FAMILIES: dict[str, type[SQLAlchemySource]] = {
 }
 """The SQLAlchemy source class of each dialect with reader specifics; others are generic."""
 
+_NATIVE: dict[str, Callable[[str], Source]] = {"duckdb": open_duckdb}
+"""The dialects whose URLs a source of their own opens, without SQLAlchemy."""
+
 
 def register_scheme(scheme: str, opener: Callable[[str], Source]) -> None:
     """Let :func:`connect` open ``scheme:...`` URLs with ``opener(url)``.
@@ -38,7 +41,9 @@ def register_scheme(scheme: str, opener: Callable[[str], Source]) -> None:
     _SCHEMES[scheme.lower()] = opener
 
 
-def connect(target: Any = None, *, dialect: str | None = None) -> Source:
+def connect(
+    target: Any = None, *, dialect: str | None = None, readers: Sequence[str] | None = None
+) -> Source:
     """A :class:`Source` for ``target``.
 
     Args:
@@ -51,14 +56,25 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
             a DuckDB connection (read through as it is), or a SQLAlchemy engine. File URLs
             follow SQLAlchemy's slashes (:mod:`sqlfeed.io.files`).
         dialect: force the dialect (for URLs whose backend name is not a dialect name).
+        readers: the readers to read with, in order (e.g. ``["copy", "psycopg"]`` on
+            PostgreSQL; see :attr:`Source.readers <sqlfeed.io.Source.readers>`): beside
+            the engine's environment variable (``SQLFEED_POSTGRES_READERS``,
+            ``SQLFEED_MYSQL_READERS``, ``SQLFEED_SQLITE_READERS``), which this overrides.
 
     Raises:
         EngineError: the database cannot be reached.
         InvalidArgumentError: a file URL names no file (reading never creates one), or is
-            malformed.
+            malformed; ``readers`` names a reader the engine does not have.
         MissingDependencyError: the URL's driver is not installed.
         UnknownDialectError: the target's kind is not known.
     """
+    source = _open(target, dialect)
+    if readers is not None:
+        source.use_readers(readers)
+    return source
+
+
+def _open(target: Any, dialect: str | None) -> Source:
     if isinstance(target, Source):
         return target
     if target is None:
@@ -71,12 +87,13 @@ def connect(target: Any = None, *, dialect: str | None = None) -> Source:
         if opener is not None:
             return opener(url)
         engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)
-        if engine_dialect.name == "duckdb":
-            return open_duckdb(url)
+        native = _NATIVE.get(engine_dialect.name)
+        if native is not None:
+            return native(url)
         return _family(engine_dialect).open(url, engine_dialect)
     engine_dialect = get_dialect(dialect) if dialect else dialect_for(target)
     module = type(target).__module__ or ""
-    if module.split(".")[0] in ("duckdb", "_duckdb"):
+    if is_duckdb_connection(target):
         return DuckDBSource(target, owned=False, label="duckdb connection")
     if hasattr(target, "raw_connection") and hasattr(target, "dialect"):
         return _family(engine_dialect).wrap(target, engine_dialect)

@@ -1,41 +1,39 @@
-"""connectorx reads shared by MySQL/MariaDB and SQLite: streaming, the fallback, readers.
+"""The connectorx reader every engine's table shares: streamed or whole reads, its failures.
 
 connectorx reports a failure as a Rust panic (``PanicException``, not an ``Exception``) or
-a ``RuntimeError``. :func:`read_with_fallback` never lets one reach the caller: before the
-first batch the read runs again on the next reader (which returns the rows or the
-database's own error); after it, the failure is a one-line :class:`~dialects.EngineError`.
-The first batch is also checked against the plan's schema (:func:`compatible`): connectorx
-types a column by its declared type or first value, and where that is not the family of
-the plan's type (an integer for a float column, a boolean for an integer one, a number
-for a text one) the next reader reads it instead, so the plan's schema decides the values.
+a ``RuntimeError``: :meth:`ConnectorxReader.failure` tells them apart, so that the one
+fallback chain (:func:`sqlfeed.io.readers.read_in_order`) never lets one reach the caller:
+before the first batch the next reader reads (which returns the rows or the database's
+own error); after it, the failure is the engine's one-line :class:`~dialects.EngineError`.
 (The panic's own lines still reach standard error: Rust prints them before Python sees
-the exception.) SQLite's ADBC reader takes the same fallback, with its own failures
-(``failure``). connectorx is optional and imported when used.
+the exception.) A result estimated small is read whole (:func:`connectorx_batches`).
+Each engine's subclass says which URL connectorx opens, what runs first on its session,
+and which column types it carries exactly (:mod:`sqlfeed.io.postgres.readers`,
+:mod:`sqlfeed.io.mysql`, :mod:`sqlfeed.io.sqlite`). connectorx is optional and imported
+when used.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError, SqlfeedError
-from sqlfeed.io.source import connection_lost
-from sqlfeed.io.sqlalchemy import SQLAlchemySource
+from dialects import SqlfeedError
+from dialects.optional import require
+from sqlfeed.io.readers import Reader, ReadRequest
 
 __all__ = [
     "WHOLE_READ_ROWS",
-    "ConnectorxFirst",
-    "compatible",
+    "ConnectorxReader",
     "connectorx_batches",
     "connectorx_module",
     "is_connectorx_failure",
-    "read_with_fallback",
-    "readers_after",
-    "readers_from_environment",
 ]
 
 
@@ -48,7 +46,7 @@ _USED_IN: list[int] = []
 """The process that took connectorx first (a list so that it is set once, without a global)."""
 
 
-def connectorx_module() -> Any:
+def connectorx_module() -> ModuleType | None:
     """The ``connectorx`` module, or None when it is not installed or may not be used here.
 
     connectorx's Rust runtime (its thread pool and locks) does not survive ``fork``: a child
@@ -58,10 +56,9 @@ def connectorx_module() -> Any:
     """
     if _USED_IN and _USED_IN[0] != os.getpid():
         return None
-    try:
-        import connectorx
-    except ImportError:
+    if importlib.util.find_spec("connectorx") is None:
         return None
+    connectorx = require("connectorx", "the connectorx reader")
     if not _USED_IN:
         _USED_IN.append(os.getpid())
     return connectorx
@@ -74,31 +71,6 @@ def is_connectorx_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError | OSError | pa.ArrowException) and not isinstance(
         err, SqlfeedError
     )
-
-
-def readers_from_environment(variable: str, readers: Sequence[str]) -> tuple[str, ...]:
-    """The readers named by the environment variable ``variable`` (default ``readers``).
-
-    Raises:
-        InvalidArgumentError: the variable names a reader not in ``readers``.
-    """
-    value = os.environ.get(variable, "").strip()
-    if not value:
-        return tuple(readers)
-    names = tuple(name.strip().lower() for name in value.split(",") if name.strip())
-    unknown = [name for name in names if name not in readers]
-    if unknown or not names:
-        raise InvalidArgumentError(
-            f"{variable}={value!r}: unknown reader {(unknown or [value])[0]!r}; use a "
-            f"comma-separated list of {', '.join(readers)}"
-        )
-    return names
-
-
-def readers_after(readers: Sequence[str], after: str) -> tuple[str, ...]:
-    """The readers of ``readers`` after ``after`` (all of them when ``after`` is empty)."""
-    names = tuple(readers)
-    return names[names.index(after) + 1 :] if after in names else names
 
 
 def connectorx_batches(
@@ -118,7 +90,7 @@ def connectorx_batches(
     ``batch_rows``. connectorx's stream keeps Python's GIL while it reads, so other reader
     threads and the consumer wait on it; its whole read lets them run.
     """
-    connectorx = connectorx_module()
+    connectorx: Any = connectorx_module()
     whole = rows is not None and rows <= WHOLE_READ_ROWS
     options: dict[str, Any] = (
         {"return_type": "arrow"}
@@ -138,155 +110,50 @@ def connectorx_batches(
             yield batch
 
 
-def read_with_fallback(
-    engine: str,
-    batches: Iterator[pa.RecordBatch],
-    schema: pa.Schema,
-    fallback: Callable[[], Iterator[pa.RecordBatch]],
-    *,
-    failure: Callable[[BaseException], bool] = is_connectorx_failure,
-) -> Iterator[pa.RecordBatch]:
-    """``batches`` (a fast reader's read) with ``fallback()`` in its place when it cannot serve.
+class ConnectorxReader(Reader):
+    """connectorx's Arrow reads (:func:`connectorx_batches`), the partition estimate used.
 
-    Args:
-        engine: the dialect's name, for messages.
-        batches: the fast read (connectorx; SQLite's ADBC).
-        schema: the plan's schema; a first batch not :func:`compatible` with it is dropped
-            and the fallback reads instead.
-        fallback: the next reader's read of the same query.
-        failure: whether an error raised by ``batches`` is the fast reader's failure (the
-            fallback's to handle) rather than ours or the caller's (raised as it is).
-
-    Raises:
-        EngineError: the fast reader failed after it had delivered batches (the next
-            reader reads the query to the end first: its own error, if it has one, is
-            raised; not after a lost connection, which :meth:`sqlfeed.io.Source.read`
-            reconnects and resumes).
-    """
-    yielded = False
-    try:
-        for batch in batches:
-            if not yielded and not compatible(batch.schema, schema):
-                break
-            yielded = True
-            yield batch
-        else:
-            return
-    except BaseException as err:  # a Rust panic is a BaseException: caught by its name
-        if not failure(err):
-            raise
-        if yielded:  # the next reader raises the error connectorx hid, in its own words
-            if not connection_lost(err):  # a lost connection hides nothing: no re-read
-                for _ in fallback():
-                    pass
-            raise EngineError(
-                f"{engine} failed running the partition query: {_first_line(str(err))}"
-            ) from None
-    close = getattr(batches, "close", None)
-    if close is not None:
-        close()
-    yield from fallback()
-
-
-_FAMILIES: tuple[Callable[[pa.DataType], bool], ...] = (
-    pa.types.is_integer,
-    pa.types.is_floating,
-    pa.types.is_decimal,
-    lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t),
-    lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t),
-    pa.types.is_boolean,
-    pa.types.is_date,
-    pa.types.is_timestamp,
-    pa.types.is_time,
-    pa.types.is_duration,
-)
-
-
-def compatible(got: pa.Schema, wanted: pa.Schema) -> bool:
-    """Whether every column of ``got`` is of the same type family as in ``wanted``.
-
-    Within a family, the batch is cast to the plan's type (a checked cast: an integer
-    that does not fit, or a decimal that would lose digits, is an error, never a change).
-    """
-    if len(got) != len(wanted):
-        return False
-    for have, want in zip(got.types, wanted.types, strict=True):
-        if have != want and not any(f(have) and f(want) for f in _FAMILIES):
-            return False
-    return True
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else "connectorx failed"
-
-
-class ConnectorxFirst(SQLAlchemySource):
-    """A SQLAlchemy source that reads with connectorx where :meth:`reader_for` says so, and
-    with its own DBAPI driver otherwise, or in connectorx's place when it cannot serve
-    (:func:`read_with_fallback`): MySQL/MariaDB and SQLite.
-
-    Attributes:
-        connectorx_session: statements connectorx runs first, on the read's own session.
-        engine_label: the engine's name in error messages.
+    A subclass gives :meth:`url`, :meth:`settings` and :meth:`carries_types`. connectorx
+    types a column by its declared type or its first value (MySQL/MariaDB, SQLite), so its
+    first batch is checked against the plan's schema (:attr:`typed_by_values`).
     """
 
-    connectorx_session: tuple[str, ...] = ()
-    engine_label = "database"
+    name = "connectorx"
+    typed_by_values = True
 
-    def reader_for(self, sql: str, schema: pa.Schema | None = None, *, after: str = "") -> str:
-        """The reader a read of ``sql`` takes (``connectorx`` or the driver's name).
-
-        Args:
-            sql: the query.
-            schema: the plan's schema, when known (its reader hints spare a query).
-            after: the reader that could not serve: the choice starts after it.
-        """
-        raise NotImplementedError
-
-    def _connectorx_url(self) -> str | None:
+    def url(self) -> str | None:
         """The URL connectorx opens, or None when it cannot open this source."""
         raise NotImplementedError
 
-    def _read(
-        self,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        reader = self.reader_for(sql, schema)
-        yield from self._read_with(
-            reader, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
+    def settings(self, request: ReadRequest) -> Sequence[str]:
+        """Statements connectorx runs first, on the read's own session."""
+        return ()
+
+    def carries_types(self, request: ReadRequest) -> bool:
+        """Whether connectorx returns every column of ``request`` exactly."""
+        return True
+
+    def carries(self, request: ReadRequest) -> bool:
+        return (
+            self.url() is not None
+            and connectorx_module() is not None
+            and self.carries_types(request)
         )
 
-    def _read_with(
-        self,
-        reader: str,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        """The read of ``sql`` by ``reader``; where it cannot serve, by the next one."""
-        url = self._connectorx_url()
-        if reader != "connectorx" or url is None:
-            yield from SQLAlchemySource._read(
-                self, sql, schema, batch_rows, stop, ordered, snapshot
-            )
-            return
+    def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
+        url = self.url()
+        assert url is not None  # carries() said so
+        yield from connectorx_batches(
+            url,
+            request.sql,
+            request.batch_rows,
+            request.stop,
+            self.settings(request),
+            rows=request.rows,
+        )
 
-        def fallback() -> Iterator[pa.RecordBatch]:
-            after = self.reader_for(sql, schema, after=reader)
-            return self._read_with(
-                after, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
-            )
+    def failure(self, err: BaseException) -> bool:
+        return is_connectorx_failure(err)
 
-        batches = connectorx_batches(url, sql, batch_rows, stop, self.connectorx_session, rows=rows)
-        yield from read_with_fallback(self.engine_label, batches, schema, fallback)
+    def hides(self, err: BaseException) -> bool:
+        return is_connectorx_failure(err)

@@ -38,6 +38,7 @@ from sqlglot.tokenizer_core import TokenType
 from dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.ranges import RANGE_PROTOCOL, RangeFileSystem, orc_reader
+from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import Source, driver_message
 from sqlfeed.sql import function_name
 
@@ -68,7 +69,14 @@ _SNIFFED: dict[tuple[str, int, int, str], str] = {}
 options given): DuckDB sniffs a CSV file again for every query that reads it."""
 _REGISTER_LOCK = threading.Lock()
 
-__all__ = ["DuckDBSource", "duckdb_file", "open_duckdb"]
+__all__ = [
+    "READER_TABLE",
+    "DuckDBReader",
+    "DuckDBSource",
+    "duckdb_file",
+    "is_duckdb_connection",
+    "open_duckdb",
+]
 
 _OPEN: weakref.WeakSet[DuckDBSource] = weakref.WeakSet()
 """The sources whose connection sqlfeed opened, closed at exit (see :func:`_close_all`)."""
@@ -101,6 +109,8 @@ class DuckDBSource(Source):
         self.label = label
         self.path = path
         self._swap = threading.RLock()
+        self._readers = {kind.name: kind(self) for kind in READER_TABLE}
+        self.readers = tuple(self._readers)
         if owned:
             _configure(connection)
             _OPEN.add(self)
@@ -280,22 +290,27 @@ class DuckDBSource(Source):
             table = to_table()
         return list(table.column_names), table.schema
 
-    def _read(
-        self,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
+    def reader_table(self) -> dict[str, Reader]:
+        return self._readers
+
+
+class DuckDBReader(Reader):
+    """DuckDB's own Arrow stream, on a cursor of the source's connection: its one reader."""
+
+    name = "duckdb"
+    source: DuckDBSource
+
+    def carries(self, request: ReadRequest) -> bool:
+        return True
+
+    def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
         # DuckDB preserves insertion order by default: reads are ordered already.
-        with self._cursor(sql) as cursor:
-            relation = cursor.sql(self._local_sql(cursor, sql))
+        source = self.source
+        with source._cursor(request.sql) as cursor:
+            relation = cursor.sql(source._local_sql(cursor, request.sql))
             to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
-            reader = to_reader(batch_rows)
-            while stop is None or not stop.is_set():
+            reader = to_reader(request.batch_rows)
+            while not request.stopped:
                 try:
                     batch = reader.read_next_batch()
                 except StopIteration:
@@ -306,6 +321,10 @@ class DuckDBSource(Source):
                         f"duckdb failed running the partition query: {driver_message(err)}"
                     ) from None
                 yield batch
+
+
+READER_TABLE: tuple[type[Reader], ...] = (DuckDBReader,)
+"""DuckDB's readers: its own Arrow stream."""
 
 
 def _whole_file(match: re.Match[str]) -> str:
@@ -435,6 +454,13 @@ def open_duckdb(url: str) -> DuckDBSource:
     return DuckDBSource(
         _connect(path, read_only=True), owned=True, label=f"duckdb:{path}", path=path
     )
+
+
+def is_duckdb_connection(target: Any) -> bool:
+    """Whether ``target`` is a DuckDB connection (read through as it is by :func:`connect
+    <sqlfeed.io.connect>`)."""
+    module = type(target).__module__ or ""
+    return module.split(".")[0] in ("duckdb", "_duckdb")
 
 
 def duckdb_file(url: str) -> str:

@@ -1,11 +1,13 @@
 """MySQL and MariaDB: :class:`MySQLSource`, its readers, session settings and column types.
 
 A read takes the first reader of :attr:`MySQLSource.readers` that can carry every column
-of the query: connectorx (its Arrow stream over the binary protocol) or pymysql's
-unbuffered ``SSCursor``, which carries them all. connectorx is taken only for the
-columns it was checked to return exactly (:data:`CONNECTORX_TYPES`; decimals of at
-most 18 integer and 10 fractional digits), on a plain ``host:port`` URL, and its failures
-never reach the caller (:func:`sqlfeed.io.cxread.read_with_fallback`). The column types
+of the query (its readers' table: :data:`READER_TABLE`): connectorx
+(:class:`MySQLConnectorx`: its Arrow stream over the binary protocol, or a partition
+estimated small read whole) or pymysql's unbuffered ``SSCursor`` (:class:`PymysqlReader`),
+which carries them all. connectorx is taken only for the columns it was checked to return
+exactly (:data:`CONNECTORX_TYPES`; decimals of at most 18 integer and 10 fractional
+digits), on a plain ``host:port`` URL, and its failures never reach the caller (the one
+fallback chain, :func:`sqlfeed.io.readers.read_in_order`). The column types
 that choice needs come with the plan: the schema a source derives carries each column's
 type code, precision and scale in its field metadata (:data:`MYSQL_HINT`), so a partition
 costs no query of its own; a schema without them (the caller's own) costs one ``LIMIT 0``
@@ -28,14 +30,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from dialects.optional import require
 from sqlfeed.io.arrow import READER_HINT
-from sqlfeed.io.cxread import (
-    ConnectorxFirst,
-    connectorx_module,
-    readers_after,
-    readers_from_environment,
-)
+from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
+from sqlfeed.io.readers import Reader, ReadRequest
+from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
 from sqlfeed.sql import schema_sql
 
 __all__ = [
@@ -45,7 +45,10 @@ __all__ = [
     "MYSQL_SESSION",
     "READERS",
     "READERS_VARIABLE",
+    "READER_TABLE",
+    "MySQLConnectorx",
     "MySQLSource",
+    "PymysqlReader",
     "mysql_description_schema",
     "mysql_hints",
 ]
@@ -60,9 +63,6 @@ MYSQL_CONSISTENT = (
 )
 """What begins a consistent read session: every query of its transaction (InnoDB tables)
 sees the state of its start."""
-
-READERS = ("connectorx", "pymysql")
-"""The MySQL/MariaDB readers, fastest first (the default order of :attr:`MySQLSource.readers`)."""
 
 READERS_VARIABLE = "SQLFEED_MYSQL_READERS"
 """Environment variable: the readers to try, in order, comma-separated (e.g. ``pymysql``)."""
@@ -80,7 +80,7 @@ this many integer and fractional digits."""
 
 MYSQL_HINT = READER_HINT + b"mysql"
 """Field metadata key: the column's MySQL type code, precision and scale (``b"246,15,2"``),
-for :meth:`MySQLSource.reader_for`."""
+for :class:`MySQLConnectorx`'s choice."""
 
 _TYPE_CACHE_SIZE = 1024
 
@@ -106,7 +106,45 @@ _MYSQL_DECIMAL = (0, 246)
 _MYSQL_UNSIGNED_FLAG = 32
 
 
-class MySQLSource(PinnedReads, ConnectorxFirst):
+class MySQLConnectorx(ConnectorxReader):
+    """connectorx, for the column types it returns exactly (:data:`CONNECTORX_TYPES`, as
+    the plan's schema hints say), on a plain ``host:port`` URL; :data:`MYSQL_SESSION` runs
+    first on its session."""
+
+    source: MySQLSource
+
+    def url(self) -> str | None:
+        """The engine's URL for connectorx: ``mysql://`` on a host, no options but a charset."""
+        url = self.source.engine.url
+        if not url.host or set(url.query) - {"charset"}:
+            return None
+        return str(url.set(drivername="mysql", query={}).render_as_string(hide_password=False))
+
+    def settings(self, request: ReadRequest) -> Sequence[str]:
+        return MYSQL_SESSION
+
+    def carries_types(self, request: ReadRequest) -> bool:
+        if self.source.driver != "pymysql":  # the column types come through pymysql
+            return False
+        fields = self.source.column_fields(request.sql, request.schema)
+        return all(_connectorx_carries(*field) for field in fields)
+
+
+class PymysqlReader(CursorReader):
+    """pymysql's unbuffered ``SSCursor`` (another driver's own cursor), which carries every
+    type."""
+
+    name = "pymysql"
+
+
+READER_TABLE: tuple[type[Reader], ...] = (MySQLConnectorx, PymysqlReader)
+"""The MySQL/MariaDB readers, fastest first; pymysql, last, carries every type."""
+
+READERS = tuple(reader.name for reader in READER_TABLE)
+"""Their names: the default order of :attr:`MySQLSource.readers`."""
+
+
+class MySQLSource(PinnedReads, SQLAlchemySource):
     """MySQL/MariaDB through SQLAlchemy, read with connectorx or pymysql's unbuffered cursor.
 
     Attributes:
@@ -117,8 +155,8 @@ class MySQLSource(PinnedReads, ConnectorxFirst):
     """
 
     session_settings = MYSQL_SESSION
-    connectorx_session = MYSQL_SESSION
-    engine_label = "mysql"
+    READER_TABLE = READER_TABLE
+    READERS_VARIABLE = READERS_VARIABLE
 
     def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
         """A consistent read session (:mod:`sqlfeed.io.pinned`): a pooled connection (its
@@ -132,7 +170,6 @@ class MySQLSource(PinnedReads, ConnectorxFirst):
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
-        self.readers: tuple[str, ...] = readers_from_environment(READERS_VARIABLE, READERS)
         self._fields: dict[str, tuple[tuple[int, int, int], ...]] = {}
 
     def _description_schema(self, cursor: Any) -> pa.Schema | None:
@@ -169,37 +206,11 @@ class MySQLSource(PinnedReads, ConnectorxFirst):
             self._fields[sql] = fields
         return fields
 
-    def reader_for(self, sql: str, schema: pa.Schema | None = None, *, after: str = "") -> str:
-        """The reader a read of ``sql`` takes: the first of :attr:`readers` (after
-        ``after``) that is installed and carries every column type; else ``pymysql``.
-
-        The column types come from ``schema``'s hints when it has them (a plan's schema
-        does), else from one ``LIMIT 0`` query (see :meth:`column_fields`).
-        """
-        for name in readers_after(self.readers, after):
-            if name == "pymysql" or self.driver != "pymysql":
-                return "pymysql"
-            if (
-                self._connectorx_url()
-                and connectorx_module() is not None
-                and all(_connectorx_carries(*field) for field in self.column_fields(sql, schema))
-            ):
-                return name
-        return "pymysql"
-
-    def _connectorx_url(self) -> str | None:
-        """The engine's URL for connectorx: ``mysql://`` on a host, no options but a charset."""
-        url = self.engine.url
-        if not url.host or set(url.query) - {"charset"}:
-            return None
-        return str(url.set(drivername="mysql", query={}).render_as_string(hide_password=False))
-
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         if self.driver != "pymysql":
             return super()._streaming_cursor(connection, batch_rows)
-        import pymysql.cursors
-
-        return connection.driver_connection.cursor(pymysql.cursors.SSCursor)
+        cursors = require("pymysql.cursors", "the MySQL reader")
+        return connection.driver_connection.cursor(cursors.SSCursor)
 
 
 def _connectorx_carries(code: int, precision: int, scale: int) -> bool:

@@ -2,8 +2,10 @@
 
 A :class:`Source` knows its dialect, runs small queries (a count, the output columns),
 derives a query's Arrow schema once, and streams a query's rows as record batches
-(see :mod:`sqlfeed.io.arrow`). Driver errors never escape as they are: they become a
-one-line :class:`~dialects.EngineError` (:func:`driver_message`). This module also owns
+(see :mod:`sqlfeed.io.arrow`) through its engine's readers (:mod:`sqlfeed.io.readers`:
+a :class:`~sqlfeed.io.readers.ReadRequest`, the engine's reader table, one fallback
+chain). Driver errors never escape as they are: they become a one-line
+:class:`~dialects.EngineError` (:func:`driver_message`). This module also owns
 :class:`SnapshotHolder` and :func:`redact_url`.
 """
 
@@ -15,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -38,7 +40,13 @@ from sqlfeed.io.faults import (
     Reconnect,
     connection_lost,
 )
-from sqlfeed.io.pgtypes import libpq_message
+from sqlfeed.io.readers import (
+    Reader,
+    ReadRequest,
+    chosen_readers,
+    read_in_order,
+    readers_after,
+)
 from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
 
 __all__ = [
@@ -68,6 +76,20 @@ class Source:
     all its threads). A static Feeder then merges adjacent partitions into queries of any
     size; otherwise into queries no larger than its read-ahead holds, so its readers read
     at once (a server engine runs each query on one core)."""
+
+    shares_snapshots: bool = False
+    """Whether a read can run inside a snapshot another session exported
+    (:meth:`export_snapshot`)."""
+
+    repeats_unordered: bool = True
+    """Whether the engine returns an unordered read's rows in the same order on every read,
+    so that a read that lost its connection resumes after the rows it delivered (not
+    PostgreSQL: parallel and synchronized scans start anywhere; ``ordered`` reads do)."""
+
+    readers: tuple[str, ...] = ()
+    """The readers a read may take, in order (names of :meth:`reader_table`; set by
+    ``connect(url, readers=[...])`` or the engine's environment variable). The table's
+    last reader, which carries every type, is taken when none of them can."""
 
     reconnect: Reconnect | None = None
     """How a read that lost its connection reconnects and resumes (None: the defaults,
@@ -114,14 +136,9 @@ class Source:
     def text_columns(self, query: str | ParsedQuery) -> list[str]:
         """Output columns whose type the engine cannot hash, to hash through their text.
 
-        Only PostgreSQL has such types (json, xml, point, money, ...); elsewhere none.
+        Only PostgreSQL has such types (json, xml, point, money, ...), and its source says
+        which; elsewhere none.
         """
-        if self.dialect.name != "postgres":
-            return []
-        sql = schema_sql(self.parse(query))
-        return self._retried("schema query", lambda: self._unhashable(sql))
-
-    def _unhashable(self, sql: str) -> list[str]:
         return []
 
     def count(self, query: str | ParsedQuery, *, columns: list[str] | None = None) -> int:
@@ -179,14 +196,15 @@ class Source:
         if schema is None:
             schema = self.schema(sql)
         out = without_hints(schema)
-        if snapshot is not None and self.dialect.name != "postgres":
+        if snapshot is not None and not self.shares_snapshots:
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
+        request = ReadRequest(sql, schema, batch_rows, stop, ordered, snapshot, rows)
         losses = Losses(self.reconnect or Reconnect.from_environment())
-        resume = _Resume(ordered or self.dialect.name != "postgres")
+        resume = _Resume(ordered or self.repeats_unordered)
         owner = os.getpid()
         with self._errors("partition query"):
             while True:
-                reads = self._read(sql, schema, batch_rows, stop, ordered, snapshot, rows=rows)
+                reads = self.batches(request)
                 try:
                     for batch in resume.rest(reads, out):
                         losses.progressed()
@@ -282,17 +300,60 @@ class Source:
         """Run a LIMIT 0 query: its column names, and its Arrow schema if known."""
         raise NotImplementedError
 
-    def _read(
+    # -- readers --------------------------------------------------------------------------
+
+    def reader_table(self) -> dict[str, Reader]:
+        """This source's readers by name, in its engine's order of preference; the last one
+        carries every type (see :mod:`sqlfeed.io.readers`)."""
+        raise NotImplementedError
+
+    def use_readers(self, names: Sequence[str]) -> None:
+        """Read with the readers ``names`` only, in that order (``connect(readers=...)``).
+
+        Raises:
+            InvalidArgumentError: a name is not one of this engine's readers.
+        """
+        self.readers = chosen_readers(self.dialect.name, names, tuple(self.reader_table()))
+
+    def candidates(self, request: ReadRequest, *, after: str = "") -> Iterator[Reader]:
+        """The readers a read of ``request`` tries, in order: those of :attr:`readers`
+        (after ``after``) that carry it, then the table's last reader (lazily: a type check
+        may cost a query, run only when the readers before could not serve)."""
+        table = self.reader_table()
+        last = next(reversed(table))
+        for name in dict.fromkeys((*readers_after(self.readers, after), last)):
+            reader = table.get(name)  # a name set by hand that is not in the table: skipped
+            if reader is not None and (name == last or reader.carries(request)):
+                yield reader
+
+    def reader_for(
         self,
         sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        raise NotImplementedError
+        schema: pa.Schema | None = None,
+        *,
+        after: str = "",
+        snapshot: str | None = None,
+    ) -> str:
+        """The reader a read of ``sql`` takes first: the first of :attr:`readers` (after
+        ``after``) that carries every column of it, else the table's last.
+
+        Args:
+            sql: the query.
+            schema: the plan's schema (derived when not given; its reader hints spare a
+                query).
+            after: the reader that could not serve: the choice starts after it.
+            snapshot: the snapshot the read runs inside (every reader can read inside one,
+                so it does not change the choice).
+        """
+        if schema is None:
+            schema = self.schema(sql)
+        request = ReadRequest(sql, schema, snapshot=snapshot)
+        return next(self.candidates(request, after=after)).name
+
+    def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
+        """The batches of one read, before they are cast to the plan's types: the first
+        reader of :meth:`candidates` that serves it (:func:`~sqlfeed.io.readers.read_in_order`)."""
+        return read_in_order(self.dialect.name, self.candidates(request), request)
 
     def export_snapshot(self) -> SnapshotHolder:
         """Export a snapshot other sessions can read inside (PostgreSQL only).
@@ -428,9 +489,8 @@ class SnapshotHolder:
         connection.close()
 
 
-def _is_driver_error(err: Exception) -> bool:
-    module = type(err).__module__ or ""
-    return module.split(".")[0] in (
+DRIVER_MODULES = frozenset(
+    {
         "sqlalchemy",
         "duckdb",
         "_duckdb",
@@ -442,7 +502,14 @@ def _is_driver_error(err: Exception) -> bool:
         "adbc_driver_manager",
         "adbc_driver_postgresql",
         "connectorx",
-    )
+    }
+)
+"""The top-level modules whose exceptions are driver errors (worded, never raised as is)."""
+
+
+def _is_driver_error(err: Exception) -> bool:
+    module = type(err).__module__ or ""
+    return module.split(".")[0] in DRIVER_MODULES
 
 
 def driver_message(err: BaseException) -> str:
@@ -461,7 +528,7 @@ def driver_message(err: BaseException) -> str:
     if module == "pymysql" and len(args) >= 2:
         text = str(args[1])
     elif module.startswith("adbc_driver"):  # "INVALID_DATA: [libpq] ...: ERROR:  message"
-        text = libpq_message(str(inner))
+        text = str(inner).split("ERROR:", 1)[-1]
     else:
         text = str(inner)
     text = re.sub(r"\(Background on this error at: [^)]*\)", "", text)

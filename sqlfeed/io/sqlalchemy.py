@@ -1,29 +1,30 @@
 """Any SQLAlchemy engine: :class:`SQLAlchemySource`, engine creation and session hooks.
 
 The generic path runs DB-API cursors on the engine's raw connections and streams with
-``fetchmany`` (SQLite and any engine without a module of its own). Engine families with
-faster or server-side readers subclass :class:`SQLAlchemySource` and override its hooks
-(:mod:`sqlfeed.io.postgres`, :mod:`sqlfeed.io.mysql`).
+``fetchmany`` (:class:`CursorReader`, any engine without a module of its own). Engine
+families with faster or server-side readers subclass :class:`SQLAlchemySource` and list
+their readers in their own table (:attr:`SQLAlchemySource.READER_TABLE`:
+:mod:`sqlfeed.io.postgres`, :mod:`sqlfeed.io.mysql`, :mod:`sqlfeed.io.sqlite`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import sqlalchemy
 
 from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
 from sqlfeed.io.arrow import iterate_rows
-from sqlfeed.io.files import MEMORY, require_file
+from sqlfeed.io.readers import Reader, ReadRequest, readers_from_environment
 from sqlfeed.io.source import Source, connection_lost, driver_message, redact_url
 from sqlfeed.io.urlhints import scheme_hint
 
 __all__ = [
+    "CursorReader",
     "SQLAlchemySource",
     "create_engine",
     "dead",
@@ -35,11 +36,51 @@ __all__ = [
 ]
 
 
+class CursorReader(Reader):
+    """The DB-API driver's cursor on one of the engine's pooled connections, its rows
+    fetched with ``fetchmany`` and built into batches of the plan's types: it carries
+    every type, so it ends every engine's reader table."""
+
+    name = "dbapi"
+    source: SQLAlchemySource
+
+    def carries(self, request: ReadRequest) -> bool:
+        return True
+
+    def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
+        with self.source._raw() as connection:
+            with statement(connection, commit=False) as setup:
+                self.begin(setup, request)
+            cursor = self.cursor(connection, request.batch_rows)
+            with statement(connection, cursor) as cursor:
+                self.prepare(cursor, request)
+                cursor.execute(request.sql)
+                rows = cursor.fetchmany
+                yield from iterate_rows(rows, request.schema, request.batch_rows, request.stop)
+
+    def begin(self, cursor: Any, request: ReadRequest) -> None:
+        """The first statements of a read's transaction, before its query (none here)."""
+
+    def cursor(self, connection: Any, batch_rows: int) -> Any:
+        """The cursor the read fetches its rows from (the source's streaming cursor)."""
+        return self.source._streaming_cursor(connection, batch_rows)
+
+    def prepare(self, cursor: Any, request: ReadRequest) -> None:
+        """Set up the read's cursor before it runs the query (nothing here)."""
+
+
 class SQLAlchemySource(Source):
     """Any SQLAlchemy engine; streaming through the driver's server-side cursor."""
 
     session_settings: tuple[str, ...] = ()
     """Statements run on every new connection of the engine (see :func:`install_session_hooks`)."""
+
+    READER_TABLE: ClassVar[tuple[type[Reader], ...]] = (CursorReader,)
+    """The engine's readers, fastest first; the last one carries every type. Each is made
+    with the source (``reader(source)``)."""
+
+    READERS_VARIABLE: ClassVar[str | None] = None
+    """The environment variable naming the readers to try, comma-separated (None: all)."""
 
     def __init__(
         self, engine: sqlalchemy.Engine, dialect: Dialect, *, owned: bool, label: str
@@ -49,6 +90,17 @@ class SQLAlchemySource(Source):
         self._owned = owned
         self.label = label
         self.driver = engine.dialect.driver
+        self._readers = {kind.name: kind(self) for kind in self.READER_TABLE}
+        names = tuple(self._readers)
+        variable = self.READERS_VARIABLE
+        self.readers = readers_from_environment(variable, names) if variable else names
+
+    def reader_table(self) -> dict[str, Reader]:
+        return self._readers
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        """Refuse a URL this engine would misread, before connecting (nothing here)."""
 
     @classmethod
     def open(cls, url: str, dialect: Dialect) -> SQLAlchemySource:
@@ -60,8 +112,7 @@ class SQLAlchemySource(Source):
             MissingDependencyError: the URL's driver is not installed.
             EngineError: the database cannot be reached.
         """
-        if dialect.name == "sqlite":
-            _require_sqlite_file(url)
+        cls.check_url(url)
         engine = create_engine(url, dialect)
         install_session_hooks(engine, dialect, cls.session_settings)
         try:
@@ -137,33 +188,9 @@ class SQLAlchemySource(Source):
         """The Arrow schema from an executed cursor's column type codes, if the driver has them."""
         return None
 
-    def _read(
-        self,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        with self._raw() as connection:
-            with statement(connection, commit=False) as setup:
-                self._begin_read(setup, ordered, snapshot)
-            with statement(connection, self._streaming_cursor(connection, batch_rows)) as cursor:
-                self._prepare_cursor(cursor, sql, schema)
-                cursor.execute(sql)
-                yield from iterate_rows(cursor.fetchmany, schema, batch_rows, stop)
-
-    def _begin_read(self, cursor: Any, ordered: bool, snapshot: str | None) -> None:
-        """The first statements of a read's transaction, before its query (none here)."""
-
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         """The cursor a read fetches its rows from (here the connection's plain cursor)."""
         return connection.cursor()
-
-    def _prepare_cursor(self, cursor: Any, sql: str, schema: pa.Schema) -> None:
-        """Set up a read's cursor before it runs ``sql`` (nothing here)."""
 
 
 @contextlib.contextmanager
@@ -249,37 +276,25 @@ def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
         ) from None
 
 
-_DRIVERS = {"postgres": ("postgresql+psycopg", "psycopg"), "mysql": ("mysql+pymysql", "pymysql")}
-"""Per dialect: the URL scheme of the driver sqlfeed's extra installs, and its module."""
+_DRIVERS = {
+    "postgres": ("postgresql+psycopg", "psycopg", "postgres"),
+    "mysql": ("mysql+pymysql", "pymysql", "mysql"),
+}
+"""Per dialect: the URL scheme of the driver sqlfeed's extra installs, its module, the extra."""
 
 
 def driver_hint(url: str, dialect_name: str) -> str:
     """What to do when the driver a URL names is missing: name the installed driver's
     URL scheme (``mysql://`` asks for MySQLdb; ``mysql+pymysql://`` is what the ``mysql``
     extra installs), or the extra to install."""
-    scheme, module = _DRIVERS.get(dialect_name, (None, None))
-    if scheme is None or module is None:
+    known = _DRIVERS.get(dialect_name)
+    if known is None:
         return "install the driver the URL names"
+    scheme, module, extra = known
     rest = redact_url(url).partition("://")[2]
     if importlib.util.find_spec(module) is not None:
         return f"use {scheme}://{rest} ({module} is installed)"
-    extra = "postgres" if dialect_name == "postgres" else "mysql"
     return f"pip install 'sqlfeed[{extra}]' and use {scheme}://..."
-
-
-def _require_sqlite_file(url: str) -> None:
-    """A SQLite URL's file must exist: reading never creates a database."""
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
-        return  # create_engine says what is wrong with the URL
-    path = parsed.database or ""
-    if parsed.query.get("uri") in ("true", "1") or path.startswith("file:"):
-        if "mode=memory" in path or "mode=memory" in str(parsed.query):
-            return
-        path = path.removeprefix("file:").split("?", 1)[0]
-    if path and path != MEMORY:
-        require_file(path, redact_url(url), "SQLite database")
 
 
 def install_session_hooks(engine: Any, dialect: Dialect, settings: Sequence[str] = ()) -> None:

@@ -1,11 +1,13 @@
 """SQLite: :class:`SQLiteSource`, read with ADBC, connectorx or the ``sqlite3`` module's cursor.
 
-A read takes the first reader of :attr:`SQLiteSource.readers` that can read it: ADBC's
-SQLite driver (Arrow built in C, one connection per reading thread, opened read-only and
-reused for every partition the thread reads), connectorx (its Arrow stream), both only on
-a database file and for queries that call none of sqlfeed's own SQL functions (hash
-partitions call ``sqlfeed_hash``, which only sqlfeed's connections have); else
-``sqlite3``'s ``fetchmany``, which reads anything.
+A read takes the first reader of :attr:`SQLiteSource.readers` (its readers' table:
+:data:`READER_TABLE`) that can read it: ADBC's SQLite driver (:class:`SqliteAdbcReader`:
+Arrow built in C, one connection per reading thread, opened read-only and reused for
+every partition the thread reads), connectorx (:class:`SqliteConnectorx`: its Arrow
+stream, or a partition estimated small read whole), both only on a database file and
+for queries that call none of sqlfeed's own SQL functions (hash partitions call
+``sqlfeed_hash``, which only sqlfeed's connections have); else ``sqlite3``'s
+``fetchmany`` (:class:`Sqlite3Reader`), which reads anything.
 
 SQLite types a value, not a column. connectorx types a column by its declared type or
 first value and fails on a later value of another kind; ADBC types it by the values of
@@ -13,9 +15,9 @@ its first batch, fails on a later value it cannot carry, but turns some into the
 type as it goes (a number into text, an integer into a float). So each fast reader's
 first batch is checked against the plan's schema, and where a column's family differs
 (an INTEGER column holding reals, a BOOLEAN one holding 2, a number in a text column, a
-column starting with NULL) the next reader reads the partition instead
-(:func:`sqlfeed.io.cxread.read_with_fallback`): the plan's schema decides the values. ADBC
-is taken only where its conversions cannot happen: every text column of the plan is a
+column starting with NULL) the next reader reads the partition instead (the one fallback
+chain, :func:`sqlfeed.io.readers.read_in_order`): the plan's schema decides the values.
+ADBC is taken only where its conversions cannot happen: every text column of the plan is a
 column declared with TEXT affinity (which stores no numbers), every float column one with
 REAL affinity (which stores no integers), as the schema's reader hints say
 (:data:`SQLITE_HINT`, set by :meth:`SQLiteSource.schema` for a plain single-table query);
@@ -30,49 +32,49 @@ writers go on meanwhile; in a rollback journal they wait until the read ends.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sqlite3
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy
 from sqlglot import exp
 
 from dialects import SqlfeedError
+from dialects.optional import require
 from sqlfeed.io.arrow import READER_HINT
-from sqlfeed.io.cxread import (
-    ConnectorxFirst,
-    connectorx_module,
-    read_with_fallback,
-    readers_after,
-    readers_from_environment,
-)
-from sqlfeed.io.files import MEMORY
-from sqlfeed.io.pgsessions import ThreadConnections
+from sqlfeed.io.cxread import ConnectorxReader
+from sqlfeed.io.files import MEMORY, require_file
+from sqlfeed.io.keptconnections import ThreadConnections
 from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
+from sqlfeed.io.readers import Reader, ReadRequest
+from sqlfeed.io.source import redact_url
+from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
 from sqlfeed.sql import ParsedQuery, single_table
 
 __all__ = [
     "ADBC_BATCH_ROWS",
     "READERS",
     "READERS_VARIABLE",
+    "READER_TABLE",
     "SQLITE_HINT",
     "SQLiteSource",
+    "Sqlite3Reader",
+    "SqliteAdbcReader",
+    "SqliteConnectorx",
     "affinity",
 ]
-
-READERS = ("adbc", "connectorx", "sqlite3")
-"""The SQLite readers, fastest first (the default order of :attr:`SQLiteSource.readers`)."""
 
 READERS_VARIABLE = "SQLFEED_SQLITE_READERS"
 """Environment variable: the readers to try, in order, comma-separated (e.g. ``sqlite3``)."""
 
 SQLITE_HINT = READER_HINT + b"sqlite"
 """Field metadata key: the affinity of the table column an output column is
-(``b"TEXT"``, ``b"REAL"``, ...), for the choice of :meth:`SQLiteSource.reader_for`."""
+(``b"TEXT"``, ``b"REAL"``, ...), for :class:`SqliteAdbcReader`'s choice."""
 
 ADBC_BATCH_ROWS = "adbc.sqlite.query.batch_rows"
 """ADBC SQLite statement option: rows per batch (the first batch also types the columns)."""
@@ -81,7 +83,105 @@ _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
 """Paths connectorx's ``sqlite://`` URL takes as they are (others are read by sqlite3)."""
 
 
-class SQLiteSource(PinnedReads, ConnectorxFirst):
+class SqliteAdbcReader(Reader):
+    """ADBC's SQLite driver on this thread's kept read-only connection, where the plan's
+    schema says it returns every column exactly (:func:`adbc_carries`); its text checked
+    to be UTF-8. It types a column by the values of its first batch, which the chain
+    checks against the plan's schema."""
+
+    name = "adbc"
+    typed_by_values = True
+    source: SQLiteSource
+
+    def __init__(self, source: SQLiteSource) -> None:
+        super().__init__(source)
+        self.connections = ThreadConnections(self._open)
+        """This reader's connections: one per reading thread, reused."""
+
+    def _open(self) -> Any:
+        dbapi = require("adbc_driver_sqlite.dbapi", "the SQLite ADBC reader")
+        # autocommit: no transaction left open (holding the file's read lock) between reads
+        return dbapi.connect(self.source.adbc_uri(), autocommit=True)
+
+    def carries(self, request: ReadRequest) -> bool:
+        return (
+            not self.source.calls_own_functions(request.sql)
+            and self.source.adbc_uri() is not None
+            and importlib.util.find_spec("adbc_driver_sqlite") is not None
+            and adbc_carries(request.schema)
+        )
+
+    def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
+        """The batches on this thread's ADBC connection, their text checked.
+
+        The connection is held until the read ends (whichever thread pulls it); its
+        statement is closed then, also when the read stops early.
+        """
+        kept = self.connections.get()
+        cursor = kept.connection.cursor()
+        reader = None
+        try:
+            cursor.adbc_statement.set_options(**{ADBC_BATCH_ROWS: str(request.batch_rows)})
+            cursor.execute(request.sql)  # runs the query; types the columns from its first batch
+            reader = cursor.fetch_record_batch()
+            while not request.stopped:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                for column in batch.columns:  # a BLOB in a TEXT column: not always UTF-8
+                    if pa.types.is_string(column.type):
+                        column.validate(full=True)
+                yield batch
+        finally:
+            if reader is not None:
+                reader.close()
+            cursor.close()
+
+    def failure(self, err: BaseException) -> bool:
+        """An error of an ADBC read (the driver's, its stream's, the text check's; a source
+        closed meanwhile, whose connections are gone), not ours nor the caller's."""
+        if not isinstance(err, Exception) or isinstance(err, SqlfeedError):
+            return False
+        module = type(err).__module__ or ""
+        failed = isinstance(err, OSError | RuntimeError | pa.ArrowException)
+        return failed or module.startswith("adbc_driver")
+
+    def hides(self, err: BaseException) -> bool:
+        return self.failure(err)
+
+
+class SqliteConnectorx(ConnectorxReader):
+    """connectorx on the database file (a plain path), for a query that calls none of
+    sqlfeed's own SQL functions; its first batch is checked against the plan's schema."""
+
+    source: SQLiteSource
+
+    def url(self) -> str | None:
+        """``sqlite:///absolute/path`` of the database file, when connectorx can open it."""
+        path = self.source.database_file()
+        if path is None or not _PLAIN_PATH.fullmatch(path):
+            return None
+        return f"sqlite://{path}"
+
+    def carries_types(self, request: ReadRequest) -> bool:
+        return not self.source.calls_own_functions(request.sql)
+
+
+class Sqlite3Reader(CursorReader):
+    """The ``sqlite3`` module's cursor, which reads anything (sqlfeed's functions too)."""
+
+    name = "sqlite3"
+
+
+READER_TABLE: tuple[type[Reader], ...] = (SqliteAdbcReader, SqliteConnectorx, Sqlite3Reader)
+"""The SQLite readers, fastest first; ``sqlite3``, last, reads anything."""
+
+READERS = tuple(reader.name for reader in READER_TABLE)
+"""Their names: the default order of :attr:`SQLiteSource.readers`."""
+
+
+class SQLiteSource(PinnedReads, SQLAlchemySource):
     """A SQLite database through SQLAlchemy's pysqlite, read with ADBC, connectorx or ``sqlite3``.
 
     Attributes:
@@ -91,7 +191,8 @@ class SQLiteSource(PinnedReads, ConnectorxFirst):
         connections: ADBC's connections, one per reading thread, reused across partitions.
     """
 
-    engine_label = "sqlite"
+    READER_TABLE = READER_TABLE
+    READERS_VARIABLE = READERS_VARIABLE
 
     def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
         """A consistent read session's connection (:mod:`sqlfeed.io.pinned`): a pooled
@@ -106,8 +207,24 @@ class SQLiteSource(PinnedReads, ConnectorxFirst):
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
-        self.readers: tuple[str, ...] = readers_from_environment(READERS_VARIABLE, READERS)
-        self.connections = ThreadConnections(self._open_adbc)
+        adbc = self.reader_table()["adbc"]
+        assert isinstance(adbc, SqliteAdbcReader)
+        self.connections = adbc.connections
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        """A SQLite URL's file must exist: reading never creates a database."""
+        try:
+            parsed = sqlalchemy.engine.make_url(url)
+        except sqlalchemy.exc.ArgumentError:
+            return  # create_engine says what is wrong with the URL
+        path = parsed.database or ""
+        if parsed.query.get("uri") in ("true", "1") or path.startswith("file:"):
+            if "mode=memory" in path or "mode=memory" in str(parsed.query):
+                return
+            path = path.removeprefix("file:").split("?", 1)[0]
+        if path and path != MEMORY:
+            require_file(path, redact_url(url), "SQLite database")
 
     def close(self) -> None:
         self.connections.close()
@@ -185,39 +302,18 @@ class SQLiteSource(PinnedReads, ConnectorxFirst):
                 cursor.close()
                 connection.commit()
 
-    def reader_for(self, sql: str, schema: pa.Schema | None = None, *, after: str = "") -> str:
-        """The reader a read of ``sql`` takes: the first of :attr:`readers` (after ``after``)
-        that is installed, can open the file and read the query: ADBC where the plan's
-        ``schema`` (derived when not given) says it returns every column exactly (see
-        :func:`adbc_carries`); ``sqlite3`` for a query calling sqlfeed's own functions."""
+    def calls_own_functions(self, sql: str) -> bool:
+        """Whether ``sql`` calls sqlfeed's own SQL functions (hash partitions call
+        ``sqlfeed_hash``), which only sqlfeed's ``sqlite3`` connections have."""
         own = self.dialect.HASH_FUNCTION.lower()
-        if own and own in sql.lower():
-            return "sqlite3"
-        for name in readers_after(self.readers, after):
-            if name == "sqlite3":
-                return name
-            if name == "connectorx":
-                if self._connectorx_url() is not None and connectorx_module() is not None:
-                    return name
-            elif self._adbc_uri() is not None and _adbc_sqlite() is not None:
-                schema = schema if schema is not None else self.schema(sql)
-                if adbc_carries(schema):
-                    return name
-        return "sqlite3"
+        return bool(own) and own in sql.lower()
 
-    def _connectorx_url(self) -> str | None:
-        """``sqlite:///absolute/path`` of the database file, when connectorx can open it."""
-        path = self._file()
-        if path is None or not _PLAIN_PATH.fullmatch(path):
-            return None
-        return f"sqlite://{path}"
-
-    def _adbc_uri(self) -> str | None:
+    def adbc_uri(self) -> str | None:
         """The ``file:`` URI ADBC opens the database file with (read-only), if it is one."""
-        path = self._file()
+        path = self.database_file()
         return None if path is None else f"file:{urllib.parse.quote(path)}?mode=ro"
 
-    def _file(self) -> str | None:
+    def database_file(self) -> str | None:
         """The database file's absolute path; None for memory, URL options, other drivers."""
         url = self.engine.url
         path = url.database or ""
@@ -225,69 +321,6 @@ class SQLiteSource(PinnedReads, ConnectorxFirst):
             return None
         path = os.path.abspath(path)
         return path if os.path.isfile(path) else None
-
-    def _open_adbc(self) -> Any:
-        dbapi = _adbc_sqlite()
-        assert dbapi is not None
-        # autocommit: no transaction left open (holding the file's read lock) between reads
-        return dbapi.connect(self._adbc_uri(), autocommit=True)
-
-    def _read_with(
-        self,
-        reader: str,
-        sql: str,
-        schema: pa.Schema,
-        batch_rows: int,
-        stop: threading.Event | None,
-        ordered: bool,
-        snapshot: str | None,
-        rows: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        if reader != "adbc":
-            yield from super()._read_with(
-                reader, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
-            )
-            return
-
-        def fallback() -> Iterator[pa.RecordBatch]:
-            after = self.reader_for(sql, schema, after="adbc")
-            return self._read_with(
-                after, sql, schema, batch_rows, stop, ordered, snapshot, rows=rows
-            )
-
-        batches = self._adbc_batches(sql, batch_rows, stop)
-        yield from read_with_fallback(
-            self.engine_label, batches, schema, fallback, failure=_adbc_failure
-        )
-
-    def _adbc_batches(
-        self, sql: str, batch_rows: int, stop: threading.Event | None
-    ) -> Iterator[pa.RecordBatch]:
-        """The batches of ``sql`` on this thread's ADBC connection, their text checked.
-
-        The connection is held until the read ends (whichever thread pulls it); its
-        statement is closed then, also when the read stops early.
-        """
-        kept = self.connections.get()
-        cursor = kept.connection.cursor()
-        reader = None
-        try:
-            cursor.adbc_statement.set_options(**{ADBC_BATCH_ROWS: str(batch_rows)})
-            cursor.execute(sql)  # runs the query and types the columns from its first batch
-            reader = cursor.fetch_record_batch()
-            while stop is None or not stop.is_set():
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    return
-                for column in batch.columns:  # a BLOB in a TEXT column: not always UTF-8
-                    if pa.types.is_string(column.type):
-                        column.validate(full=True)
-                yield batch
-        finally:
-            if reader is not None:
-                reader.close()
-            cursor.close()
 
 
 def affinity(declared: str) -> str:
@@ -329,21 +362,3 @@ def adbc_carries(schema: pa.Schema) -> bool:
             continue
         return False
     return True
-
-
-def _adbc_failure(err: BaseException) -> bool:
-    """An error of an ADBC read (the driver's, its stream's, the text check's; a source
-    closed meanwhile, whose connections are gone), not ours nor the caller's."""
-    if not isinstance(err, Exception) or isinstance(err, SqlfeedError):
-        return False
-    module = type(err).__module__ or ""
-    failed = isinstance(err, OSError | RuntimeError | pa.ArrowException)
-    return failed or module.startswith("adbc_driver")
-
-
-def _adbc_sqlite() -> Any:
-    try:
-        import adbc_driver_sqlite.dbapi as dbapi
-    except ImportError:
-        return None
-    return dbapi
