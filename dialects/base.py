@@ -126,6 +126,11 @@ class Dialect:
     """Whether a table's rows are stored in primary-key order (InnoDB's clustered index), so
     ranges of the leading key column ordered by the key are read in that order."""
 
+    FILE_DATABASE: ClassVar[bool] = False
+    """Whether a database is a local file (DuckDB, SQLite), not a server: a task opens it
+    per read (no lock or handle outlives one), a queue's file is made by ``job create``
+    only, and no pooled connection needs a ping."""
+
     READS_FILES: ClassVar[bool] = False
     """Whether queries read files in the process (DuckDB's ``read_parquet``, ``read_csv``,
     tar views): fragments of files and tar inputs need it."""
@@ -196,9 +201,6 @@ class Dialect:
     QUEUE_LOCK_CLAUSE: ClassVar[str] = ""
     """What a queue's claim appends to its SELECT so that claims skip each other's rows
     (`` FOR UPDATE SKIP LOCKED``); empty where a write lock covers the database (SQLite)."""
-
-    QUEUE_FILE: ClassVar[bool] = False
-    """Whether a queue URL names a local database file, which only ``job create`` makes."""
 
     QUEUE_CAVEAT: ClassVar[str | None] = None
     """What a lease queue in this engine cannot guarantee (``job create`` says it)."""

@@ -40,6 +40,7 @@ class DuckDB(Dialect):
             **{w: frozenset({"USING"}) for w in ("PERCENT", "BERNOULLI", "SYSTEM", "REPEATABLE")},
         }
     )
+    FILE_DATABASE = True
     PHYSICAL_ADDRESS = True
     ROW_GROUP_ROWS = ROW_GROUP
     READS_FILES = True

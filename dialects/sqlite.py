@@ -68,13 +68,13 @@ class SQLite(Dialect):
     RENDERED_SYNONYMS = MappingProxyType(
         {"COALESCE": frozenset({"IFNULL"}), "SUBSTRING": frozenset({"SUBSTR"})}
     )
+    FILE_DATABASE = True
     PHYSICAL_ADDRESS = True
     ROWS_FROM_EXTENT = True
     PINNED_DRIVER = "sqlite3"
     FLOAT_NAN = False  # a NaN is stored as NULL
     ORDERED_AGGREGATES_SINCE = "SQLite 3.44"
     QUEUE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-    QUEUE_FILE = True
     QUEUE_CAVEAT = QUEUE_CAVEAT
     QUEUE_WRITE_BEGIN = "BEGIN IMMEDIATE"
 

@@ -99,7 +99,7 @@ def create_queue_engine(url: str) -> sa.Engine:
     connect_args = dialect.queue_connect_args(BOUNDS)
     if connect_args:
         options["connect_args"] = connect_args
-    if not dialect.QUEUE_FILE:  # a server: a connection the pool kept may have been lost
+    if not dialect.FILE_DATABASE:  # a server: a connection the pool kept may have been lost
         options["pool_pre_ping"] = True
     if dialect.QUEUE_ISOLATION is not None:
         options["isolation_level"] = dialect.QUEUE_ISOLATION

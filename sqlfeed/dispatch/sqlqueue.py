@@ -584,7 +584,7 @@ class SQLQueue(LeaseQueue):
 def _missing_sqlite_file(engine: Any) -> str | None:
     """The file of a SQLite queue URL when it does not exist yet (None otherwise)."""
     path = engine.url.database or ""
-    if not queue_dialect(engine.dialect.name).QUEUE_FILE:
+    if not queue_dialect(engine.dialect.name).FILE_DATABASE:
         return None
     if path in ("", ":memory:") or path.startswith("file:"):
         return None

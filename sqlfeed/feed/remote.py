@@ -114,9 +114,6 @@ def open_for_reading(url: str) -> Source:
     return connect(url)
 
 
-_FILE_DIALECTS = frozenset({"duckdb", "sqlite"})
-"""Sources that are files: opened per task, so no lock or handle outlives a read."""
-
 _KEPT: dict[tuple[int, str], Source] = {}
 _KEPT_LOCK = threading.Lock()
 
@@ -129,7 +126,7 @@ def reading_source(url: str) -> Iterator[Source]:
     own); a read that fails drops it, so the next task starts on a fresh one. A file's
     source is opened here and closed when the block ends.
     """
-    if dialect_for(url).name in _FILE_DIALECTS:
+    if dialect_for(url).FILE_DATABASE:  # opened per task: no lock or handle outlives a read
         with open_for_reading(url) as source:
             yield source
         return

@@ -59,7 +59,7 @@ CAPABILITIES: dict[str, dict[str, Any]] = {
         "sqlite": "",
         "duckdb": "",
     },
-    "QUEUE_FILE": {"postgres": False, "mysql": False, "sqlite": True, "duckdb": False},
+    "FILE_DATABASE": {"postgres": False, "mysql": False, "sqlite": True, "duckdb": True},
     "QUEUE_ISOLATION": {
         "postgres": None,
         "mysql": "READ COMMITTED",
