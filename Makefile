@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH := torch==2.13.0 torchdata==0.11.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck layers pytest fast bench clean
+.PHONY: install demo test lint typecheck layers pytest bench-smoke fast bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,7 +41,12 @@ layers: $(TEST_STAMP)
 pytest: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
-test: lint typecheck layers pytest
+# Every benchmark at a tiny scale (TPC-H SF 0.01, one round): it runs and its contenders
+# read the same rows (benchmarks/smoke.py; about a minute on 2 idle cores).
+bench-smoke: $(TEST_STAMP)
+	$(BIN)/python -m benchmarks.smoke
+
+test: lint typecheck layers pytest bench-smoke
 
 # Local loop: everything but the slow multi-process / large-data tests.
 fast: lint typecheck layers

@@ -372,6 +372,8 @@ def load_duckdb(db_path: Path, parquet: Path, table: str) -> str:
     Path(db_path).parent.mkdir(parents=True, exist_ok=True)
     meta = _duck_ident(META_TABLE)
     ident = _duck_ident(table)
+    if _duck_loaded(db_path, table, rows, source):
+        return table
     with duckdb.connect(str(db_path)) as con:
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {meta} ("
@@ -404,6 +406,25 @@ def load_duckdb(db_path: Path, parquet: Path, table: str) -> str:
             con.execute("ROLLBACK")
             raise
     return table
+
+
+def _duck_loaded(db_path: Path, table: str, rows: int, source: str) -> bool:
+    """Whether ``table`` is loaded from ``source`` already, checked read-only (other
+    processes may hold the file open read-only, which a read-write open would wait on)."""
+    if not Path(db_path).is_file():
+        return False
+    meta = _duck_ident(META_TABLE)
+    try:
+        with duckdb.connect(str(db_path), read_only=True) as con:
+            found = con.execute(
+                f"SELECT m.row_count, m.source FROM {meta} m"
+                " JOIN information_schema.tables t ON t.table_name = m.table_name"
+                " WHERE m.table_name = ? AND t.table_schema = current_schema()",
+                [table],
+            ).fetchone()
+    except duckdb.Error:
+        return False
+    return found is not None and found[0] == rows and found[1] == source
 
 
 def _sql_type(dtype: pa.DataType, dialect: str) -> str:
