@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.helpers import corpus
 from tests.helpers.engines import ENGINES, Engine, EngineUnavailable, open_engine
+from tests.helpers.gaps import mark_engine_gaps
+from tests.helpers.sources import SourceFactory
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -53,6 +56,28 @@ def _skip_or_fail(reason: str) -> None:
 def engine(request: pytest.FixtureRequest) -> Engine:
     """Each real engine in turn, loaded with the corpus tables."""
     return get_engine(request.param)
+
+
+@pytest.fixture
+def make_source() -> Iterator[SourceFactory]:
+    """Opens sqlfeed sources (an engine's, a URL's, a DuckDB with tables: see
+    :mod:`tests.helpers.sources`) and closes them after the test."""
+    factory = SourceFactory(get_engine)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def source(request: pytest.FixtureRequest, make_source: SourceFactory) -> Any:
+    """``make_source(*args, **kwargs)`` with the arguments of the test's (or its module's)
+    ``@pytest.mark.source(...)``; without one, an in-memory DuckDB."""
+    mark = request.node.get_closest_marker("source")
+    return make_source(*mark.args, **mark.kwargs) if mark else make_source()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Engine gaps (``@pytest.mark.engine_gap``) become strict xfails of that engine's cases."""
+    mark_engine_gaps(items)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
 import sqlfeed
@@ -35,11 +34,7 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseQueue
     opened.close()
 
 
-@pytest.fixture(scope="module")
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
-    return sqlfeed.connect(conn)
+pytestmark = pytest.mark.source(tables={"t": "SELECT range AS id FROM range(1000)"})
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:

@@ -58,11 +58,7 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseQueue
     opened.close()
 
 
-@pytest.fixture(scope="module")
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
-    return sqlfeed.connect(conn)
+pytestmark = pytest.mark.source(tables={"t": "SELECT range AS id FROM range(1000)"})
 
 
 def make_spec(source: sqlfeed.Source, partitions: int = 6, **options: Any) -> JobSpec:

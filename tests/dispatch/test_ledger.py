@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 import sqlfeed
@@ -17,12 +16,7 @@ from sqlfeed import InvalidArgumentError, NotImplementedYetError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.ledger import DeliveryLog, LedgerEntry, states_at
 
-
-@pytest.fixture
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(900)")
-    return sqlfeed.connect(conn)
+pytestmark = pytest.mark.source(tables={"t": "SELECT range AS id FROM range(900)"})
 
 
 @pytest.fixture(params=["memory", "sqlite"])

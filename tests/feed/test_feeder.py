@@ -28,11 +28,7 @@ from sqlfeed.feed.export import export
 QUERY = "SELECT id, id % 7 AS g, CAST(id AS VARCHAR) AS s FROM t"
 
 
-@pytest.fixture
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(10000)")
-    return sqlfeed.connect(conn)
+pytestmark = pytest.mark.source(tables={"t": "SELECT range AS id FROM range(10000)"})
 
 
 def ids(batches: list[pa.RecordBatch]) -> list[int]:

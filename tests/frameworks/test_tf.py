@@ -32,14 +32,12 @@ from tests.helpers.engines import Engine  # noqa: E402
 EPOCH = dt.datetime(1970, 1, 1)
 
 
-@pytest.fixture
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute(
-        "CREATE TABLE t AS SELECT range AS id, range % 7 AS g, range * 0.5 AS x, "
+pytestmark = pytest.mark.source(
+    tables={
+        "t": "SELECT range AS id, range % 7 AS g, range * 0.5 AS x, "
         "CAST(range % 2 AS INTEGER) AS y FROM range(1000)"
-    )
-    return sqlfeed.connect(conn)
+    }
+)
 
 
 def elements(dataset: Any) -> list[tuple[dict[str, Any], Any]]:

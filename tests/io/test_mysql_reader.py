@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from sqlfeed.io.arrow import downscale_decimal, without_hints
 from sqlfeed.io.mysql import MYSQL_HINT
 from tests.conftest import get_engine
 from tests.helpers.engines import Engine
+from tests.helpers.sources import SourceFactory, require_module
 
 pytestmark = pytest.mark.engine
 
@@ -161,14 +161,14 @@ def mysql() -> Iterator[Engine]:
 
 
 @pytest.fixture(params=READERS)
-def source(request: pytest.FixtureRequest, mysql: Engine) -> Iterator[MySQLSource]:
+def source(
+    request: pytest.FixtureRequest, mysql: Engine, make_source: SourceFactory
+) -> MySQLSource:
     """A source that reads through one reader only (pymysql when connectorx cannot)."""
-    if importlib.util.find_spec(MODULES[request.param]) is None:
-        pytest.skip(f"{MODULES[request.param]} is not installed")
-    with mysql.source() as opened:
-        assert isinstance(opened, MySQLSource)
-        opened.readers = (request.param,)
-        yield opened
+    reader = request.param
+    opened = make_source(mysql, readers=(reader,), requires=MODULES[reader])
+    assert isinstance(opened, MySQLSource)
+    return opened
 
 
 def _expected(mysql: Engine, sql: str) -> list[dict[str, Any]]:
@@ -259,8 +259,7 @@ def test_a_plans_partitions_run_no_type_query_of_their_own(
 ) -> None:
     """The plan's schema carries each column's MySQL type (field metadata), so choosing a
     partition's reader costs no ``LIMIT 0`` query; every pymysql query is counted."""
-    if importlib.util.find_spec("connectorx") is None:
-        pytest.skip("connectorx is not installed")
+    require_module("connectorx")
     pymysql = pytest.importorskip("pymysql")
     sent: list[str] = []
     query = pymysql.connections.Connection.query

@@ -28,6 +28,7 @@ from sqlfeed.io import source as sourcemodule
 from tests.conftest import get_engine
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import POSTGRES_URL, Engine
+from tests.helpers.sources import SourceFactory, require_module
 
 pytestmark = pytest.mark.engine
 
@@ -60,14 +61,14 @@ def postgres() -> Engine:
 
 
 @pytest.fixture(params=list(MODULES))
-def source(request: pytest.FixtureRequest, postgres: Engine) -> Iterator[PostgresSource]:
+def source(
+    request: pytest.FixtureRequest, postgres: Engine, make_source: SourceFactory
+) -> PostgresSource:
     """A source that reads through one reader only (psycopg when it cannot carry a type)."""
-    if importlib.util.find_spec(MODULES[request.param]) is None:
-        pytest.skip(f"{MODULES[request.param]} is not installed")
-    with connect(URL) as opened:
-        assert isinstance(opened, PostgresSource)
-        opened.readers = (request.param,)
-        yield opened
+    reader = request.param
+    opened = make_source(URL, readers=(reader,), requires=MODULES[reader])
+    assert isinstance(opened, PostgresSource)
+    return opened
 
 
 def _odd_query(rows: int) -> str:
@@ -136,8 +137,7 @@ def test_each_odd_type_alone_is_read_right(
 
 
 def test_adbc_carries_interval_numeric_and_json_exactly(postgres: Engine) -> None:
-    if importlib.util.find_spec("adbc_driver_postgresql") is None:
-        pytest.skip("adbc-driver-postgresql is not installed")
+    require_module("adbc_driver_postgresql")
     sql = (
         "SELECT i, " + ODD["iv"] + " AS iv, i * 0.1 AS n, (i * 1.25)::numeric(12, 2) AS d, "
         "json_build_object('b', i, 'a', 1) AS j, jsonb_build_object('bb', i, 'a', 2) AS jb "
@@ -215,8 +215,7 @@ def test_the_reader_follows_the_column_types(postgres: Engine) -> None:
 def test_cli_reads_give_one_line_for_a_server_error(
     postgres: Engine, reader: str, command: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    if importlib.util.find_spec(MODULES[reader]) is None:
-        pytest.skip(f"{MODULES[reader]} is not installed")
+    require_module(MODULES[reader])
     monkeypatch.setenv("SQLFEED_POSTGRES_READERS", reader)
     sql = "SELECT i, 1 / (i - 150000) AS r FROM generate_series(1, 200000) AS g(i)"
     out = tmp_path / "out"
@@ -276,8 +275,7 @@ def items(postgres: Engine) -> Iterator[str]:
 
 
 def _named_source(reader: str, name: str) -> PostgresSource:
-    if importlib.util.find_spec(MODULES[reader]) is None:
-        pytest.skip(f"{MODULES[reader]} is not installed")
+    require_module(MODULES[reader])
     source = connect(f"{URL}?application_name={name}")
     assert isinstance(source, PostgresSource)
     source.readers = (reader,)

@@ -16,7 +16,6 @@ import importlib.util
 import multiprocessing
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import sqlfeed
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import SQLiteSource, connect
 from sqlfeed.io.sqlite import SQLITE_HINT
+from tests.helpers.sources import SourceFactory, require_module
 
 READERS = ("adbc", "connectorx", "sqlite3")
 MODULES = {"adbc": "adbc_driver_sqlite", "connectorx": "connectorx", "sqlite3": "sqlite3"}
@@ -90,17 +90,17 @@ TYPED: list[tuple[Any, ...]] = [
 
 
 def _require(reader: str) -> None:
-    if importlib.util.find_spec(MODULES[reader]) is None:
-        pytest.skip(f"{MODULES[reader]} is not installed")
+    require_module(MODULES[reader])
 
 
 @pytest.fixture(params=READERS)
-def source(request: pytest.FixtureRequest, database: Path) -> Iterator[SQLiteSource]:
-    _require(request.param)
-    with connect(f"sqlite:///{database}") as opened:
-        assert isinstance(opened, SQLiteSource)
-        opened.readers = (request.param,)
-        yield opened
+def source(
+    request: pytest.FixtureRequest, database: Path, make_source: SourceFactory
+) -> SQLiteSource:
+    reader = request.param
+    opened = make_source(f"sqlite:///{database}", readers=(reader,), requires=MODULES[reader])
+    assert isinstance(opened, SQLiteSource)
+    return opened
 
 
 def _expected(database: Path, sql: str) -> list[dict[str, Any]]:

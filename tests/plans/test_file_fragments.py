@@ -13,7 +13,6 @@ import json
 import multiprocessing
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -126,13 +125,6 @@ def formats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cut the small test files into byte ranges as if they were big ones."""
     monkeypatch.setattr(fileplan, "MIN_RANGE_BYTES", 1)
-
-
-@pytest.fixture(scope="module")
-def source() -> Iterator[Any]:
-    src = sqlfeed.connect("duckdb://")
-    yield src
-    src.close()
 
 
 def queries(table: str, dim: str) -> dict[str, str]:

@@ -14,7 +14,6 @@ import doctest
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ from tests.conftest import get_engine
 from tests.plans.test_file_fragments import as_rows, partition_rows, rows_table
 
 N = 6_400
-
-
-@pytest.fixture(scope="module")
-def source() -> Iterator[Any]:
-    src = sqlfeed.connect("duckdb://")
-    yield src
-    src.close()
 
 
 @pytest.fixture(scope="module")
