@@ -169,18 +169,16 @@ def test_planned_partitions_run_and_add_up(duck_file: str) -> None:
 @pytest.mark.engine
 def test_plan_with_db_reads_duplicate_column_names_from_the_engine(engine: Engine) -> None:
     """``plan --db`` asks the engine for output names, so duplicates partition exactly."""
-    urls = {
-        "postgres": "postgresql+psycopg://postgres@127.0.0.1:5432/test",
-        "mysql": "mysql+pymysql://root@127.0.0.1:3306/test",
-    }
-    if engine.name not in urls:
-        pytest.skip("the engine's tables live in this process's memory")
+    if engine.name == "duckdb":
+        pytest.skip("not an engine gap: the in-memory DuckDB's tables live in this process")
     url = engines.POSTGRES_URL if engine.name == "postgres" else engines.MYSQL_URL
     url = url.replace("postgresql://", "postgresql+psycopg://").replace(
         "mysql://", "mysql+pymysql://"
     )
-    schema = engine.schema
-    sql = f"SELECT * FROM {schema}.dups d1 JOIN {schema}.dups d2 ON d1.a = d2.a"
+    if engine.name == "sqlite":
+        url = f"sqlite:///{engine.path}"  # type: ignore[attr-defined]
+    dups = engine.qualify("dups")
+    sql = f"SELECT * FROM {dups} d1 JOIN {dups} d2 ON d1.a = d2.a"
     run = run_cli(["plan", "--db", url, "-m", "3", sql])
     assert run.code == 0, run.err
     plan = json.loads(run.out)
@@ -769,7 +767,7 @@ def _server_url(engine: Engine) -> str:
 @pytest.mark.engine
 def test_scratch_list_and_drop_on_servers(engine: Engine) -> None:
     if engine.name not in ("postgres", "mysql"):
-        pytest.skip("DuckDB and SQLite: see test_scratch_list_and_drop")
+        pytest.skip("not an engine gap: DuckDB and SQLite files: test_scratch_list_and_drop*")
     url, schema = _server_url(engine), engine.scratch
     sql = f"SELECT a, count(*) AS n FROM {schema}.dups GROUP BY a"
     made = run_cli(["plan", "--db", url, "--strategy", "materialize", "--scratch", schema, sql])

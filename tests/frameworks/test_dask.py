@@ -28,8 +28,8 @@ from tests.helpers.remote_engines import (
     QUERY,
     close_duckdb_file,
     expected_rows,
+    refusal,
     rows_of,
-    skip_reason,
     url_engine,
 )
 
@@ -83,11 +83,14 @@ def as_arrow(frame: pd.DataFrame) -> pa.Table:
 def test_the_dataframe_has_exactly_the_query_rows(
     engine_name: str, plan_name: str, scheduler: str, request: pytest.FixtureRequest
 ) -> None:
-    reason = skip_reason(engine_name, plan_name)
-    if reason:
-        pytest.skip(reason)
     engine, url = url_engine(engine_name)
     sql = QUERY.format(keyed=engine.qualify("keyed"))
+    refused = refusal(engine_name, plan_name)
+    if refused:
+        with pytest.raises(InvalidArgumentError) as error:
+            sqlfeed.dask.dataframe(sql, url, partitions=7, **PLANS[plan_name])
+        assert str(error.value) == refused
+        return
     frame = sqlfeed.dask.dataframe(sql, url, partitions=7, **PLANS[plan_name])
     plan = plan_for_url(sql, url, {"partitions": 7, **PLANS[plan_name]})
     assert frame.npartitions == plan.num_partitions

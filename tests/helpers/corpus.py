@@ -160,8 +160,9 @@ class Case:
     sql: str
     key: tuple[str, ...] | None = None
     transpile_from: str | None = None
-    skip: dict[str, str] = field(default_factory=dict)
-    """Engines that cannot run this query, with the reason."""
+    cannot_run: dict[str, str] = field(default_factory=dict)
+    """Engines whose SQL cannot express this query, with the reason (no gap: the tests
+    assert that the engine and sqlfeed refuse it, ``assert_engine_refuses``)."""
     valid: TopN | Numbering | None = None
     """For a query SQL lets return several results: how to tell a valid one."""
 
@@ -343,7 +344,7 @@ CORPUS: list[Case] = [
     Case(
         "values_list",
         "SELECT * FROM (VALUES (1, 'a'), (2, NULL), (2, NULL)) AS v(x, y)",
-        skip={
+        cannot_run={
             "mysql": "MariaDB cannot name the columns of a VALUES derived table",
             "sqlite": "SQLite cannot name the columns of a derived table",
         },

@@ -296,6 +296,34 @@ def open_engine(name: str) -> Engine:
     return classes[name]()
 
 
+def assert_engine_refuses(engine: Engine, sql: str) -> str:
+    """``engine`` cannot run ``sql`` (its SQL has no such construct): its own driver raises,
+    and sqlfeed refuses to plan it with one line of its own error class; that line.
+
+    What an engine cannot express is no engine gap: the test runs the real attempt, so it
+    fails (and the case gets a real test) the day the engine can run it.
+    """
+    import sqlfeed
+    from sqlfeed.errors import SqlfeedError
+
+    ran = True
+    try:
+        engine.rows(sql)
+    except Exception:  # each driver has its own error classes
+        ran = False
+    assert not ran, f"{engine.name} runs it now: test it there ({sql})"
+    with engine.source() as source:
+        try:
+            sqlfeed.plan(sql, source, partitions=2, strategy="hash")
+        except SqlfeedError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"sqlfeed planned what {engine.name} cannot run: {sql}")
+    assert message, sql
+    assert "\n" not in message, message
+    return message
+
+
 def _normalize(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_normalize(v) for v in value)

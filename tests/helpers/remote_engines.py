@@ -81,10 +81,14 @@ def close_duckdb_file() -> None:
         _duckdb_file.pop().close()
 
 
-def skip_reason(engine: str, plan: str) -> str | None:
-    """Why a (engine, plan) pair is not tested, or None."""
+def refusal(engine: str, plan: str) -> str | None:
+    """The one line sqlfeed refuses an (engine, plan) pair with, or None: not an engine
+    gap, the engine has no physical row address (the tests assert the refusal)."""
     if plan == "physical" and engine not in ("postgres", "duckdb", "sqlite"):
-        return f"{engine} has no physical row address"
+        return (
+            f"strategy ctid: {engine} has no physical row address "
+            "(PostgreSQL ctid, DuckDB or SQLite rowid)"
+        )
     return None
 
 
