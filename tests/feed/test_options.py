@@ -234,3 +234,29 @@ def test_an_abandoned_iterations_batch_is_handed_out_again_only_with_redeliver(
     first = epochs.epoch_deliveries()
     assert next(first).n == 1
     assert [d.n for d in epochs.epoch_deliveries()] == again
+
+
+def test_progress_merge_reads_and_shuffle_reach_torch_and_tf(tmp_path: Path) -> None:
+    """They never did before: the read options are one group now, in every facade."""
+    url = make_table(tmp_path / "d.duckdb", 100)
+    plan = {"partitions": 4, "strategy": "range", "key": "id"}
+    pytest.importorskip("torch")
+    import sqlfeed.torch
+
+    seen: list[Any] = []
+    dataset = sqlfeed.torch.SQLDataset(
+        QUERY, url, batch_size=10, progress=seen.append, merge_reads=False, shuffle=True, **plan
+    )
+    ids = [i for batch in dataset for i in batch["id"].tolist()]
+    assert sorted(ids) == list(range(100))
+    assert ids != list(range(100))  # the partition order is shuffled
+    assert len(seen) == 4  # one query per partition, each reported
+    pytest.importorskip("tensorflow")
+    import sqlfeed.tf
+
+    seen.clear()
+    feed = sqlfeed.tf.Feed(
+        QUERY, url, batch_size=10, progress=seen.append, merge_reads=False, **plan
+    )
+    assert sum(len(f["id"]) for f in feed.dataset) == 100
+    assert len(seen) == 4
