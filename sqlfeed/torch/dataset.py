@@ -171,6 +171,12 @@ class SQLDataset(IterableDataset[Any]):
         if state is not None:
             self.load_state_dict(state)
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The read options as the dict this attribute was before :attr:`read`."""
+        names = ("shuffle_buffer", "seed", "readers", "read_batch_rows", "drop_remainder")
+        return {name: getattr(self.read, name) for name in names}
+
     def _create_job(self, job: JobOptions, source: Source) -> None:
         """Create the job (idempotent: every rank may) in the lease queue."""
         replicas = (job.replicas or self.world_size) if job.even_batches else None
