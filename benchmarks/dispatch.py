@@ -87,10 +87,8 @@ import sqlfeed
 from benchmarks.common import progress as _progress
 from benchmarks.harness import add_smoke_flag
 from dialects import EngineError
-from sqlfeed.dispatch.memory import MemoryQueue
-from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, Wait
-from sqlfeed.dispatch.sqlqueue import SQLQueue
-from sqlfeed.plans.model import Plan
+from sqlfeed import Plan
+from sqlfeed.dispatch import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
 
 __all__ = [
     "BACKENDS",

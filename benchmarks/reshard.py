@@ -83,7 +83,7 @@ class Job:
 def _sqlfeed(job: Job) -> dict[str, Any]:
     import duckdb
 
-    from sqlfeed.shards.reshard import reshard
+    from sqlfeed import reshard
 
     duckdb.connect().close()
     path = job.parquet.replace("'", "''")
@@ -257,7 +257,7 @@ def measure(
 
 
 def _valid(folder: str) -> bool:
-    from sqlfeed.shards.validation import validate
+    from sqlfeed.shards import validate
 
     report = validate(folder, deep=False)
     if not report.ok:

@@ -134,7 +134,7 @@ class _ShardTables(Mapping[int, Any]):
 
 def _reusable(path: Path, rows: int, shards: int) -> str | None:
     """Why the cached dataset at ``path`` cannot be re-used (None: it can)."""
-    from sqlfeed.shards.datasets import open_dataset
+    from sqlfeed import open_dataset
 
     if not path.exists():
         return "not there"
@@ -167,7 +167,7 @@ def prepare_dataset(parquet: Path, target: Path, shards: int) -> Path:
     import duckdb
     import pyarrow.parquet as pq
 
-    from sqlfeed.shards.datasets import create_dataset, open_dataset
+    from sqlfeed import create_dataset, open_dataset
 
     rows = int(pq.ParquetFile(parquet).metadata.num_rows)
     why = _reusable(target, rows, shards)
@@ -269,7 +269,7 @@ def _start() -> float:
 def _feed(cfg: Config, strategy: str, **options: Any) -> Outcome:
     """Open the dataset, plan ``VIEW_SQL`` with ``strategy`` and drain a Feeder."""
     import sqlfeed
-    from sqlfeed.shards.datasets import open_dataset
+    from sqlfeed import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -321,7 +321,7 @@ def _duckdb(cfg: Config) -> Outcome:
 
 
 def _view(cfg: Config) -> Outcome:
-    from sqlfeed.shards.datasets import open_dataset
+    from sqlfeed import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -335,7 +335,7 @@ def _view(cfg: Config) -> Outcome:
 
 
 def _iter_shards(cfg: Config) -> Outcome:
-    from sqlfeed.shards.datasets import open_dataset
+    from sqlfeed import open_dataset
 
     tally = _Tally()
     start = _start()
@@ -605,7 +605,7 @@ def _warm_caches(dataset: Path) -> None:
 def _fragments_m(dataset: Path) -> tuple[int, str]:
     """The fragments plan's partition count (what ``hash`` uses) and the first partition."""
     import sqlfeed
-    from sqlfeed.shards.datasets import open_dataset
+    from sqlfeed import open_dataset
 
     source = open_dataset(dataset).source()
     try:
