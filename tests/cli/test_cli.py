@@ -189,6 +189,7 @@ def test_plan_with_db_reads_duplicate_column_names_from_the_engine(engine: Engin
     assert parts == Counter(engine.rows(sql))
 
 
+@pytest.mark.slow  # trains the demo's model (26 s in a -m "not slow" run of the file)
 def test_demo_runs_end_to_end() -> None:
     run = run_cli(["demo", "--rows", "20000", "-m", "4"])
     assert run.code == 0, run.err

@@ -281,6 +281,7 @@ def listing(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
 
+@pytest.mark.slow  # 48 s alone (150 command lines)
 @settings(
     max_examples=int(os.environ.get("SQLFEED_FUZZ_EXAMPLES", "150")),
     deadline=None,

@@ -181,6 +181,7 @@ def torch_options(batch_size: int, partitions: int = 5) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # two DataLoader worker processes per run, five runs (11 s in the file's run)
 def test_a_restored_torch_loader_with_uneven_worker_shares_is_the_uninterrupted_run(
     tmp_path: Path,
 ) -> None:

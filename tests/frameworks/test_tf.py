@@ -412,6 +412,7 @@ for query in ("SELECT id, y FROM t", "SELECT id, li, y FROM t"):  # dense, ragge
 """
 
 
+@pytest.mark.slow  # a child interpreter that imports TensorFlow (17-24 s in the file's run)
 def test_a_null_label_logs_no_python_traceback() -> None:
     """TensorFlow logged the generator's traceback twice before raising (at WARNING)."""
     done = subprocess.run(

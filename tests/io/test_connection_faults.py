@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.util
 import logging
 import os
 import random
@@ -38,6 +37,7 @@ from sqlfeed.dispatch.queue import JobSpec
 from sqlfeed.dispatch.sqlqueue import SQLQueue
 from sqlfeed.io.faults import connection_lost
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL
+from tests.helpers.sources import require_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
@@ -230,8 +230,8 @@ def _report(capfd: pytest.CaptureFixture[str], text: str) -> None:
 
 def _readers(monkeypatch: pytest.MonkeyPatch, engine: str, readers: str) -> None:
     module = _READER_MODULES.get(readers)
-    if module is not None and importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed")
+    if module is not None:
+        require_module(module)
     monkeypatch.setenv(_READER_VARIABLES[engine], readers)
 
 
