@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -29,11 +28,7 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseQueue
     opened.close()
 
 
-@pytest.fixture(scope="module")
-def source() -> sqlfeed.Source:
-    conn = duckdb.connect()
-    conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
-    return sqlfeed.connect(conn)
+pytestmark = pytest.mark.source(tables={"t": "SELECT range AS id FROM range(1000)"})
 
 
 class Keeper:
