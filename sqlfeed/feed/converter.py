@@ -57,7 +57,7 @@ class Converter:
         if mapping.mask:
             mask = array.is_null().to_numpy(zero_copy_only=False)
         if array.null_count and mapping.fill is None:
-            raise QueryError(_null_message(mapping))
+            raise QueryError(null_message(mapping))
         if not mapping.ragged_rank:
             return self._values(mapping, array, mapping.fill), [], mask
         splits = []
@@ -68,7 +68,7 @@ class Converter:
                 array = array.cast(pa.large_list(array.type.value_type))  # fixed size
             if array.null_count:  # a NULL list (at any depth) becomes an empty one
                 if mapping.fill is None:
-                    raise QueryError(_null_message(mapping))
+                    raise QueryError(null_message(mapping))
                 array = pc.fill_null(array, pa.scalar([], type=array.type))
             offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             splits.append(offsets - offsets[0])
@@ -80,7 +80,7 @@ class Converter:
         if pa.types.is_dictionary(array.type):
             array = array.dictionary_decode()
         if array.null_count and fill is None:
-            raise QueryError(_null_message(mapping))
+            raise QueryError(null_message(mapping))
         if mapping.kind == "decimal":
             return _decimals(array, fill)
         target = self._target(mapping, array.type)
@@ -172,7 +172,8 @@ def _exact_division(array: pa.Array) -> np.ndarray | None:
     return values
 
 
-def _null_message(mapping: ColumnMapping) -> str:
+def null_message(mapping: ColumnMapping) -> str:
+    """The one line that says a column or the label has a NULL it cannot hold, and the fixes."""
     if mapping.label:
         return (
             f"label column {mapping.name!r} has a NULL: leave such rows out in the SELECT "

@@ -347,32 +347,36 @@ def single_table(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") ->
     return table.copy()
 
 
+BEYOND_A_FILTER = (
+    "with_",
+    "joins",
+    "laterals",
+    "group",
+    "having",
+    "qualify",
+    "distinct",
+    "limit",
+    "offset",
+    "fetch",
+    "windows",
+    "connect",
+    "prewhere",
+    "sample",
+    "settings",
+    "pivots",
+    "kind",
+    "match",
+)
+"""SELECT clauses beyond a select-project-filter over one table, in sqlglot's arg names."""
+
+
 def pushdown_blocker(select: exp.Select) -> str | None:
     """Why the bucket predicate may not join this SELECT's own WHERE (None: it may).
 
     Only a select-project-filter over one table qualifies: then each output row comes
     from exactly one input row, and a predicate on the output values filters the same rows.
     """
-    for arg in (
-        "with_",
-        "joins",
-        "laterals",
-        "group",
-        "having",
-        "qualify",
-        "distinct",
-        "limit",
-        "offset",
-        "fetch",
-        "windows",
-        "connect",
-        "prewhere",
-        "sample",
-        "settings",
-        "pivots",
-        "kind",
-        "match",
-    ):
+    for arg in BEYOND_A_FILTER:
         if select.args.get(arg):
             return arg
     source = select.args.get("from_")

@@ -52,31 +52,13 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from dialects import Dialect
-from sqlfeed.sql.frame import Frame
+from sqlfeed.sql.frame import BEYOND_A_FILTER, Frame
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import is_star, item_names
 
 __all__ = ["grouped_blocker", "grouped_frame", "grouped_output", "grouped_table", "grouping_column"]
 
-_REFUSED_ARGS = (
-    "with_",
-    "joins",
-    "laterals",
-    "qualify",
-    "distinct",
-    "limit",
-    "offset",
-    "fetch",
-    "windows",
-    "connect",
-    "prewhere",
-    "sample",
-    "settings",
-    "pivots",
-    "kind",
-    "match",
-    "into",
-)
+_REFUSED_ARGS = (*(a for a in BEYOND_A_FILTER if a not in ("group", "having")), "into")
 """SELECT clauses that make a group's output row depend on more than its own rows (or
 read other rows): see the module docstring."""
 _GROUP_ARGS = frozenset({"expressions", "all"})

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import torch
 
 from dialects import QueryError
-from sqlfeed.feed.converter import Converter
+from sqlfeed.feed.converter import Converter, null_message
 from sqlfeed.feed.tensors import MASK_SUFFIX, ColumnMapping
 from sqlfeed.torch.types import LENGTHS_SUFFIX, tokenizer_of
 
@@ -179,7 +179,7 @@ def _texts(mapping: ColumnMapping, array: pa.Array) -> list[Any]:
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
     if array.null_count and mapping.fill is None:
-        raise QueryError(_null_message(mapping))
+        raise QueryError(null_message(mapping))
     if not mapping.ragged_rank:
         if array.null_count:
             array = array.cast(_fillable(array.type))
@@ -203,15 +203,3 @@ def _fill_nested(value: Any, depth: int, fill: Any) -> Any:
     if not depth:
         return value
     return [_fill_nested(v, depth - 1, fill) for v in value]
-
-
-def _null_message(mapping: ColumnMapping) -> str:
-    if mapping.label:
-        return (
-            f"label column {mapping.name!r} has a NULL: leave such rows out in the SELECT "
-            f"(WHERE {mapping.name} IS NOT NULL) or give fill={{{mapping.name!r}: ...}}"
-        )
-    return (
-        f"column {mapping.name!r} has a NULL and fill_nulls=False: give "
-        f"fill={{{mapping.name!r}: ...}}, COALESCE it in the SELECT, or allow the default fills"
-    )

@@ -19,7 +19,8 @@ from dialects import EngineError
 from sqlfeed import __version__
 from sqlfeed.cli import export as cli_export
 from sqlfeed.cli import query as cli_query
-from sqlfeed.feed import Feeder, UnequalSharesWarning
+from sqlfeed.feed import PartitionFeeder as Feeder
+from sqlfeed.feed import UnequalSharesWarning
 from tests.helpers import engines
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import Engine

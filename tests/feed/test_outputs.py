@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
-from sqlfeed.feed import Feeder
+from sqlfeed.feed import PartitionFeeder as Feeder
 from sqlfeed.feed.textout import iso_duration, iso_interval
 from sqlfeed.io.arrow import READER_HINT
 from tests.conftest import get_engine

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 import sqlfeed
-from sqlfeed.feed import Feeder
+from sqlfeed.feed import PartitionFeeder as Feeder
 from tests.helpers.cli import run_cli
 
 
