@@ -139,6 +139,12 @@ class Dialect:
     """Whether a URL of the engine naming no file (``duckdb://``) opens a database in this
     process's memory, which the tasks of other processes cannot open."""
 
+    WRITTEN_WHILE_READ: ClassVar[bool] = False
+    """Whether other sessions may write a plan's tables while sqlfeed reads it, so a read of
+    its partitions by several queries must be one snapshot (PostgreSQL, MySQL/MariaDB,
+    SQLite; a DuckDB file sqlfeed opens read-only cannot be written meanwhile; engines
+    sqlfeed reads only through SQLAlchemy make no snapshot)."""
+
     EXPORTS_SNAPSHOTS: ClassVar[bool] = False
     """Whether one session can export a snapshot that the connections of others read in
     (PostgreSQL's ``pg_export_snapshot``); elsewhere a consistent read is one session."""

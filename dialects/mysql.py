@@ -29,6 +29,7 @@ class MySQL(Dialect):
     RENDERED_SYNONYMS = MappingProxyType({"COALESCE": frozenset({"IFNULL"})})
     KEY_BOUNDS_FROM_INDEX = True
     CLUSTERED_PRIMARY_KEY = True
+    WRITTEN_WHILE_READ = True
     PINNED_DRIVER = "pymysql"
     CREATES_SCRATCH_SCHEMA = True
     FLOAT_NAN = False

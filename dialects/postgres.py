@@ -89,6 +89,7 @@ class Postgres(Dialect):
     ROWS_FROM_EXTENT = True
     KEY_BOUNDS_FROM_INDEX = True
     EXPORTS_SNAPSHOTS = True
+    WRITTEN_WHILE_READ = True
     CREATES_SCRATCH_SCHEMA = True
     SCRATCH_BY_PAGES = True
     SCRATCH_ROW_NUMBER_INDEX = False

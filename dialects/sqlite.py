@@ -69,6 +69,7 @@ class SQLite(Dialect):
         {"COALESCE": frozenset({"IFNULL"}), "SUBSTRING": frozenset({"SUBSTR"})}
     )
     FILE_DATABASE = True
+    WRITTEN_WHILE_READ = True
     PHYSICAL_ADDRESS = True
     ROWS_FROM_EXTENT = True
     PINNED_DRIVER = "sqlite3"

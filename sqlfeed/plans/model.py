@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
+from dialects import InvalidArgumentError, dialect_names, get_dialect
 
 STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
 """Partitioning strategies: ``auto`` picks one of the others (see the planner)."""
@@ -26,9 +26,11 @@ LIVE_STRATEGIES = frozenset({"hash", "range", "ctid"})
 ``materialize`` plan reads its own scratch copy, ``fragments`` read files): a read of
 their partitions must see one snapshot (see :mod:`sqlfeed.feed.snapshots`)."""
 
-SNAPSHOT_ENGINES = frozenset({"postgres", "mysql", "sqlite"})
-"""Engines whose tables other sessions write while a plan is read (a DuckDB file sqlfeed
-opens read-only cannot be written meanwhile)."""
+SNAPSHOT_ENGINES = frozenset(
+    name for name in dialect_names() if get_dialect(name).WRITTEN_WHILE_READ
+)
+"""Engines whose tables other sessions write while a plan is read (the dialects'
+``WRITTEN_WHILE_READ``: PostgreSQL, MySQL/MariaDB, SQLite)."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ CAPABILITIES: dict[str, dict[str, Any]] = {
     "READS_FILES": {"postgres": False, "mysql": False, "sqlite": False, "duckdb": True},
     "MEMORY_URLS": {"postgres": False, "mysql": False, "sqlite": False, "duckdb": True},
     "EXPORTS_SNAPSHOTS": {"postgres": True, "mysql": False, "sqlite": False, "duckdb": False},
+    "WRITTEN_WHILE_READ": {"postgres": True, "mysql": True, "sqlite": True, "duckdb": False},
     "PINNED_DRIVER": {"postgres": "", "mysql": "pymysql", "sqlite": "sqlite3", "duckdb": ""},
     "CREATES_SCRATCH_SCHEMA": {"postgres": True, "mysql": True, "sqlite": False, "duckdb": False},
     "SCRATCH_BY_PAGES": {"postgres": True, "mysql": False, "sqlite": False, "duckdb": False},
@@ -98,6 +99,7 @@ def test_the_base_dialect_declares_no_capability() -> None:
     base = Dialect()
     assert not base.PHYSICAL_ADDRESS
     assert not base.EXPORTS_SNAPSHOTS
+    assert not base.WRITTEN_WHILE_READ
     assert not base.READS_FILES
     assert base.QUEUE_NOW is None
     assert frozenset() == base.OUTER_MODIFIERS
