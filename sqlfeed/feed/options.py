@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypedDict, Unpack, cast
 
+import numpy as np
+
 from dialects import InvalidArgumentError
 from sqlfeed.feed.tensors import check_options, column_mappings
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
@@ -287,8 +289,11 @@ class ReadOptions(_FromKeywords):
             check_int(value, what, lowest)
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size", 1)
-        if not isinstance(self.drop_remainder, bool):
-            raise InvalidArgumentError("drop_remainder must be True or False")
+        flag = self.drop_remainder
+        if isinstance(flag, bool | np.bool_) or (type(flag) is int and flag in (0, 1)):
+            object.__setattr__(self, "drop_remainder", bool(flag))  # 0/1 as before
+        else:  # a string such as "False" would have been a silent True
+            raise InvalidArgumentError(f"drop_remainder must be True or False, not {flag!r}")
 
     @property
     def shuffles(self) -> bool:

@@ -179,7 +179,7 @@ def _serve(
                 yield batch
             return True
         except StaleConnection as stale:
-            if attempt == 2:
+            if attempt == 2 or delivered:  # a retry after a batch would deliver rows twice
                 raise stale.error from None
         except BaseException as err:  # a Rust panic is a BaseException: told by its name
             if not delivered and reader.failure(err):

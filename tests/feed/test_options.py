@@ -10,6 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -260,3 +261,18 @@ def test_progress_merge_reads_and_shuffle_reach_torch_and_tf(tmp_path: Path) -> 
     )
     assert sum(len(f["id"]) for f in feed.dataset) == 100
     assert len(seen) == 4
+
+
+@pytest.mark.parametrize("flag", [True, False, 1, 0, np.True_, np.False_])
+def test_drop_remainder_takes_what_the_feeder_took_before(flag: Any) -> None:
+    feeder = sqlfeed.Feeder(
+        "SELECT range AS x FROM range(10)", batch_size=4, partitions=2, drop_remainder=flag
+    )
+    rows = sum(batch.num_rows for batch in feeder)
+    assert rows == (8 if flag else 10)
+
+
+@pytest.mark.parametrize("flag", ["False", "true", 2, None, 0.0])
+def test_drop_remainder_refuses_what_would_be_a_silent_guess(flag: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="drop_remainder must be True or False"):
+        sqlfeed.Feeder("SELECT 1 AS x", batch_size=4, drop_remainder=flag)
