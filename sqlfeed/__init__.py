@@ -14,23 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __getattr__
-    from dialects import (
-        Dialect,
-        EngineError,
-        InvalidArgumentError,
-        MissingDependencyError,
-        NotImplementedYetError,
-        ParseError,
-        QueryError,
-        ShardsetError,
-        SqlfeedError,
-        UnknownDialectError,
-        UnsafeQueryError,
-        UnstableQueryError,
-        UnsupportedError,
-        dialect_for,
-        get_dialect,
-    )
+    from dialects import Dialect, dialect_for, get_dialect
     from sqlfeed import dask as dask
     from sqlfeed import ray as ray
     from sqlfeed import tf as tf
@@ -38,10 +22,22 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
     from sqlfeed.dispatch.feeder import Feeder
     from sqlfeed.errors import (
         CorruptStateError,
+        EngineError,
+        InvalidArgumentError,
+        MissingDependencyError,
+        NotImplementedYetError,
+        ParseError,
+        QueryError,
         QueueBusyError,
+        ShardsetError,
         SnapshotWarning,
+        SqlfeedError,
         UnequalSharesWarning,
+        UnknownDialectError,
         UnknownJobError,
+        UnsafeQueryError,
+        UnstableQueryError,
+        UnsupportedError,
     )
     from sqlfeed.feed.feeder import Progress
     from sqlfeed.feed.statistics import compute_stats
@@ -64,18 +60,16 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "Dialect EngineError InvalidArgumentError MissingDependencyError NotImplementedYetError "
-    "ParseError QueryError ShardsetError SqlfeedError UnknownDialectError UnsafeQueryError "
-    "UnstableQueryError UnsupportedError dialect_for get_dialect"
+    "CorruptStateError EngineError InvalidArgumentError MissingDependencyError "
+    "NotImplementedYetError ParseError QueryError QueueBusyError ShardsetError SnapshotWarning "
+    "SqlfeedError UnequalSharesWarning UnknownDialectError UnknownJobError UnsafeQueryError "
+    "UnstableQueryError UnsupportedError"
 ).split()
+"""The errors and warnings of :mod:`sqlfeed.errors` (its ``__all__``), imported from there."""
 
 _HOMES: dict[str, str] = {
-    **dict.fromkeys(_ERRORS, "dialects"),
-    **dict.fromkeys(
-        "CorruptStateError QueueBusyError SnapshotWarning UnequalSharesWarning "
-        "UnknownJobError".split(),
-        "sqlfeed.errors",
-    ),
+    **dict.fromkeys(_ERRORS, "sqlfeed.errors"),
+    **dict.fromkeys(("Dialect", "dialect_for", "get_dialect"), "dialects"),
     **dict.fromkeys(("dask", "ray", "tf", "torch"), ""),  # the subpackages themselves
     "Feeder": "sqlfeed.dispatch.feeder",
     "Progress": "sqlfeed.feed.feeder",

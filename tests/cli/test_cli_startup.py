@@ -102,3 +102,12 @@ def test_the_lazy_parser_lists_each_command_as_its_own_module_does() -> None:
     assert _helps(lazy) == _helps(full)
     assert list(_helps(lazy)) == [name for _, names in COMMANDS for name, _ in names]
     assert lazy.format_help() == full.format_help()
+
+
+def test_every_error_is_public_and_the_same_class_as_sqlfeed_errors() -> None:
+    import sqlfeed
+    import sqlfeed.errors
+
+    for name in sqlfeed.errors.__all__:
+        assert name in sqlfeed.__all__, name
+        assert getattr(sqlfeed, name) is getattr(sqlfeed.errors, name), name
