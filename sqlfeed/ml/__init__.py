@@ -1,0 +1,52 @@
+"""SELECT-driven training: a model from a SELECT, its preprocessing saved inside it.
+
+``sqlfeed.ml.train(query, source, label=..., out=...)`` splits the query's rows into a
+training and a validation split by a hash of a key (the same on every engine and run),
+computes exact statistics of the training split in the engine, builds a Keras 3 model
+(``linear``, ``dnn``, ``wide_deep``) with its preprocessing layers inside, or XGBoost's
+boosted trees (``gbdt``), trains it from sqlfeed's feed, and writes one folder: the model,
+a JSON manifest (task, features and their transforms, both SQL texts, metrics, versions),
+the statistics and their HTML report. :func:`evaluate` scores a model on its validation
+split or on any SELECT; :func:`load` opens a model folder.
+
+Importing this package is cheap: TensorFlow and XGBoost are imported when a model is
+built or loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlfeed.ml.artifact import Model, load
+    from sqlfeed.ml.evaluate import evaluate
+    from sqlfeed.ml.options import TrainOptions
+    from sqlfeed.ml.split import Split
+    from sqlfeed.ml.sqlflow import parse_statement
+    from sqlfeed.ml.train import train
+
+__all__ = ["Model", "Split", "TrainOptions", "evaluate", "load", "parse_statement", "train"]
+
+_HOMES = {
+    "Model": "sqlfeed.ml.artifact",
+    "load": "sqlfeed.ml.artifact",
+    "evaluate": "sqlfeed.ml.evaluate",
+    "TrainOptions": "sqlfeed.ml.options",
+    "Split": "sqlfeed.ml.split",
+    "parse_statement": "sqlfeed.ml.sqlflow",
+    "train": "sqlfeed.ml.train",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'sqlfeed.ml' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
