@@ -293,6 +293,19 @@ class Dialect:
         shifted = exp.Add(this=exp.paren(first, copy=False), expression=modulus.copy())
         return exp.Mod(this=exp.paren(shifted, copy=False), expression=modulus.copy())
 
+    def md5_head(self, text: exp.Expr) -> exp.Expr | None:
+        """The first 7 hex digits of the MD5 of ``text`` as an integer in [0, 2**28), the
+        same number on every engine that has MD5 (of the text's UTF-8 bytes, where the
+        text is UTF-8: a MySQL column in another character set hashes its own bytes);
+        None where the engine has no MD5 (SQLite). The split of :mod:`sqlfeed.ml.split`
+        buckets a text key, or a whole row's text, by it.
+
+        >>> from sqlglot import exp
+        >>> get_dialect("duckdb").md5_head(exp.column("s")).sql("duckdb")
+        "CAST('0x' || SUBSTRING(MD5(s), 1, 7) AS BIGINT)"
+        """
+        return None
+
     def quantiles(self, arg: exp.Expr, fractions: list[float]) -> exp.Expr | None:
         """One aggregate returning the discrete quantiles of ``arg`` as an array, or None.
 
@@ -475,6 +488,11 @@ class Dialect:
             raise UnsupportedError(
                 f"{self.name}: sqlglot cannot render this query ({type(err).__name__}: {err})"
             ) from None
+
+
+def md5_hex_head(hex_digest: exp.Expr) -> exp.Expr:
+    """``SUBSTRING(hex, 1, 7)``: the first 7 hex digits of a hex MD5 digest."""
+    return exp.Substring(this=hex_digest, start=exp.Literal.number(1), length=exp.Literal.number(7))
 
 
 def days_since_1970(column: exp.Expr) -> exp.Expr:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from dialects.base import Dialect, md5_hex_head
 
 
 class BigQuery(Dialect):
@@ -23,3 +23,9 @@ class BigQuery(Dialect):
         struct = exp.Struct(expressions=args)
         as_json = exp.Anonymous(this="TO_JSON_STRING", expressions=[struct])
         return exp.Anonymous(this="FARM_FINGERPRINT", expressions=[as_json])
+
+    def md5_head(self, text: exp.Expr) -> exp.Expr | None:
+        """``CAST(CONCAT('0x', SUBSTRING(TO_HEX(MD5(t)), 1, 7)) AS INT64)``: BigQuery's
+        MD5 is bytes (sqlglot writes the hex form), and it casts 0x hex to INT64."""
+        hexed = exp.Concat(expressions=[exp.Literal.string("0x"), md5_hex_head(exp.MD5(this=text))])
+        return exp.cast(hexed, exp.DataType.Type.BIGINT)

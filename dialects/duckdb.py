@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import Dialect, days_since_1970
+from dialects.base import Dialect, days_since_1970, md5_hex_head
 from dialects.catalog import Extent, SqlRunner
 
 ROW_GROUP = 122_880
@@ -49,6 +49,13 @@ class DuckDB(Dialect):
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)
+
+    def md5_head(self, text: exp.Expr) -> exp.Expr | None:
+        """``CAST('0x' || SUBSTRING(MD5(t), 1, 7) AS BIGINT)``: DuckDB reads 0x hex."""
+        hexed = exp.DPipe(
+            this=exp.Literal.string("0x"), expression=md5_hex_head(exp.MD5(this=text))
+        )
+        return exp.cast(hexed, exp.DataType.Type.BIGINT)
 
     def whole_row_hash(self, alias: str | exp.Identifier) -> exp.Expr:
         """``hash(q)``: the row of relation ``q`` as a struct, hashed as ``hash(a, b, ...)``."""

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import MICROSECONDS, Dialect, QueueBounds, days_since_1970
+from dialects.base import (
+    MICROSECONDS,
+    Dialect,
+    QueueBounds,
+    days_since_1970,
+    md5_hex_head,
+)
 from dialects.catalog import Extent, SqlRunner
 
 HASHABLE_TYPE_OIDS = frozenset(
@@ -99,6 +105,23 @@ class Postgres(Dialect):
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))
+
+    def md5_head(self, text: exp.Expr) -> exp.Expr | None:
+        """``CAST(CAST('x' || LPAD(SUBSTRING(MD5(t) FROM 1 FOR 7), 8, '0') AS BIT(32)) AS
+        INT)``: a hex bit string literal, its leading bit 0, read as an integer."""
+        padded = exp.Anonymous(
+            this="LPAD",
+            expressions=[
+                md5_hex_head(exp.MD5(this=text)),
+                exp.Literal.number(8),
+                exp.Literal.string("0"),
+            ],
+        )
+        bits = exp.cast(
+            exp.DPipe(this=exp.Literal.string("x"), expression=padded),
+            exp.DataType.build("BIT(32)", dialect="postgres"),
+        )
+        return exp.cast(bits, exp.DataType.Type.INT)
 
     def whole_row_hash(self, alias: str | exp.Identifier) -> exp.Expr:
         """``hash_record_extended(q, 0)``: the row of relation ``q`` as a record (every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from dialects.base import Dialect, md5_hex_head
 
 
 class Snowflake(Dialect):
@@ -20,3 +20,10 @@ class Snowflake(Dialect):
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="HASH", expressions=args)
+
+    def md5_head(self, text: exp.Expr) -> exp.Expr | None:
+        """``TO_NUMBER(SUBSTRING(MD5(t), 1, 7), 'XXXXXXX')``: Snowflake's hex format."""
+        return exp.Anonymous(
+            this="TO_NUMBER",
+            expressions=[md5_hex_head(exp.MD5(this=text)), exp.Literal.string("XXXXXXX")],
+        )

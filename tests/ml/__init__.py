@@ -1,0 +1,1 @@
+"""sqlfeed.ml: training, evaluation, the split, the metrics."""
