@@ -1,0 +1,187 @@
+"""The ``sqlfeed sql`` command: SQLFlow's ``SELECT ... TO TRAIN | TO EVALUATE | TO PREDICT``.
+
+The statement is split and its clause parsed by :func:`sqlfeed.ml.sqlflow.parse_statement`;
+the SELECT is validated as every query is; ``TO TRAIN`` runs :func:`sqlfeed.ml.train`,
+``TO EVALUATE`` runs :func:`sqlfeed.ml.evaluate` and prints its metrics. Every mistake in
+the statement is one stderr line (exit 2) before anything connects, trains or writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from dialects import InvalidArgumentError, NotImplementedYetError, dialect_for
+from sqlfeed import ParsedQuery, connect, parse
+from sqlfeed.cli.checks import check_output_folder
+from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
+from sqlfeed.sql import check_stable
+
+if TYPE_CHECKING:
+    from sqlfeed.ml.sqlflow import Statement
+
+HELP = "train or evaluate from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT"
+"""The command's help line (also in :data:`sqlfeed.cli.main.COMMANDS`)."""
+
+METRIC_ALIASES = {"auc": "roc_auc", "logloss": "log_loss"}
+"""SQLFlow's ``validation.metrics`` names (case aside) -> the names of sqlfeed's metrics."""
+
+
+def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
+    """Add the ``sql`` command."""
+    parser = commands.add_parser(
+        "sql",
+        help=HELP,
+        description=(
+            "Run a SQLFlow statement: a SELECT followed by TO TRAIN <model> [WITH k=v, ...] "
+            "[COLUMN a, b] LABEL <col> INTO <path>, TO EVALUATE <path> [WITH "
+            'validation.metrics="..."] LABEL <col>, or TO PREDICT <table.col> USING <path>. '
+            "Models: dnn, linear, wide_deep, gbdt and SQLFlow's DNNClassifier, DNNRegressor, "
+            "LinearClassifier, LinearRegressor, DNNLinearCombinedClassifier/Regressor, "
+            "BoostedTreesClassifier/Regressor, xgboost.gbtree. WITH keys: model.hidden_units, "
+            "train.epoch, train.batch_size, model.learning_rate, train.seed, "
+            "validation.fraction, validation.key, model.n_classes, model.n_estimators, "
+            "model.max_depth, model.top_k, model.buckets. TO PREDICT comes with sqlfeed "
+            "predict (issue #27)."
+        ),
+    )
+    add_target(parser, dialect=False)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="TO TRAIN: replace an existing model folder"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="TO TRAIN: keep checkpoints here; the same command run again resumes",
+    )
+    parser.add_argument(
+        "statement",
+        metavar="STATEMENT",
+        help="SELECT ... TO TRAIN|EVALUATE|PREDICT ...; '-' reads it from stdin, '@file.sql' "
+        "from a file",
+    )
+    parser.set_defaults(handler=_cmd_sql)
+
+
+def _cmd_sql(args: argparse.Namespace, out: TextIO) -> None:
+    from sqlfeed.ml.sqlflow import parse_statement
+
+    engine = dialect_for(args.db)
+    statement = parse_statement(read_sql(args.statement), engine)
+    parsed = parse(statement.select, engine)
+    check_stable(parsed, orders=False)
+    if statement.kind == "predict":
+        raise NotImplementedYetError(
+            f"TO PREDICT {statement.predict_column} USING {statement.model_path}: not yet; "
+            "prediction comes with sqlfeed predict (issue #27)"
+        )
+    if statement.kind == "train":
+        _train(args, statement, parsed, out)
+    else:
+        _evaluate(args, statement, parsed, out)
+
+
+def _train(
+    args: argparse.Namespace, statement: Statement, parsed: ParsedQuery, out: TextIO
+) -> None:
+    """``TO TRAIN``: the options and the model folder checked, then :func:`sqlfeed.ml.train`."""
+    options = statement.train_options(overwrite=args.overwrite, checkpoint_dir=args.checkpoint_dir)
+    path = str(statement.model_path)
+    if Path(path).exists() and not args.overwrite:
+        raise InvalidArgumentError(f"INTO {path} exists; pass --overwrite to replace it")
+    check_output_folder(path, "INTO")
+    if args.checkpoint_dir is not None:
+        check_output_folder(args.checkpoint_dir, "--checkpoint-dir")
+    import sqlfeed.ml
+
+    with connect(args.db) as source:
+        if statement.classifier and statement.task == "auto":
+            _check_classifier_label(statement, source.schema(parsed))
+        model = sqlfeed.ml.train(
+            statement.select,
+            source,
+            label=str(statement.label),
+            out=path,
+            options=options,
+            progress=_say,
+        )
+    summary = {
+        "model": str(model.path),
+        "task": model.task,
+        "family": options.family,
+        "label": model.label,
+        "metrics": model.manifest.get("metrics"),
+    }
+    if args.format == "json":
+        write_json(out, summary)
+    else:
+        out.write(f"trained a {options.family} {model.task} model of {model.label} into {path}\n")
+
+
+def _check_classifier_label(statement: Statement, schema: Any) -> None:
+    """A ``...Classifier`` on a floating-point label is refused before it trains."""
+    wanted = str(statement.label).casefold()
+    for column in schema:
+        if column.name.casefold() == wanted:
+            statement.check_label_type(column.type)
+            return
+
+
+def _evaluate(
+    args: argparse.Namespace, statement: Statement, parsed: ParsedQuery, out: TextIO
+) -> None:
+    """``TO EVALUATE``: the model's label checked, then :func:`sqlfeed.ml.evaluate`."""
+    if args.overwrite or args.checkpoint_dir is not None:
+        flag = "--overwrite" if args.overwrite else "--checkpoint-dir"
+        raise InvalidArgumentError(f"{flag} is for TO TRAIN; TO EVALUATE writes nothing")
+    if statement.into is not None:
+        raise InvalidArgumentError(
+            f"TO EVALUATE ... INTO {statement.into}: sqlfeed sql prints the metrics and writes "
+            "no table; drop INTO (--format json gives them as JSON)"
+        )
+    import sqlfeed.ml
+    from sqlfeed.ml.metrics import format_metrics
+
+    model = sqlfeed.ml.load(str(statement.model_path))
+    if str(model.label).casefold() != str(statement.label).casefold():
+        raise InvalidArgumentError(
+            f"LABEL {statement.label}: the model {statement.model_path} was trained on "
+            f"LABEL {model.label}"
+        )
+    with connect(args.db) as source:
+        result = sqlfeed.ml.evaluate(model, statement.select, source, progress=_say)
+    if statement.metrics:
+        result = chosen_metrics(result, statement.metrics)
+    text = format_metrics(result, args.format)
+    out.write(text if text.endswith("\n") else f"{text}\n")
+
+
+def chosen_metrics(result: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``result`` with only the metrics ``validation.metrics`` names (and ``rows``).
+
+    Raises:
+        InvalidArgumentError: a name that is no metric of the result.
+    """
+    available = [k for k in result if k not in ("baseline", "rows")]
+    folded = {k.casefold(): k for k in available}
+    keep = []
+    for name in names:
+        key = METRIC_ALIASES.get(name.casefold(), name.casefold())
+        if key not in folded:
+            raise InvalidArgumentError(
+                f"validation.metrics names {name!r}, which this model's task has not "
+                f"(metrics: {', '.join(available)})"
+            )
+        keep.append(folded[key])
+    chosen = {k: v for k, v in result.items() if k in keep or k == "rows"}
+    baseline = result.get("baseline")
+    if isinstance(baseline, dict):
+        chosen["baseline"] = {k: v for k, v in baseline.items() if k in keep or k == "rows"}
+    return chosen
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
