@@ -151,35 +151,46 @@ def _evaluate(
             f"LABEL {statement.label}: the model {statement.model_path} was trained on "
             f"LABEL {model.label}"
         )
+    keep = metric_names(statement.metrics, model.task) if statement.metrics else None
     with connect(args.db) as source:
         result = sqlfeed.ml.evaluate(model, statement.select, source, progress=_say)
-    if statement.metrics:
-        result = chosen_metrics(result, statement.metrics)
+    if keep is not None:
+        result = chosen_metrics(result, keep)
     text = format_metrics(result, args.format)
     out.write(text if text.endswith("\n") else f"{text}\n")
 
 
-def chosen_metrics(result: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """``result`` with only the metrics ``validation.metrics`` names (and ``rows``).
+def metric_names(names: tuple[str, ...], task: str) -> list[str]:
+    """sqlfeed's names of the metrics ``validation.metrics`` names, for a model of ``task``.
 
     Raises:
-        InvalidArgumentError: a name that is no metric of the result.
+        InvalidArgumentError: a name that is no metric of the task.
     """
-    available = [k for k in result if k not in ("baseline", "rows")]
-    folded = {k.casefold(): k for k in available}
-    keep = []
+    from sqlfeed.ml.metrics import METRICS
+
+    known = list(METRICS.get(task, ()))
+    chosen = []
     for name in names:
         key = METRIC_ALIASES.get(name.casefold(), name.casefold())
-        if key not in folded:
+        if key not in known:
             raise InvalidArgumentError(
-                f"validation.metrics names {name!r}, which this model's task has not "
-                f"(metrics: {', '.join(available)})"
+                f"validation.metrics names {name!r}, which a {task} model has not "
+                f"(metrics: {', '.join(known)})"
             )
-        keep.append(folded[key])
-    chosen = {k: v for k, v in result.items() if k in keep or k == "rows"}
+        chosen.append(key)
+    return chosen
+
+
+def chosen_metrics(result: dict[str, Any], keep: list[str]) -> dict[str, Any]:
+    """``result`` without the metrics its task has that ``keep`` leaves out (for the model
+    and the baseline); the rest (task, rows, classes, confusion matrix, ...) as it is."""
+    from sqlfeed.ml.metrics import METRICS
+
+    drop = set(METRICS.get(str(result.get("task")), ())) - set(keep)
+    chosen = {k: v for k, v in result.items() if k not in drop}
     baseline = result.get("baseline")
     if isinstance(baseline, dict):
-        chosen["baseline"] = {k: v for k, v in baseline.items() if k in keep or k == "rows"}
+        chosen["baseline"] = {k: v for k, v in baseline.items() if k not in drop}
     return chosen
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from dialects import InvalidArgumentError
 from sqlfeed.cli import main as cli_main
 from sqlfeed.cli import sqlflow as cli_sqlflow
 from tests.helpers.cli import Run, run_cli
@@ -116,23 +117,31 @@ def test_help_lists_the_command() -> None:
     assert cli_sqlflow.HELP[:40] in " ".join(run.out.split())
 
 
-def test_chosen_metrics_keeps_the_named_ones() -> None:
+def test_validation_metrics_keep_the_named_ones() -> None:
     result = {
+        "task": "binary",
         "accuracy": 0.9,
         "roc_auc": 0.95,
         "f1": 0.8,
         "rows": 10,
+        "confusion_matrix": [[5, 0], [1, 4]],
         "baseline": {"accuracy": 0.6, "roc_auc": 0.5, "f1": 0.0, "prediction": "no"},
     }
-    chosen = cli_sqlflow.chosen_metrics(result, ("Accuracy", "AUC"))
-    assert chosen == {
+    keep = cli_sqlflow.metric_names(("Accuracy", "AUC"), "binary")
+    assert keep == ["accuracy", "roc_auc"]
+    assert cli_sqlflow.chosen_metrics(result, keep) == {
+        "task": "binary",
         "accuracy": 0.9,
         "roc_auc": 0.95,
         "rows": 10,
-        "baseline": {"accuracy": 0.6, "roc_auc": 0.5},
+        "confusion_matrix": [[5, 0], [1, 4]],
+        "baseline": {"accuracy": 0.6, "roc_auc": 0.5, "prediction": "no"},
     }
-    with pytest.raises(Exception, match=r"names 'MSE', which .*metrics: accuracy, roc_auc, f1"):
-        cli_sqlflow.chosen_metrics(result, ("MSE",))
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"names 'AUC', which a regression model has not \(metrics: mae, rmse, r2\)",
+    ):
+        cli_sqlflow.metric_names(("AUC",), "regression")
 
 
 @pytest.fixture
@@ -150,7 +159,7 @@ def tiny_db(tmp_path: Path) -> str:
 
 @pytest.mark.slow
 def test_train_then_evaluate_end_to_end(tiny_db: str, tmp_path: Path) -> None:
-    model = tmp_path / "models" / "m"
+    model = tmp_path / "m"
     train = (
         "SELECT id, a, c, y FROM tiny TO TRAIN LinearClassifier "
         "WITH train.epoch=2, train.batch_size=32, validation.key=id, train.seed=1 "
@@ -173,6 +182,9 @@ def test_train_then_evaluate_end_to_end(tiny_db: str, tmp_path: Path) -> None:
     assert 0.0 <= metrics["accuracy"] <= 1.0
     assert "baseline" in metrics
 
+    chosen_statement = (
+        f"SELECT a, c, y FROM tiny TO EVALUATE '{model}' WITH validation.metrics=\"AUC\" LABEL y"
+    )
     chosen = run_cli(
         [
             "sql",
@@ -180,12 +192,17 @@ def test_train_then_evaluate_end_to_end(tiny_db: str, tmp_path: Path) -> None:
             tiny_db,
             "--format",
             "json",
-            f"SELECT a, c, y FROM tiny TO EVALUATE '{model}' WITH validation.metrics=\"AUC\" "
-            "LABEL y",
+            chosen_statement,
         ]
     )
     assert chosen.code == 0, chosen.err
-    assert set(json.loads(chosen.out)) == {"roc_auc", "rows", "baseline"}
+    shown = json.loads(chosen.out)
+    assert "roc_auc" in shown
+    assert not {"accuracy", "f1", "log_loss"} & (set(shown) | set(shown["baseline"]))
+    text = run_cli(["sql", "--db", tiny_db, chosen_statement])
+    assert text.code == 0, text.err
+    assert "roc_auc" in text.out
+    assert "precision" not in text.out
 
     wrong = run_cli(
         ["sql", "--db", tiny_db, f"SELECT a, c FROM tiny TO EVALUATE '{model}' LABEL c"]
