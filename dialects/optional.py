@@ -38,6 +38,7 @@ EXTRAS = {
     "torchdata": "torch",
     "ray": "ray",
     "dask": "dask",
+    "xgboost": "ml",
 }
 """Top-level module -> the ``sqlfeed[extra]`` that installs it."""
 
