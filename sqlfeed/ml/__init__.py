@@ -20,22 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlfeed.ml.artifact import Model, load
-    from sqlfeed.ml.evaluate import evaluate
+    from sqlfeed.ml.evaluation import evaluate
     from sqlfeed.ml.options import TrainOptions
     from sqlfeed.ml.split import Split
     from sqlfeed.ml.sqlflow import parse_statement
-    from sqlfeed.ml.train import train
+    from sqlfeed.ml.trainer import train
 
 __all__ = ["Model", "Split", "TrainOptions", "evaluate", "load", "parse_statement", "train"]
 
 _HOMES = {
     "Model": "sqlfeed.ml.artifact",
     "load": "sqlfeed.ml.artifact",
-    "evaluate": "sqlfeed.ml.evaluate",
+    "evaluate": "sqlfeed.ml.evaluation",
     "TrainOptions": "sqlfeed.ml.options",
     "Split": "sqlfeed.ml.split",
     "parse_statement": "sqlfeed.ml.sqlflow",
-    "train": "sqlfeed.ml.train",
+    "train": "sqlfeed.ml.trainer",
 }
 
 

@@ -29,9 +29,7 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
 
 
 def _positive(value: Any, what: str, *, number: type = int) -> None:
-    ok = isinstance(value, (int, float) if number is float else int) and not isinstance(
-        value, bool
-    )
+    ok = isinstance(value, (int, float) if number is float else int) and not isinstance(value, bool)
     if not ok or value <= 0:
         kind = "a number" if number is float else "an integer"
         raise InvalidArgumentError(f"{what} must be {kind} > 0, not {value!r}")
@@ -69,6 +67,8 @@ class TrainOptions:
         checkpoint_dir: where a training keeps its checkpoints; a training killed and run
             again with the same folder resumes where it stopped.
         overwrite: replace an existing model folder.
+        report: write the statistics' HTML report (``stats.html``, a few seconds per 30
+            columns) into the folder beside ``stats.json``.
     """
 
     task: str = "auto"
@@ -90,6 +90,7 @@ class TrainOptions:
     partitions: int | None = None
     checkpoint_dir: str | None = None
     overwrite: bool = False
+    report: bool = True
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -43,6 +43,7 @@ LAZY_IMPORTS_ALLOWED = frozenset(
         "matplotlib",
         "ray",
         "dask",
+        "xgboost",
     }
 )
 """Optional heavy dependencies: the only imports allowed inside a function."""

@@ -1,0 +1,285 @@
+"""A trained model's folder: written whole or not at all, opened by :func:`load`.
+
+The folder holds the model (``model.keras``, its preprocessing layers inside, or XGBoost's
+``model.json``), ``manifest.json`` (format version, versions, task, label and classes,
+the features with their Arrow types and transforms, the query, both split SQL texts and
+the split rule, plan and statistics fingerprints, rows, seed, options, metrics, time),
+``stats.json`` (the training split's statistics) and ``stats.html`` (their report).
+
+:func:`write_folder` writes it beside the target, then renames it into place: a training
+killed at any point leaves no half model (only a hidden ``.<name>.partial-*`` folder,
+removed by the next training of that target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dialects.optional import require
+from sqlfeed.errors import InvalidArgumentError
+from sqlfeed.feed.converter import Converter
+from sqlfeed.feed.tensors import MASK_SUFFIX, column_mappings
+from sqlfeed.ml.features import Feature, type_family
+from sqlfeed.ml.gbdt import GbdtModel
+from sqlfeed.ml.layers import layer_classes
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "check_target", "load", "write_folder"]
+
+FORMAT = "sqlfeed.ml.model"
+FORMAT_VERSION = 1
+"""The manifest's format version: a folder of another version is refused by :func:`load`."""
+MANIFEST = "manifest.json"
+_COMPATIBLE = {
+    "integer": "number",
+    "float": "number",
+    "decimal": "number",
+    "bool": "number",
+}
+"""Type families a feature may change between (a number stays a number: SQLite and MariaDB
+have no boolean, PostgreSQL's numeric is a decimal)."""
+
+
+class Model:
+    """A model folder, opened: its manifest, and predictions from record batches."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], predictor: Any) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.features = [Feature.from_dict(f) for f in manifest["features"]]
+        self._predictor = predictor
+
+    def __repr__(self) -> str:
+        return (
+            f"Model({str(self.path)!r}, {self.family}, {self.task}, label={self.label!r}, "
+            f"{len(self.features)} features)"
+        )
+
+    @property
+    def task(self) -> str:
+        return str(self.manifest["task"])
+
+    @property
+    def family(self) -> str:
+        return str(self.manifest["family"])
+
+    @property
+    def label(self) -> str:
+        return str(self.manifest["label"])
+
+    @property
+    def classes(self) -> list[Any] | None:
+        classes = self.manifest.get("classes")
+        return None if classes is None else list(classes)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Every feature must be a column of ``schema`` of a compatible type.
+
+        Widening (int32 to int64, float to double, an integer where a double was) is fine;
+        extra columns are ignored.
+
+        Raises:
+            InvalidArgumentError: a missing feature or a type family change, naming it.
+        """
+        names = list(schema.names)
+        for feature in self.features:
+            if feature.name not in names:
+                raise InvalidArgumentError(
+                    f"the SELECT lacks the model's feature column {feature.name!r} "
+                    f"({feature.arrow_type}): it must return {', '.join(self.feature_names)}"
+                )
+            was = type_family(feature.arrow_type)
+            now = type_family(schema.field(feature.name).type)
+            same = was == now or (
+                feature.family != "categorical"
+                and _COMPATIBLE.get(str(was)) == _COMPATIBLE.get(str(now), "?")
+            )
+            if not same:
+                raise InvalidArgumentError(
+                    f"column {feature.name!r} is {schema.field(feature.name).type} here but "
+                    f"the model was trained on {feature.arrow_type} ({was} values): cast it "
+                    f"in the SELECT (CAST({feature.name} AS ...))"
+                )
+
+    def inputs(self, batch: pa.RecordBatch | pa.Table) -> dict[str, np.ndarray]:
+        """The model's inputs from a batch: each feature as the training fed it, and its
+        NULL mask."""
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
+        names = self.feature_names
+        assert batch is not None
+        mappings = column_mappings(
+            batch.schema, features=names, masks=True, float_dtype="float64", time_unit="us"
+        )
+        arrays = Converter(mappings, "us").arrays(batch)
+        out: dict[str, np.ndarray] = {}
+        for i, feature in enumerate(self.features):
+            values, mask = arrays[2 * i], arrays[2 * i + 1]
+            if feature.family != "categorical":
+                values = values.astype(np.float64)
+            elif feature.transform["dtype"] == "int64":
+                values = values.astype(np.int64)
+            out[feature.name] = values
+            out[feature.name + MASK_SUFFIX] = mask.astype(bool)
+        return out
+
+    def predict_batch(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+        """Predictions for a batch's rows: binary P(the second class) ``(n,)``, multiclass
+        probabilities ``(n, classes)``, regression values ``(n,)``."""
+        if batch.num_rows == 0:
+            width = len(self.classes or []) if self.task == "multiclass" else 0
+            return np.zeros((0, width) if width else (0,))
+        result: np.ndarray = self._predictor(self, batch)
+        return result
+
+    def label_indices(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The class index of each label value (classification) or the values as floats."""
+        if column.null_count:
+            raise InvalidArgumentError(
+                f"the label {self.label!r} is NULL in {column.null_count} rows: filter them "
+                f"(WHERE {self.label} IS NOT NULL)"
+            )
+        values = column.to_pylist()
+        if self.task == "regression":
+            return np.asarray(values, dtype=np.float64)
+        index = {_class_key(c): i for i, c in enumerate(self.classes or [])}
+        try:
+            return np.fromiter((index[_class_key(v)] for v in values), np.int64, len(values))
+        except KeyError as err:
+            raise InvalidArgumentError(
+                f"the label {self.label!r} holds {err.args[0]!r}, which is not one of the "
+                f"model's classes ({', '.join(map(repr, self.classes or []))})"
+            ) from None
+
+
+def _class_key(value: Any) -> Any:
+    """Label values compared as the manifest keeps them (JSON: a bool stays a bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        return ("bool", bool(value))
+    if isinstance(value, (int, np.integer)):
+        return ("number", int(value))
+    if isinstance(value, float) and value.is_integer():
+        return ("number", int(value))
+    if isinstance(value, bytes):
+        return ("text", value.decode("utf-8", "replace"))
+    return ("text", str(value)) if isinstance(value, str) else ("other", value)
+
+
+def check_target(out: Path, overwrite: bool) -> None:
+    """Refuse an existing ``out`` (unless ``overwrite``) before anything runs."""
+    if out.exists() and not overwrite:
+        raise InvalidArgumentError(
+            f"{out} exists already: pass --overwrite (overwrite=True) to replace it, or "
+            "another --out"
+        )
+    if out.exists() and not (out / MANIFEST).is_file():
+        raise InvalidArgumentError(
+            f"{out} exists and is not a sqlfeed model folder: it is not replaced; choose "
+            "another --out"
+        )
+    if not out.parent.is_dir():
+        raise InvalidArgumentError(f"the folder {out.parent} does not exist: create it first")
+
+
+def write_folder(out: Path, overwrite: bool, write: Callable[[Path], None]) -> None:
+    """Run ``write(folder)`` on a new folder beside ``out``, then rename it into place.
+
+    Folders of earlier, killed trainings of the same target are removed first. With
+    ``overwrite`` the old model is moved aside, the new one renamed in, then the old one
+    removed: at every moment ``out`` is a whole model.
+    """
+    for stale in out.parent.glob(f".{out.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    partial = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    partial.mkdir()
+    try:
+        write(partial)
+        _fsync_tree(partial)
+        if out.exists():
+            check_target(out, overwrite)
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, old)
+            os.replace(partial, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def load(path: str | os.PathLike[str]) -> Model:
+    """Open a model folder written by :func:`sqlfeed.ml.train`.
+
+    Raises:
+        InvalidArgumentError: not a model folder, or one of another format version.
+    """
+    folder = Path(path)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise InvalidArgumentError(
+            f"{folder} is not a sqlfeed model folder (no {MANIFEST}): give the --out folder "
+            "of sqlfeed train"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InvalidArgumentError(f"{manifest_path} is not readable JSON: {err}") from None
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise InvalidArgumentError(
+            f"{folder} is a model of format {manifest.get('format')!r} version "
+            f"{manifest.get('format_version')!r}; this sqlfeed reads {FORMAT!r} version "
+            f"{FORMAT_VERSION}: train it again with this version"
+        )
+    return Model(folder, manifest, _predictor(folder, manifest))
+
+
+def _predictor(folder: Path, manifest: dict[str, Any]) -> Callable[[Model, Any], np.ndarray]:
+    if manifest["family"] == "gbdt":
+        booster = GbdtModel.load(
+            folder,
+            [Feature.from_dict(f) for f in manifest["features"]],
+            manifest["task"],
+            manifest.get("classes"),
+        )
+        return lambda _model, batch: np.asarray(booster.predict_batch(batch))
+    keras = require("keras", "loading a sqlfeed.ml model")
+    layer_classes()  # registered before the model is read
+    network = keras.models.load_model(folder / manifest["files"]["model"], compile=False)
+
+    def predict(model: Model, batch: Any) -> np.ndarray:
+        out = np.asarray(network(model.inputs(batch), training=False), dtype=np.float64)
+        return out.reshape(-1) if model.task != "multiclass" else out
+
+    return predict
+
+
+def versions(extra: Sequence[str] = ()) -> dict[str, str]:
+    """The versions of the packages a model depends on (those installed)."""
+    found = {}
+    for name in ("sqlfeed", "keras", "tensorflow", "xgboost", "pyarrow", "sqlglot", *extra):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found

@@ -1,0 +1,245 @@
+"""Step 5 of :func:`sqlfeed.ml.train`: fit the model from sqlfeed's feed.
+
+A training split small enough to keep (:data:`CACHE_ROWS` rows) is read once, kept in
+memory and reshuffled row by row every epoch; a larger one is read from the database every
+epoch through :class:`sqlfeed.tf.Feed`, shuffled by partition order and a row buffer. With
+``checkpoint_dir`` the feed is always read (never cached) and its position is saved with the
+model's weights (:func:`sqlfeed.tf.FeedCheckpoint` before Keras's ``BackupAndRestore``): a
+training killed and run again resumes in the same epoch, at the same batch, and every row is
+seen once per epoch across the kill.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import sqlfeed.tf as sqlfeed_tf
+from dialects.optional import require
+from sqlfeed.feed.tensors import MASK_SUFFIX
+from sqlfeed.ml.data import TrainingData, class_weights
+from sqlfeed.ml.gbdt import train_gbdt
+from sqlfeed.ml.keras_model import build_model
+
+__all__ = ["CACHE_ROWS", "Fitted", "auto_epochs", "fit_gbdt", "fit_keras"]
+
+CACHE_ROWS = 200_000
+"""Training splits of at most this many rows are read once and kept in memory."""
+SHUFFLE_ROWS = 65_536
+"""The row shuffle buffer of a training split read every epoch."""
+TARGET_STEPS = 2_000
+"""``epochs=None``: enough epochs for about this many steps (3 to 200 epochs)."""
+
+
+@dataclass
+class Fitted:
+    """A trained model and how its training went."""
+
+    family: str
+    model: Any
+    """The Keras model, or the :class:`sqlfeed.ml.gbdt.GbdtModel`."""
+    epochs: int
+    seconds: float
+    history: dict[str, list[float]] = field(default_factory=dict)
+    rows_per_second: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def auto_epochs(rows: int, batch_size: int) -> int:
+    """The epochs of ``epochs=None``: about :data:`TARGET_STEPS` steps, 3 to 200 epochs."""
+    steps = max(1, math.ceil(rows / batch_size))
+    return max(3, min(200, math.ceil(TARGET_STEPS / steps)))
+
+
+def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
+    """Build the Keras model of ``data`` and fit it; ``say`` gets a line per epoch."""
+    _quiet_tensorflow()
+    tf = require("tensorflow", "sqlfeed.ml's Keras models")
+    keras = require("keras", "sqlfeed.ml's Keras models")
+
+    opts = data.options
+    epochs = opts.epochs or auto_epochs(data.rows["training"], opts.batch_size)
+    model = build_model(
+        data.features,
+        data.fed,
+        task=data.task,
+        classes=len(data.classes or []),
+        label_scale=data.label_scale,
+        options=opts,
+    )
+    train, callbacks, how = _training_input(data, tf, keras)
+    say(
+        f"training {opts.family} ({model.count_params():,} weights) for {epochs} epochs of "
+        f"{data.rows['training']:,} rows in batches of {opts.batch_size} ({how})"
+    )
+    printer = _printer(keras, say, epochs, data.rows["training"])
+    started = time.perf_counter()
+    with warnings.catch_warnings():  # Keras on a dataset of unknown length
+        warnings.filterwarnings("ignore", message=".*ran out of data.*")
+        history = model.fit(
+            train,
+            epochs=epochs,
+            verbose=0,
+            callbacks=[*callbacks, printer],
+            class_weight=class_weights(data),
+            shuffle=False,  # the input pipeline shuffles
+        )
+    seconds = time.perf_counter() - started
+    rate = epochs * data.rows["training"] / seconds if seconds else 0.0
+    fitted = Fitted(opts.family, model, epochs, seconds, {}, rate)
+    fitted.history = {k: [float(v) for v in vals] for k, vals in history.history.items()}
+    return fitted
+
+
+def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[Any], str]:
+    """The training dataset, its callbacks (checkpoints) and a phrase saying how it is fed."""
+
+    opts = data.options
+    common: dict[str, Any] = {
+        "label": data.label,
+        "features": data.feature_names,
+        "masks": True,
+        "float_dtype": "float64",
+        "time_unit": "us",
+    }
+    query: Any = data.plan or data.training_sql
+    prepare = _prepare_fn(data, tf)
+    rows = data.rows["training"]
+    if opts.checkpoint_dir is None and rows <= CACHE_ROWS:
+        read = sqlfeed_tf.dataset(query, data.source, batch_size=8192, **common)
+        train = (
+            read.map(prepare)
+            .unbatch()
+            .cache()
+            .shuffle(rows, seed=opts.seed, reshuffle_each_iteration=True)
+            .batch(opts.batch_size)
+            .prefetch(2)
+        )
+        return train, [], "read once, kept in memory, reshuffled every epoch"
+    feed = sqlfeed_tf.Feed(
+        query,
+        data.source,
+        batch_size=opts.batch_size,
+        shuffle_buffer=min(rows, SHUFFLE_ROWS),
+        seed=opts.seed,
+        **common,
+    )
+    train = feed.dataset.map(prepare, num_parallel_calls=2).prefetch(2)
+    if opts.checkpoint_dir is None:
+        return train, [], "read from the database every epoch, shuffled"
+    folder = Path(opts.checkpoint_dir)
+    steps = max(1, math.ceil(rows / opts.batch_size))
+    every = max(1, min(200, steps // 4))
+    callbacks = [
+        sqlfeed_tf.FeedCheckpoint(feed, folder, save_freq=every),
+        keras.callbacks.BackupAndRestore(str(folder), save_freq=every),
+    ]
+    return train, callbacks, f"checkpointed in {folder} every {every} steps"
+
+
+def _prepare_fn(data: TrainingData, tf: Any) -> Callable[[Any, Any], Any]:
+    """The input pipeline's map: numbers to float64, the label to its class index."""
+    numeric = [f.name for f in data.features if f.family != "categorical"]
+    table = None
+    if data.classes is not None:
+        label_dtype = _label_dtype(data)
+        keys = [_label_key(c, label_dtype) for c in data.classes]
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(keys, dtype=label_dtype),
+                tf.range(len(keys), dtype=tf.int64),
+            ),
+            default_value=-1,
+        )
+
+    def prepare(features: Any, label: Any) -> Any:
+        ready = dict(features)
+        for name in numeric:
+            ready[name] = tf.cast(features[name], tf.float64)
+        for name in data.feature_names:
+            ready[name + MASK_SUFFIX] = features[name + MASK_SUFFIX]
+        if table is None:
+            return ready, tf.cast(label, tf.float32)
+        if label.dtype == tf.bool:
+            label = tf.cast(label, tf.int64)
+        return ready, table.lookup(tf.cast(label, table.key_dtype))
+
+    return prepare
+
+
+def _label_dtype(data: TrainingData) -> Any:
+    tf = require("tensorflow", "sqlfeed.ml's Keras models")
+    label_type = data.schema.field(data.label).type
+    if pa.types.is_string(label_type) or pa.types.is_large_string(label_type):
+        return tf.string
+    if pa.types.is_floating(label_type) or pa.types.is_decimal(label_type):
+        return tf.float64
+    return tf.int64
+
+
+def _label_key(value: Any, dtype: Any) -> Any:
+    if dtype.name == "string":
+        return str(value)
+    if dtype.name == "float64":
+        return float(value)
+    return int(value)
+
+
+def _printer(keras: Any, say: Callable[[str], None], epochs: int, rows: int) -> Any:
+    """A Keras callback printing one line per epoch: rows/s, loss and metrics."""
+
+    class Printer(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            seconds = time.perf_counter() - self.started
+            shown = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items())
+            if epochs <= 20 or (epoch + 1) % max(1, epochs // 10) == 0 or epoch + 1 == epochs:
+                say(
+                    f"epoch {epoch + 1}/{epochs}: {seconds:.1f}s, "
+                    f"{rows / max(seconds, 1e-9):,.0f} rows/s  {shown}"
+                )
+
+    return Printer()
+
+
+def fit_gbdt(data: TrainingData, say: Callable[[str], None]) -> Fitted:
+    """Train the ``gbdt`` family (:func:`sqlfeed.ml.gbdt.train_gbdt`)."""
+
+    opts = data.options
+    started = time.perf_counter()
+    weights = class_weights(data)
+    model = train_gbdt(
+        data.training_sql,
+        data.validation_sql,
+        data.source,
+        label=data.label,
+        task=data.task,
+        classes=data.classes,
+        features=data.features,
+        trees=opts.trees,
+        max_depth=opts.max_depth,
+        learning_rate=opts.learning_rate,
+        seed=opts.seed,
+        class_weight=None if weights is None else {data.classes[i]: w for i, w in weights.items()},  # type: ignore[index]
+        progress=say,
+    )
+    seconds = time.perf_counter() - started
+    passes = sum(model.training_passes)
+    fitted = Fitted("gbdt", model, opts.trees, seconds, dict(model.history))
+    fitted.rows_per_second = passes / seconds if seconds else 0.0
+    return fitted
+
+
+def _quiet_tensorflow() -> None:
+    """TensorFlow's C++ start-up lines off, unless the user asked for them."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
