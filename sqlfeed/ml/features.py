@@ -28,7 +28,7 @@ from sqlfeed.ml.options import TrainOptions
 from stats.fed import TICK_KINDS, fed_kind, fed_value
 from stats.model import ColumnStats, FeatureStats
 
-__all__ = ["FAMILY_NAMES", "Feature", "choose_features", "type_family"]
+__all__ = ["FAMILY_NAMES", "Feature", "check_columns", "choose_features", "type_family"]
 
 FAMILY_NAMES = ("numeric", "categorical", "time")
 _NOT_FEATURES = ("struct", "map", "list", "union", "interval", "binary")
@@ -83,6 +83,27 @@ def choose_features(
         InvalidArgumentError: an unknown column in ``features``/``skip``, a column no
             feature can be made of, an identifier column, or no feature left.
     """
+    features = []
+    for name in check_columns(schema, label=label, options=options):
+        feature = _feature(schema.field(name).type, stats[name], stats.rows, options)
+        if feature is not None:
+            features.append(feature)
+    if not features:
+        raise InvalidArgumentError(
+            "no feature columns are left: the SELECT must return columns beside the label "
+            "and the key that are not constant"
+        )
+    return features
+
+
+def check_columns(schema: pa.Schema, *, label: str, options: TrainOptions) -> list[str]:
+    """The feature columns ``options`` choose from ``schema``, each of a type a feature can
+    be made of: what the schema alone tells, checked before any query runs.
+
+    Raises:
+        InvalidArgumentError: an unknown column in ``features``/``skip``, the label or the
+            key among ``features``, or a struct, map, list, union, interval or binary column.
+    """
     names = list(schema.names)
     for what, given in (("features", options.features or ()), ("skip", options.skip)):
         for name in given:
@@ -98,30 +119,24 @@ def choose_features(
     else:
         left_out = {label, options.key, *options.skip}
         chosen = [n for n in names if n not in left_out]
-    features = []
     for name in chosen:
-        feature = _feature(schema.field(name).type, stats[name], stats.rows, options)
-        if feature is not None:
-            features.append(feature)
-    if not features:
-        raise InvalidArgumentError(
-            "no feature columns are left: the SELECT must return columns beside the label "
-            "and the key that are not constant"
-        )
-    return features
+        arrow_type = schema.field(name).type
+        if type_family(arrow_type) is None:
+            what = next((w for w in _NOT_FEATURES if w in str(arrow_type)), str(arrow_type))
+            raise InvalidArgumentError(
+                f"column {name!r} is a {what} ({arrow_type}), which is not a feature: select "
+                f"numbers, text, booleans, dates or timestamps from it, or skip it "
+                f"(--skip {name})"
+            )
+    return chosen
 
 
 def _feature(
     arrow_type: pa.DataType, column: ColumnStats, rows: int, options: TrainOptions
 ) -> Feature | None:
     name = column.name
-    kind, depth = fed_kind(str(arrow_type))
-    if kind is None or depth or kind == "binary":
-        what = next((w for w in _NOT_FEATURES if w in str(arrow_type)), str(arrow_type))
-        raise InvalidArgumentError(
-            f"column {name!r} is a {what} ({arrow_type}), which is not a feature: select "
-            f"numbers, text, booleans, dates or timestamps from it, or skip it (--skip {name})"
-        )
+    kind, _depth = fed_kind(str(arrow_type))  # a feature's type (check_columns)
+    assert kind is not None
     present = column.count - column.nulls
     if present <= 0 or (column.nulls == 0 and column.distinct is not None and column.distinct < 2):
         what = "only NULLs" if present <= 0 else f"one value ({_shown(column)})"

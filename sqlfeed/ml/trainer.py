@@ -36,9 +36,9 @@ from sqlfeed.errors import InvalidArgumentError
 from sqlfeed.feed.statistics import compute_stats
 from sqlfeed.io import Source, connect
 from sqlfeed.ml.artifact import Model, check_target
-from sqlfeed.ml.data import TrainingData
+from sqlfeed.ml.data import TrainingData, class_weights
 from sqlfeed.ml.evaluation import evaluate_sql
-from sqlfeed.ml.features import Feature, choose_features
+from sqlfeed.ml.features import Feature, check_columns, choose_features
 from sqlfeed.ml.options import TrainOptions
 from sqlfeed.ml.split import Split, split_sql
 from sqlfeed.ml.training import fit_gbdt, fit_keras
@@ -90,9 +90,14 @@ def train(
     check_target(target, opts.overwrite)
     say = progress or (lambda _line: None)
     started = time.time()
-    data = prepare(query, connect(source), label, opts, say)
-    fitted = fit_gbdt(data, say) if opts.family == "gbdt" else fit_keras(data, say)
-    return write_model(target, data, fitted, started, evaluate_sql, say)
+    src = connect(source)
+    try:
+        data = prepare(query, src, label, opts, say)
+        fitted = fit_gbdt(data, say) if opts.family == "gbdt" else fit_keras(data, say)
+        return write_model(target, data, fitted, started, evaluate_sql, say)
+    finally:
+        if src is not source:  # opened here from a URL (or the default)
+            src.close()
 
 
 def prepare(
@@ -109,10 +114,12 @@ def prepare(
         )
     if opts.key == label:
         raise InvalidArgumentError("the split key cannot be the label")
+    check_columns(schema, label=label, options=opts)  # before any query runs
     split = Split(opts.key, opts.validation)
     training_sql, validation_sql = split_sql(parsed, src, split)
     data = TrainingData(parsed.sql, src, label, opts, split, training_sql, validation_sql, schema)
     _label_counts(data)
+    class_weights(data)  # a weight of an unknown label value: refused before training
     say(
         f"split by {_split_text(split)}: {data.rows['training']:,} training rows, "
         f"{data.rows['validation']:,} validation rows; task {data.task}"
@@ -172,13 +179,18 @@ def _label_counts(data: TrainingData) -> None:
             f"(WHERE {label} IS NOT NULL)"
         )
     data.rows = {split: sum(n for _, n in pairs) for split, pairs in counts.items()}
+    if not sum(data.rows.values()):
+        raise InvalidArgumentError("the SELECT returns no rows: nothing to train on")
     if not data.rows["validation"]:
         raise InvalidArgumentError(
             f"the validation split is empty ({data.rows['training']:,} rows in all): give a "
             "larger validation share, or another key with more distinct values"
         )
     if not data.rows["training"]:
-        raise InvalidArgumentError("the training split is empty: the SELECT returns no rows")
+        raise InvalidArgumentError(
+            "the training split is empty: give a smaller validation share, or another key "
+            "with more distinct values"
+        )
     training = counts["training"]
     label_type = data.schema.field(label).type
     data.task = _task(data.options.task, label, label_type, training)
