@@ -52,8 +52,12 @@ def evaluate(
     """
     opened = model if isinstance(model, Model) else load(model)
     src = connect(source)
-    sql = query if query is not None else _validation_sql(opened, src)
-    result = evaluate_sql(opened, sql, src, partitions=partitions)
+    try:
+        sql = query if query is not None else _validation_sql(opened, src)
+        result = evaluate_sql(opened, sql, src, partitions=partitions)
+    finally:
+        if src is not source:  # opened here from a URL
+            src.close()
     if progress:
         progress(f"scored {result['rows']:,} rows")
     return result
