@@ -11,16 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from dialects import InvalidArgumentError, NotImplementedYetError, dialect_for
 from sqlfeed import ParsedQuery, connect, parse
 from sqlfeed.cli.checks import check_output_folder
 from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
+from sqlfeed.ml.artifact import load
+from sqlfeed.ml.evaluation import evaluate
+from sqlfeed.ml.metrics import METRICS, format_metrics
+from sqlfeed.ml.sqlflow import Statement, parse_statement
+from sqlfeed.ml.trainer import train
 from sqlfeed.sql import check_stable
-
-if TYPE_CHECKING:
-    from sqlfeed.ml.sqlflow import Statement
 
 HELP = "train or evaluate from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT"
 """The command's help line (also in :data:`sqlfeed.cli.main.COMMANDS`)."""
@@ -67,8 +69,6 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
 
 
 def _cmd_sql(args: argparse.Namespace, out: TextIO) -> None:
-    from sqlfeed.ml.sqlflow import parse_statement
-
     engine = dialect_for(args.db)
     statement = parse_statement(read_sql(args.statement), engine)
     parsed = parse(statement.select, engine)
@@ -95,12 +95,10 @@ def _train(
     check_output_folder(path, "INTO")
     if args.checkpoint_dir is not None:
         check_output_folder(args.checkpoint_dir, "--checkpoint-dir")
-    import sqlfeed.ml
-
     with connect(args.db) as source:
         if statement.classifier and statement.task == "auto":
             _check_classifier_label(statement, source.schema(parsed))
-        model = sqlfeed.ml.train(
+        model = train(
             statement.select,
             source,
             label=str(statement.label),
@@ -142,10 +140,7 @@ def _evaluate(
             f"TO EVALUATE ... INTO {statement.into}: sqlfeed sql prints the metrics and writes "
             "no table; drop INTO (--format json gives them as JSON)"
         )
-    import sqlfeed.ml
-    from sqlfeed.ml.metrics import format_metrics
-
-    model = sqlfeed.ml.load(str(statement.model_path))
+    model = load(str(statement.model_path))
     if str(model.label).casefold() != str(statement.label).casefold():
         raise InvalidArgumentError(
             f"LABEL {statement.label}: the model {statement.model_path} was trained on "
@@ -153,7 +148,7 @@ def _evaluate(
         )
     keep = metric_names(statement.metrics, model.task) if statement.metrics else None
     with connect(args.db) as source:
-        result = sqlfeed.ml.evaluate(model, statement.select, source, progress=_say)
+        result = evaluate(model, statement.select, source, progress=_say)
     if keep is not None:
         result = chosen_metrics(result, keep)
     text = format_metrics(result, args.format)
@@ -166,8 +161,6 @@ def metric_names(names: tuple[str, ...], task: str) -> list[str]:
     Raises:
         InvalidArgumentError: a name that is no metric of the task.
     """
-    from sqlfeed.ml.metrics import METRICS
-
     known = list(METRICS.get(task, ()))
     chosen = []
     for name in names:
@@ -184,8 +177,6 @@ def metric_names(names: tuple[str, ...], task: str) -> list[str]:
 def chosen_metrics(result: dict[str, Any], keep: list[str]) -> dict[str, Any]:
     """``result`` without the metrics its task has that ``keep`` leaves out (for the model
     and the baseline); the rest (task, rows, classes, confusion matrix, ...) as it is."""
-    from sqlfeed.ml.metrics import METRICS
-
     drop = set(METRICS.get(str(result.get("task")), ())) - set(keep)
     chosen = {k: v for k, v in result.items() if k not in drop}
     baseline = result.get("baseline")

@@ -34,8 +34,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 
+import pyarrow as pa
 import sqlglot
 from sqlglot import Token, TokenType
 from sqlglot.errors import TokenError
@@ -43,11 +44,7 @@ from sqlglot.tokens import Tokenizer
 
 from dialects import Dialect, get_dialect
 from sqlfeed.errors import InvalidArgumentError, ParseError, SqlfeedError, UnsupportedError
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from sqlfeed.ml.options import TrainOptions
+from sqlfeed.ml.options import TrainOptions
 
 __all__ = ["FAMILIES", "WITH_KEYS", "Statement", "parse_statement"]
 
@@ -164,8 +161,6 @@ class Statement:
         Raises:
             InvalidArgumentError: a value TrainOptions refuses.
         """
-        from sqlfeed.ml.options import TrainOptions
-
         if self.kind != "train" or self.family is None or self.task is None:
             raise InvalidArgumentError(f"TO {self.kind.upper()} trains nothing: no options")
         return TrainOptions(family=self.family, task=self.task, **self.options, **fields)
@@ -176,8 +171,6 @@ class Statement:
         Raises:
             InvalidArgumentError: a ``...Classifier`` with a float label.
         """
-        import pyarrow as pa
-
         if self.classifier and (
             pa.types.is_floating(label_type) or pa.types.is_decimal(label_type)
         ):
