@@ -33,7 +33,15 @@ from sqlfeed.ml.features import Feature, type_family
 from sqlfeed.ml.gbdt import GbdtModel
 from sqlfeed.ml.layers import layer_classes
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "check_target", "load", "write_folder"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Model",
+    "check_target",
+    "load",
+    "read_manifest",
+    "write_folder",
+]
 
 FORMAT = "sqlfeed.ml.model"
 FORMAT_VERSION = 1
@@ -235,6 +243,18 @@ def load(path: str | os.PathLike[str]) -> Model:
         InvalidArgumentError: not a model folder, or one of another format version.
     """
     folder = Path(path)
+    manifest = read_manifest(folder)
+    return Model(folder, manifest, _predictor(folder, manifest))
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A model folder's manifest, its format version checked; the model itself is not
+    read (no TensorFlow or XGBoost import: ``sqlfeed model show``).
+
+    Raises:
+        InvalidArgumentError: not a model folder, or one of another format version.
+    """
+    folder = Path(path)
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise InvalidArgumentError(
@@ -245,13 +265,15 @@ def load(path: str | os.PathLike[str]) -> Model:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise InvalidArgumentError(f"{manifest_path} is not readable JSON: {err}") from None
+    if not isinstance(manifest, dict):
+        raise InvalidArgumentError(f"{manifest_path} is not a model manifest (a JSON object)")
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise InvalidArgumentError(
             f"{folder} is a model of format {manifest.get('format')!r} version "
             f"{manifest.get('format_version')!r}; this sqlfeed reads {FORMAT!r} version "
             f"{FORMAT_VERSION}: train it again with this version"
         )
-    return Model(folder, manifest, _predictor(folder, manifest))
+    return manifest
 
 
 def _predictor(folder: Path, manifest: dict[str, Any]) -> Callable[[Model, Any], np.ndarray]:
