@@ -64,6 +64,14 @@ class TrainOptions:
         trees: boosting rounds of ``gbdt``.
         max_depth: the depth of a ``gbdt`` tree.
         partitions: partitions of each read (None: the planner's choice).
+        replicas: synchronous replicas of a Keras family (``MirroredStrategy``): GPUs if
+            there are that many, else the CPU split into logical devices (when TensorFlow
+            is not initialised yet; else the replicas' batches alternate into one model).
+            Each replica is fed by its own elastic worker of a job in sqlfeed's lease
+            queue (a SQLite file in ``checkpoint_dir``, else in a temporary folder), with
+            even batches: ``batch_size`` is the global batch (divisible by ``replicas``),
+            and the rows left over once every replica has its share are not trained on
+            in that epoch.
         checkpoint_dir: where a training keeps its checkpoints; a training killed and run
             again with the same folder resumes where it stopped.
         overwrite: replace an existing model folder.
@@ -88,6 +96,7 @@ class TrainOptions:
     trees: int = 100
     max_depth: int = 6
     partitions: int | None = None
+    replicas: int = 1
     checkpoint_dir: str | None = None
     overwrite: bool = False
     report: bool = True
@@ -107,8 +116,9 @@ class TrainOptions:
         for unit in units:
             _positive(unit, "each of hidden_units")
         object.__setattr__(self, "hidden_units", tuple(units))
-        for name in ("batch_size", "top_k", "trees", "max_depth"):
+        for name in ("batch_size", "top_k", "trees", "max_depth", "replicas"):
             _positive(getattr(self, name), name)
+        self._check_replicas()
         for name in ("epochs", "partitions"):
             if getattr(self, name) is not None:
                 _positive(getattr(self, name), name)
@@ -132,6 +142,20 @@ class TrainOptions:
         if self.features is not None:
             object.__setattr__(self, "features", _names(self.features, "features"))
         object.__setattr__(self, "skip", _names(self.skip, "skip"))
+
+    def _check_replicas(self) -> None:
+        if self.replicas == 1:
+            return
+        if self.family == "gbdt":
+            raise InvalidArgumentError(
+                "replicas applies to the Keras families (linear, dnn, wide_deep), not gbdt: "
+                "leave replicas at 1"
+            )
+        if self.batch_size % self.replicas:
+            raise InvalidArgumentError(
+                f"batch_size {self.batch_size} is not divisible by the {self.replicas} "
+                "replicas: give a multiple of replicas (the global batch is split evenly)"
+            )
 
     @property
     def rate(self) -> float:

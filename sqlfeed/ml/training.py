@@ -11,6 +11,7 @@ seen once per epoch across the kill.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -24,10 +25,12 @@ import pyarrow as pa
 
 import sqlfeed.tf as sqlfeed_tf
 from dialects.optional import require
+from sqlfeed.errors import SqlfeedError
 from sqlfeed.feed.tensors import MASK_SUFFIX
 from sqlfeed.ml.data import TrainingData, class_weights
 from sqlfeed.ml.gbdt import train_gbdt
 from sqlfeed.ml.keras_model import build_model
+from sqlfeed.ml.replicas import ReplicaInput, build_from_spec, job_lines, replica_input
 
 __all__ = ["CACHE_ROWS", "Fitted", "auto_epochs", "fit_gbdt", "fit_keras"]
 
@@ -51,6 +54,8 @@ class Fitted:
     history: dict[str, list[float]] = field(default_factory=dict)
     rows_per_second: float = 0.0
     notes: list[str] = field(default_factory=list)
+    job: dict[str, Any] | None = None
+    """``replicas`` > 1: the job that fed the replicas (its queue, status and rows fed)."""
 
 
 def auto_epochs(rows: int, batch_size: int) -> int:
@@ -62,54 +67,130 @@ def auto_epochs(rows: int, batch_size: int) -> int:
 def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
     """Build the Keras model of ``data`` and fit it; ``say`` gets a line per epoch."""
     _quiet_tensorflow()
-    tf = require("tensorflow", "sqlfeed.ml's Keras models")
-    keras = require("keras", "sqlfeed.ml's Keras models")
-
     opts = data.options
     epochs = opts.epochs or auto_epochs(data.rows["training"], opts.batch_size)
-    model = build_model(
-        data.features,
-        data.fed,
-        task=data.task,
-        classes=len(data.classes or []),
-        label_scale=data.label_scale,
-        options=opts,
-    )
-    train, callbacks, how = _training_input(data, tf, keras)
+    replicas = None
+    if opts.replicas > 1:  # the devices first: the CPU splits only before TensorFlow starts
+        replicas = replica_input(
+            data,
+            lambda tf: _prepare_fn(data, tf, weighted=True),
+            _column_options(data),
+            epochs=epochs,
+        )
+    tf = require("tensorflow", "sqlfeed.ml's Keras models")
+    keras = require("keras", "sqlfeed.ml's Keras models")
+    with replicas.strategy.scope() if replicas else contextlib.nullcontext():
+        model = build_model(
+            data.features,
+            data.fed,
+            task=data.task,
+            classes=len(data.classes or []),
+            label_scale=data.label_scale,
+            options=opts,
+        )
+    if replicas is None:
+        train, callbacks, how = _training_input(data, tf, keras)
+        weights = class_weights(data)
+    else:  # class weights are sample weights of the replicas' input pipelines
+        train, callbacks, how = (
+            replicas.dataset,
+            _replica_callbacks(data, replicas, keras),
+            replicas.how,
+        )
+        weights = None
+        build_from_spec(model, replicas)
+        if not replicas.replicated:
+            say(f"replicas: {how}")
     say(
         f"training {opts.family} ({model.count_params():,} weights) for {epochs} epochs of "
         f"{data.rows['training']:,} rows in batches of {opts.batch_size} ({how})"
     )
     printer = _printer(keras, say, epochs, data.rows["training"])
     started = time.perf_counter()
-    with warnings.catch_warnings():  # Keras on a dataset of unknown length
-        warnings.filterwarnings("ignore", message=".*ran out of data.*")
-        history = model.fit(
-            train,
-            epochs=epochs,
-            verbose=0,
-            callbacks=[*callbacks, printer],
-            class_weight=class_weights(data),
-            shuffle=False,  # the input pipeline shuffles
-        )
-    seconds = time.perf_counter() - started
-    rate = epochs * data.rows["training"] / seconds if seconds else 0.0
-    fitted = Fitted(opts.family, model, epochs, seconds, {}, rate)
+    try:
+        with warnings.catch_warnings():  # Keras on a dataset of unknown length
+            warnings.filterwarnings("ignore", message=".*ran out of data.*")
+            history = model.fit(
+                train,
+                epochs=epochs,
+                verbose=0,
+                callbacks=[*callbacks, printer],
+                class_weight=weights,
+                shuffle=False,  # the input pipeline shuffles
+            )
+        seconds = time.perf_counter() - started
+        fitted = Fitted(opts.family, model, epochs, seconds)
+        if replicas is not None:
+            _job_summary(data, replicas, fitted, say)
+    finally:
+        if replicas is not None:
+            replicas.close()
+    rows = fitted.job["rows_fed"] if fitted.job else epochs * data.rows["training"]
+    fitted.rows_per_second = rows / seconds if seconds else 0.0
     fitted.history = {k: [float(v) for v in vals] for k, vals in history.history.items()}
     return fitted
 
 
-def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[Any], str]:
-    """The training dataset, its callbacks (checkpoints) and a phrase saying how it is fed."""
-
-    opts = data.options
-    common: dict[str, Any] = {
+def _column_options(data: TrainingData) -> dict[str, Any]:
+    """The feed's column options: the label, the features with masks, numbers as float64."""
+    return {
         "label": data.label,
         "features": data.feature_names,
         "masks": True,
         "float_dtype": "float64",
         "time_unit": "us",
     }
+
+
+def _replica_callbacks(data: TrainingData, replicas: ReplicaInput, keras: Any) -> list[Any]:
+    """With ``checkpoint_dir``: every worker's deliveries saved with the model's weights."""
+    if data.options.checkpoint_dir is None:
+        return []
+    folder = Path(data.options.checkpoint_dir)
+    every = _save_every(data)
+    return [
+        sqlfeed_tf.FeedCheckpoint(replicas.feeds, folder, save_freq=every),
+        keras.callbacks.BackupAndRestore(str(folder), save_freq=every),
+    ]
+
+
+def _job_summary(
+    data: TrainingData, replicas: ReplicaInput, fitted: Fitted, say: Callable[[str], None]
+) -> None:
+    """The job after training: ``fitted.job``, a note of the manifest, progress lines.
+
+    Raises:
+        SqlfeedError: the job is not complete (a worker stopped before its share).
+    """
+    status, rows, share = replicas.status()
+    if not status.complete:
+        raise SqlfeedError(
+            f"the training job in {replicas.queue_url} is not complete after training "
+            f"({status.per_epoch}): run the training again"
+        )
+    fed = sum(int(worker["rows"]) for worker in status.workers)
+    fitted.job = {
+        "queue": replicas.queue_url,
+        "replicas": len(status.workers),
+        "replicated": replicas.replicated,
+        "batches_per_worker": share,
+        "rows_per_epoch": rows,
+        "rows_fed": fed,
+        "status": status.to_dict(),
+    }
+    data.notes.append(
+        f"trained on {len(status.workers)} replicas ({replicas.how}); the job fed {fed:,} of "
+        f"{fitted.epochs} x {rows:,} rows (even batches)"
+    )
+    for line in job_lines(status, rows, fitted.epochs):
+        say(line)
+
+
+def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[Any], str]:
+    """The training dataset, its callbacks (checkpoints) and a phrase saying how it is fed."""
+
+    opts = data.options
+    common = _column_options(data)
     query: Any = data.plan or data.training_sql
     prepare = _prepare_fn(data, tf)
     rows = data.rows["training"]
@@ -136,8 +217,7 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
     if opts.checkpoint_dir is None:
         return train, [], "read from the database every epoch, shuffled"
     folder = Path(opts.checkpoint_dir)
-    steps = max(1, math.ceil(rows / opts.batch_size))
-    every = max(1, min(200, steps // 4))
+    every = _save_every(data)
     callbacks = [
         sqlfeed_tf.FeedCheckpoint(feed, folder, save_freq=every),
         keras.callbacks.BackupAndRestore(str(folder), save_freq=every),
@@ -145,8 +225,15 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
     return train, callbacks, f"checkpointed in {folder} every {every} steps"
 
 
-def _prepare_fn(data: TrainingData, tf: Any) -> Callable[[Any, Any], Any]:
-    """The input pipeline's map: numbers to float64, the label to its class index."""
+def _save_every(data: TrainingData) -> int:
+    """Checkpoints every this many steps: about four an epoch, at most 200 steps apart."""
+    steps = max(1, math.ceil(data.rows["training"] / data.options.batch_size))
+    return max(1, min(200, steps // 4))
+
+
+def _prepare_fn(data: TrainingData, tf: Any, *, weighted: bool = False) -> Callable[..., Any]:
+    """The input pipeline's map: numbers to float64, the label to its class index; with
+    ``weighted`` and class weights, each row's class weight as a third element."""
     numeric = [f.name for f in data.features if f.family != "categorical"]
     table = None
     if data.classes is not None:
@@ -160,6 +247,11 @@ def _prepare_fn(data: TrainingData, tf: Any) -> Callable[[Any, Any], Any]:
             default_value=-1,
         )
 
+    weights = class_weights(data) if weighted else None
+    by_index = None
+    if weights is not None:
+        by_index = tf.constant([weights[i] for i in range(len(weights))], dtype=tf.float32)
+
     def prepare(features: Any, label: Any) -> Any:
         ready = dict(features)
         for name in numeric:
@@ -170,7 +262,10 @@ def _prepare_fn(data: TrainingData, tf: Any) -> Callable[[Any, Any], Any]:
             return ready, tf.cast(label, tf.float32)
         if label.dtype == tf.bool:
             label = tf.cast(label, tf.int64)
-        return ready, table.lookup(tf.cast(label, table.key_dtype))
+        index = table.lookup(tf.cast(label, table.key_dtype))
+        if by_index is None:
+            return ready, index
+        return ready, index, tf.gather(by_index, index)
 
     return prepare
 
