@@ -8,8 +8,9 @@ other failure are one line too (``SQLFEED_DEBUG=1`` shows the traceback of the l
 Each command group lives in its own module, which adds its parsers (``register``) with
 their handler: :mod:`~sqlfeed.cli.query` (plan, count, sample), :mod:`~sqlfeed.cli.export`,
 :mod:`~sqlfeed.cli.statistics` (stats), :mod:`~sqlfeed.cli.jobs` (job, worker),
-:mod:`~sqlfeed.cli.scratch` (scratch), :mod:`~sqlfeed.cli.shardsets` (reshard, shardset)
-and :mod:`~sqlfeed.cli.demo`; what they share is in :mod:`~sqlfeed.cli.common` and
+:mod:`~sqlfeed.cli.scratch` (scratch), :mod:`~sqlfeed.cli.shardsets` (reshard, shardset),
+:mod:`~sqlfeed.cli.ml` (train, evaluate, model), :mod:`~sqlfeed.cli.sqlflow` (sql) and
+:mod:`~sqlfeed.cli.demo`; what they share is in :mod:`~sqlfeed.cli.common` and
 :mod:`~sqlfeed.cli.checks`; running a handler (its errors as one line) is
 :mod:`~sqlfeed.cli.run`.
 
@@ -74,6 +75,29 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
                 "shuffle or sort a query's rows into a new shardset of a target shard size",
             ),
             ("shardset", "validate or describe a dataset of shardsets"),
+        ),
+    ),
+    (
+        "ml",
+        (
+            ("train", "train a model on a SELECT's rows: one folder with its preprocessing inside"),
+            (
+                "evaluate",
+                "a model's metrics on its validation split or on a SELECT, beside a baseline",
+            ),
+            (
+                "model",
+                "show what a model folder holds: task, features and transforms, metrics, SQL",
+            ),
+        ),
+    ),
+    (
+        "sqlflow",
+        (
+            (
+                "sql",
+                "train or evaluate from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT",
+            ),
         ),
     ),
     ("demo", (("demo", "run the main job end to end on an embedded DuckDB"),)),
