@@ -37,6 +37,7 @@ from tests.helpers.engines import TYPES, DuckDBEngine, Engine
 __all__ = [
     "DATASETS",
     "KINDS",
+    "Parity",
     "Table",
     "column_types",
     "drop_table",
@@ -44,6 +45,7 @@ __all__ = [
     "load_table",
     "loaded",
     "manifest_frames",
+    "parity",
     "read_frame",
     "sanitize",
     "sklearn_baseline",
@@ -384,8 +386,9 @@ def sklearn_baseline(
         seed: The boosted trees' ``random_state``.
 
     Returns:
-        ``{"rows": validation rows}`` plus ``accuracy`` (classification), ``auc`` (binary,
-        ROC AUC of ``predict_proba``) or ``r2`` (regression).
+        ``{"rows": validation rows}`` plus ``accuracy`` (classification), ``roc_auc``
+        (binary, of ``predict_proba``) or ``r2`` (regression): the names of
+        :mod:`sqlfeed.ml.metrics`.
 
     Raises:
         ValueError: An unknown ``kind``.
@@ -411,5 +414,99 @@ def sklearn_baseline(
     result["accuracy"] = float(metrics.accuracy_score(truth, predicted))
     if probabilities is not None:
         positive = model.classes_[1]
-        result["auc"] = float(metrics.roc_auc_score(truth == positive, probabilities[:, 1]))
+        result["roc_auc"] = float(metrics.roc_auc_score(truth == positive, probabilities[:, 1]))
+    return result
+
+
+ACCURACY_ROWS = 2
+"""Accuracy goal: at most this many validation rows worse than scikit-learn..."""
+ACCURACY_MARGIN = 0.02
+"""... or this fraction, whichever is larger."""
+AUC_MARGIN = 0.01
+"""Binary ROC AUC goal: at most this much below scikit-learn's."""
+R2_MARGIN = 0.05
+"""Regression R² goal: at most this much below scikit-learn's."""
+BASELINE_OF = {"linear": "linear", "dnn": "linear", "wide_deep": "linear", "gbdt": "hgb"}
+"""The scikit-learn baseline (:func:`sklearn_baseline`'s kind) a sqlfeed family is held to."""
+
+
+@dataclass(frozen=True)
+class Parity:
+    """One metric of sqlfeed beside scikit-learn's, each the mean over seeds.
+
+    Attributes:
+        metric: ``accuracy``, ``roc_auc`` or ``r2``.
+        ours: sqlfeed's mean.
+        theirs: scikit-learn's mean (on exactly the same rows).
+        margin: How far below ``theirs`` ``ours`` may be.
+        rows: The validation rows.
+        low: sqlfeed's lowest over the seeds.
+        high: sqlfeed's highest over the seeds.
+    """
+
+    metric: str
+    ours: float
+    theirs: float
+    margin: float
+    rows: int
+    low: float
+    high: float
+
+    @property
+    def met(self) -> bool:
+        """sqlfeed is at most :attr:`margin` below scikit-learn (better is fine)."""
+        return self.ours >= self.theirs - self.margin - 1e-12
+
+    @property
+    def rows_behind(self) -> float | None:
+        """For accuracy: how many validation rows fewer sqlfeed gets right (mean)."""
+        return (self.theirs - self.ours) * self.rows if self.metric == "accuracy" else None
+
+    def line(self) -> str:
+        """``met: accuracy 0.9643 vs sklearn 0.9732 (0.9 rows behind; goal >= ...)``."""
+        behind = self.rows_behind
+        rows = f", {behind:+.1f} rows behind" if behind is not None else ""
+        return (
+            f"{'met' if self.met else 'MISSED'}: {self.metric} {self.ours:.4f} "
+            f"[{self.low:.4f}..{self.high:.4f}] vs sklearn {self.theirs:.4f} "
+            f"(difference {self.ours - self.theirs:+.4f}{rows}; goal >= "
+            f"{self.theirs - self.margin:.4f})"
+        )
+
+
+def parity(
+    task: str, ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, float]]
+) -> list[Parity]:
+    """sqlfeed's metrics held to scikit-learn's, each side's mean over the seeds.
+
+    Args:
+        task: ``binary``, ``multiclass`` or ``regression``.
+        ours: One ``sqlfeed.ml.evaluate`` result per seed.
+        theirs: One :func:`sklearn_baseline` result per seed, on the same rows.
+
+    Returns:
+        One :class:`Parity` per metric of the task: accuracy (within max(2 rows, 0.02))
+        and ROC AUC (within 0.01, binary), or R² (within 0.05).
+
+    Raises:
+        ValueError: No seeds, or the two sides scored different row counts.
+    """
+    if not ours or len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} sqlfeed results for {len(theirs)} sklearn results")
+    rows = {int(r["rows"]) for r in ours} | {int(r["rows"]) for r in theirs}
+    if len(rows) != 1:
+        raise ValueError(f"sqlfeed and sklearn scored different row counts: {sorted(rows)}")
+    count = rows.pop()
+    if task == "regression":
+        margins = {"r2": R2_MARGIN}
+    else:
+        margins = {"accuracy": max(ACCURACY_ROWS / count, ACCURACY_MARGIN)}
+        if task == "binary":
+            margins["roc_auc"] = AUC_MARGIN
+    result = []
+    for metric, margin in margins.items():
+        values = [float(r[metric]) for r in ours]
+        mean = sum(values) / len(values)
+        baseline = sum(float(r[metric]) for r in theirs) / len(theirs)
+        result.append(Parity(metric, mean, baseline, margin, count, min(values), max(values)))
     return result
