@@ -60,7 +60,8 @@ Three ways to split the work:
   per-pipeline dataset built by :func:`input_fn`.
 
 Resuming: :func:`FeedCheckpoint` is a Keras callback that saves the feed's position with
-each model checkpoint (beside ``keras.callbacks.BackupAndRestore``) and restores it on
+each model checkpoint (beside :func:`BackupAndRestore`, Keras's callback with the epoch of
+a checkpoint counted right after a restore) and restores it on
 ``fit``, so a restarted training sees exactly the rows it had not (static mode; a job's
 feed records a checkpoint of the job instead, see :meth:`sqlfeed.dispatch.Worker.checkpoint`).
 
@@ -78,7 +79,7 @@ TensorFlow is imported only when a dataset is built; without it,
 
 from __future__ import annotations
 
-from sqlfeed.tf.checkpoint import FeedCheckpoint
+from sqlfeed.tf.checkpoint import BackupAndRestore, FeedCheckpoint
 from sqlfeed.tf.feed import AUTOTUNE, Feed, dataset, distributed_dataset, input_fn
 from sqlfeed.tf.types import FLOAT_DTYPES, MASK_SUFFIX, TIME_UNITS, ColumnMapping, column_mappings
 
@@ -87,6 +88,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "MASK_SUFFIX",
     "TIME_UNITS",
+    "BackupAndRestore",
     "ColumnMapping",
     "Feed",
     "FeedCheckpoint",

@@ -1,8 +1,9 @@
 """A Keras callback that saves the feed's position with each model checkpoint and restores it.
 
-Owns :func:`FeedCheckpoint`. It writes ``sqlfeed_feed_state.json`` into a directory
-(give it the ``keras.callbacks.BackupAndRestore`` backup directory, with the same
-``save_freq``, and list it *before* that callback): at every save, one entry keyed by the
+Owns :func:`FeedCheckpoint` and :func:`BackupAndRestore`. It writes
+``sqlfeed_feed_state.json`` into a directory (give it the ``BackupAndRestore`` backup
+directory, with the same ``save_freq``, and list it *before* that callback): at every
+save, one entry keyed by the
 training step Keras records, holding the feed's state after the batches the model
 trained on. On ``fit`` it restores the entry of the step the model was restored to (read
 from ``BackupAndRestore``'s ``training_metadata.json``; without one, the newest entry), so
@@ -14,6 +15,12 @@ A restored ``fit`` starts with the rest of an epoch, and Keras takes the number 
 of every epoch from the first one when the dataset's cardinality is unknown (as a feed's
 is): the later epochs would be cut to that rest. At the end of that first epoch the
 callback makes Keras count the next epoch's steps again (:func:`_recount_steps`).
+
+Keras 3's own ``BackupAndRestore`` records the epoch of a checkpoint as 0 for the rest of
+an epoch k >= 1 it restored into (its epoch count moves only at an epoch's end), so a
+training killed twice, the second time in such a rest, finds no feed state of "epoch 0"
+(or, worse, an old one); :func:`BackupAndRestore` is Keras's callback with the epoch it
+records counted from the epoch that runs: use it beside :func:`FeedCheckpoint`.
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ from typing import Any
 
 from dialects import InvalidArgumentError, MissingDependencyError
 
-__all__ = ["STATE_FILE", "FeedCheckpoint"]
+__all__ = ["STATE_FILE", "BackupAndRestore", "FeedCheckpoint"]
 
 STATE_FILE = "sqlfeed_feed_state.json"
 """The file the callback keeps its entries in."""
 
 _KERAS_METADATA = "training_metadata.json"
 _CLASS: list[Any] = []
+_BACKUP: list[Any] = []
 
 
 def FeedCheckpoint(
@@ -74,6 +82,31 @@ def FeedCheckpoint(
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
         raise InvalidArgumentError(f"keep must be an integer >= 2, not {keep!r}")
     return _callback_class()(feed, Path(directory), save_freq, keep, rewind)
+
+
+def BackupAndRestore(backup_dir: str | os.PathLike[str], **options: Any) -> Any:
+    """``keras.callbacks.BackupAndRestore(backup_dir, **options)`` that records, in every
+    checkpoint, the epoch that is running (Keras 3 records 0 for the rest of a restored
+    epoch k >= 1; see the module docstring). List it after :func:`FeedCheckpoint`.
+
+    Raises:
+        MissingDependencyError: Keras is not installed.
+    """
+    if not _BACKUP:
+        try:
+            import keras
+        except ImportError:
+            raise MissingDependencyError(
+                "Keras callbacks need Keras: pip install 'sqlfeed[tf]'"
+            ) from None
+
+        class _BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                super().on_epoch_begin(epoch, logs)
+                self._current_epoch = epoch
+
+        _BACKUP.append(_BackupAndRestore)
+    return _BACKUP[0](str(backup_dir), **options)
 
 
 def _callback_class() -> Any:
