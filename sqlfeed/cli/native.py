@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -46,12 +47,18 @@ def terminal() -> TextIO | None:
     return sys.stderr if isatty is not None and isatty() else None
 
 
+_NATIVE_LOG = re.compile(
+    r"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]"  # glog/absl: I0000 00:00:... x.cc:1]
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|To enable the following instructions: .* rebuild TensorFlow)"
+)
+"""TensorFlow's native start-up lines, written to descriptor 2 whatever its log level."""
 _PANIC_START = "panicked at "
 _PANIC_END = "note: "
 
 
 def drop_panic_reports(lines: Iterable[str]) -> Iterator[str]:
-    """``lines`` without Rust panic reports.
+    """``lines`` without Rust panic reports and TensorFlow's native log lines.
 
     A report starts with ``thread '...' panicked at ...`` and ends with its ``note: ...``
     line (or just before a line of sqlfeed's own, if it has no note).
@@ -61,10 +68,17 @@ def drop_panic_reports(lines: Iterable[str]) -> Iterator[str]:
     ...     "stack backtrace:\\n", "   0: f\\n", "note: run with RUST_BACKTRACE=1\\n", "\\n",
     ...     "sqlfeed: engine error: division by zero\\n"]))
     ['sqlfeed: engine error: division by zero\\n']
+    >>> list(drop_panic_reports([
+    ...     "WARNING: All log messages before absl::InitializeLog() is called are written\\n",
+    ...     "I0000 00:00:1795696287.881569   10331 port.cc:153] oneDNN custom operations\\n",
+    ...     "sqlfeed: done\\n"]))
+    ['sqlfeed: done\\n']
     """
     in_report = after_report = False
     held = 0  # blank lines held back: Rust prints one before a report too
     for line in lines:
+        if _NATIVE_LOG.match(line):
+            continue
         if not line.strip() and not in_report:
             if not after_report:
                 held += 1
