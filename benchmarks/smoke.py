@@ -57,6 +57,7 @@ SMOKES: dict[str, tuple[str, ...]] = {
     "partition_overhead": (),
     "tiebreak": (),
     "tpc_queries": (),
+    "accuracy": (),
 }
 """Every benchmark and the arguments its smoke run adds to ``--smoke`` (the longest first,
 so two at a time finish together)."""
@@ -72,6 +73,7 @@ LEFT_OUT: dict[str, tuple[str, ...]] = {
         "sqlite-*",
     ),
     "scale_out": ("--only", "dask-*"),
+    "accuracy": ("--families", "gbdt"),
     "tf_feed": ("--only", "sqlfeed-duckdb", "memory-generator"),
     "torch_feed": ("--only", "sqlfeed-duckdb", "memory-batches"),
 }
