@@ -55,22 +55,30 @@ WORKER = "worker"
 """Replica ``i``'s worker is ``worker/i``."""
 
 
-def tensorflow_devices(replicas: int) -> tuple[Any, list[str], str]:
+def tensorflow_devices(
+    replicas: int, what: str = "sqlfeed.ml's Keras models"
+) -> tuple[Any, list[str], str]:
     """TensorFlow, the devices of ``replicas`` replicas and what they are.
 
     GPUs when there are at least ``replicas``; else the CPU split into ``replicas``
     logical devices, if TensorFlow is not initialised yet. The list is empty when neither
     is possible (the caller falls back to one model).
+
+    Raises:
+        MissingDependencyError: TensorFlow is not installed (the message names ``what``
+            needs it, and the ``tf`` extra).
     """
     if "tensorflow" in sys.modules:
-        tf = require("tensorflow", "sqlfeed.ml's Keras models")
+        tf = require("tensorflow", what)
     else:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         with quiet_stderr():  # TensorFlow's C++ start-up lines ignore the log level
-            tf = require("tensorflow", "sqlfeed.ml's Keras models")
-    if len(tf.config.list_physical_devices("GPU")) >= replicas:
-        gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
-        return tf, gpus[:replicas], "GPUs"
+            tf = require("tensorflow", what)
+    with quiet_stderr():  # and its CUDA probe's, on a machine without a GPU
+        gpus = len(tf.config.list_physical_devices("GPU"))
+    if gpus >= replicas:
+        names = [device.name for device in tf.config.list_logical_devices("GPU")]
+        return tf, names[:replicas], "GPUs"
     cpus = tf.config.list_physical_devices("CPU")
     with contextlib.suppress(RuntimeError):  # initialised already: its devices are fixed
         tf.config.set_logical_device_configuration(

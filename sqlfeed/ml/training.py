@@ -300,7 +300,7 @@ def _printer(keras: Any, say: Callable[[str], None], epochs: int, rows: int) -> 
             shown = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items())
             if epochs <= 20 or (epoch + 1) % max(1, epochs // 10) == 0 or epoch + 1 == epochs:
                 say(
-                    f"epoch {epoch + 1}/{epochs}: {seconds:.1f}s, "
+                    f"epoch {epoch + 1}/{epochs} done in {seconds:.1f}s, "
                     f"{rows / max(seconds, 1e-9):,.0f} rows/s  {shown}"
                 )
 
