@@ -10,7 +10,8 @@ under sanitized names (lowercase, ``[a-z0-9_]``) and the label column.
 set into any engine of :mod:`tests.helpers.engines` under a unique table name
 (:func:`loaded` drops them again); :func:`manifest_frames` reads back, with the engine's
 own driver, exactly the rows of a trained model's two SQL texts; :func:`sklearn_baseline`
-trains and scores scikit-learn on them::
+trains and scores scikit-learn on them, and :func:`parity` holds sqlfeed's metrics to
+scikit-learn's (the goals of issue #26)::
 
     with loaded(engine, "iris") as tables:
         model = sqlfeed.ml.train(f"SELECT * FROM {tables['iris'].sql_name}", source, ...)
@@ -35,8 +36,13 @@ import pandas as pd
 from tests.helpers.engines import TYPES, DuckDBEngine, Engine
 
 __all__ = [
+    "ACCURACY_MARGIN",
+    "ACCURACY_ROWS",
+    "AUC_MARGIN",
+    "BASELINE_OF",
     "DATASETS",
     "KINDS",
+    "R2_MARGIN",
     "Parity",
     "Table",
     "column_types",
