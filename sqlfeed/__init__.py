@@ -70,7 +70,7 @@ _ERRORS = (
 _HOMES: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "sqlfeed.errors"),
     **dict.fromkeys(("Dialect", "dialect_for", "get_dialect"), "dialects"),
-    **dict.fromkeys(("dask", "ray", "tf", "torch"), ""),  # the subpackages themselves
+    **dict.fromkeys(("dask", "ml", "ray", "tf", "torch"), ""),  # the subpackages themselves
     "Feeder": "sqlfeed.dispatch.feeder",
     "Progress": "sqlfeed.feed.feeder",
     "compute_stats": "sqlfeed.feed.statistics",

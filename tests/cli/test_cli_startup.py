@@ -82,9 +82,12 @@ def test_a_command_imports_its_own_module_only() -> None:
 def test_every_public_name_resolves_and_the_heavy_ones_stay_lazy() -> None:
     for name in sqlfeed.__all__:
         assert getattr(sqlfeed, name) is not None, name
-    assert {"tf", "torch", "ray", "dask"} <= set(dir(sqlfeed))
+    assert {"tf", "torch", "ray", "dask", "ml"} <= set(dir(sqlfeed))
     loaded = _modules_after("import sqlfeed\nfrom sqlfeed import *\nsqlfeed.plan, sqlfeed.Feeder")
-    assert not {"tensorflow", "torch", "dask", "ray"} & loaded
+    assert not {"tensorflow", "torch", "dask", "ray", "sqlfeed.ml", "xgboost"} & loaded
+    loaded = _modules_after("import sqlfeed\nsqlfeed.ml.TrainOptions")
+    assert "sqlfeed.ml.options" in loaded
+    assert not {"tensorflow", "keras", "xgboost"} & loaded
 
 
 def test_dataset_urls_open_after_a_lazy_import(tmp_path: object) -> None:
