@@ -4,7 +4,7 @@ A training split small enough to keep (:data:`CACHE_ROWS` rows) is read once, ke
 memory and reshuffled row by row every epoch; a larger one is read from the database every
 epoch through :class:`sqlfeed.tf.Feed`, shuffled by partition order and a row buffer. With
 ``checkpoint_dir`` the feed is always read (never cached) and its position is saved with the
-model's weights (:func:`sqlfeed.tf.FeedCheckpoint` before Keras's ``BackupAndRestore``): a
+model's weights (:func:`sqlfeed.tf.FeedCheckpoint` before :func:`sqlfeed.tf.BackupAndRestore`): a
 training killed and run again resumes in the same epoch, at the same batch, and every row is
 seen once per epoch across the kill.
 """
@@ -88,9 +88,11 @@ def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
             label_scale=data.label_scale,
             options=opts,
         )
+    validation: dict[str, Any] = {}
     if replicas is None:
         train, callbacks, how = _training_input(data, tf, keras)
         weights = class_weights(data)
+        validation = _validation_input(data, tf, epochs)
     else:  # class weights are sample weights of the replicas' input pipelines
         train, callbacks, how = (
             replicas.dataset,
@@ -117,6 +119,7 @@ def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
                 callbacks=[*callbacks, printer],
                 class_weight=weights,
                 shuffle=False,  # the input pipeline shuffles
+                **validation,
             )
         seconds = time.perf_counter() - started
         fitted = Fitted(opts.family, model, epochs, seconds)
@@ -150,7 +153,7 @@ def _replica_callbacks(data: TrainingData, replicas: ReplicaInput, keras: Any) -
     every = _save_every(data)
     return [
         sqlfeed_tf.FeedCheckpoint(replicas.feeds, folder, save_freq=every),
-        keras.callbacks.BackupAndRestore(str(folder), save_freq=every),
+        sqlfeed_tf.BackupAndRestore(folder, save_freq=every),
     ]
 
 
@@ -220,9 +223,26 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
     every = _save_every(data)
     callbacks = [
         sqlfeed_tf.FeedCheckpoint(feed, folder, save_freq=every),
-        keras.callbacks.BackupAndRestore(str(folder), save_freq=every),
+        sqlfeed_tf.BackupAndRestore(folder, save_freq=every),
     ]
     return train, callbacks, f"checkpointed in {folder} every {every} steps"
+
+
+def _validation_input(data: TrainingData, tf: Any, epochs: int) -> dict[str, Any]:
+    """``fit``'s validation keywords: a training split kept in memory is scored on the
+    validation split (kept too) about ten times in all, at the epochs the progress shows;
+    a larger one only once trained (by :func:`sqlfeed.ml.evaluate`'s exact metrics)."""
+    if data.options.checkpoint_dir is not None or data.rows["training"] > CACHE_ROWS:
+        return {}
+    common = _column_options(data)
+    read = sqlfeed_tf.dataset(data.validation_sql, data.source, batch_size=8192, **common)
+    validation = read.map(_prepare_fn(data, tf)).cache()
+    return {"validation_data": validation, "validation_freq": _shown_every(epochs)}
+
+
+def _shown_every(epochs: int) -> int:
+    """Progress shows (and small trainings validate) every this many epochs."""
+    return 1 if epochs <= 20 else max(1, epochs // 10)
 
 
 def _save_every(data: TrainingData) -> int:
@@ -298,7 +318,7 @@ def _printer(keras: Any, say: Callable[[str], None], epochs: int, rows: int) -> 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             seconds = time.perf_counter() - self.started
             shown = "  ".join(f"{k} {float(v):.4f}" for k, v in (logs or {}).items())
-            if epochs <= 20 or (epoch + 1) % max(1, epochs // 10) == 0 or epoch + 1 == epochs:
+            if (epoch + 1) % _shown_every(epochs) == 0 or epoch + 1 == epochs:
                 say(
                     f"epoch {epoch + 1}/{epochs} done in {seconds:.1f}s, "
                     f"{rows / max(seconds, 1e-9):,.0f} rows/s  {shown}"

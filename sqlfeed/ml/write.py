@@ -100,9 +100,10 @@ def _headline(metrics: dict[str, Any]) -> str:
     shown = [f"{k} {metrics[k]:.4f}" for k in keys if isinstance(metrics.get(k), (int, float))]
     base = metrics.get("baseline") or {}
     first = next((k for k in keys if isinstance(base.get(k), (int, float))), None)
+    text = ", ".join(shown)
     if first:
-        shown.append(f"(baseline {first} {base[first]:.4f})")
-    return ", ".join(shown) + f" on {metrics.get('rows', 0):,} rows"
+        text += f" (baseline {first} {base[first]:.4f})"
+    return text + f" on {metrics.get('rows', 0):,} rows"
 
 
 def fingerprint(text: str) -> str:
