@@ -44,6 +44,7 @@ NOT_BENCHMARKS = frozenset({"common", "harness", "smoke"})
 SMOKES: dict[str, tuple[str, ...]] = {
     "tpch": (),
     "tf_feed": (),
+    "train": (),
     "peers": (),
     "stats": ("--no-warm-up",),
     "read_throughput": (),
