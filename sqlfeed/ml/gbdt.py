@@ -466,6 +466,7 @@ def _params(
     max_depth: int,
     learning_rate: float | None,
     seed: int,
+    min_child_weight: float | None = None,
 ) -> dict[str, Any]:
     """XGBoost's training parameters (checked)."""
     if task not in OBJECTIVES:
@@ -480,6 +481,8 @@ def _params(
         "learning_rate": float(rate),
         "seed": check_int(seed, "seed", 0),
     }
+    if min_child_weight is not None:
+        params["min_child_weight"] = float(min_child_weight)
     if task == "regression":
         if classes is not None:
             raise InvalidArgumentError("regression has no classes: pass classes=None")
@@ -508,6 +511,7 @@ def train_gbdt(
     class_weight: Mapping[Any, float] | None = None,
     batch_size: int = PAGE_ROWS,
     progress: Callable[[str], None] | None = None,
+    min_child_weight: float | None = None,
 ) -> GbdtModel:
     """Train boosted trees on the rows of ``training_sql``, read by the Feeder.
 
@@ -526,6 +530,7 @@ def train_gbdt(
         max_depth: the deepest a tree grows.
         learning_rate: the shrinkage of each tree (None: :data:`DEFAULT_LEARNING_RATE`).
         seed: XGBoost's random seed.
+        min_child_weight: XGBoost's least hessian sum in a leaf (None: XGBoost's 1).
         class_weight: the weight of each class's rows (label value -> weight; classes not
             named weigh 1).
         batch_size: rows handed to XGBoost at a time (at least :data:`PAGE_ROWS`).
@@ -541,7 +546,7 @@ def train_gbdt(
         MissingDependencyError: XGBoost is not installed.
     """
     xgb = xgboost_module()
-    params = _params(task, classes, max_depth, learning_rate, seed)
+    params = _params(task, classes, max_depth, learning_rate, seed, min_child_weight)
     rounds = check_int(trees, "trees", 1)
     if not features:
         raise InvalidArgumentError("the gbdt family needs at least one feature")

@@ -347,12 +347,32 @@ def fit_gbdt(data: TrainingData, say: Callable[[str], None]) -> Fitted:
         seed=opts.seed,
         class_weight=None if weights is None else {data.classes[i]: w for i, w in weights.items()},  # type: ignore[index]
         progress=say,
+        min_child_weight=_min_child_weight(data),
     )
     seconds = time.perf_counter() - started
     passes = sum(model.training_passes)
     fitted = Fitted("gbdt", model, opts.trees, seconds, dict(model.history))
     fitted.rows_per_second = passes / seconds if seconds else 0.0
     return fitted
+
+
+LEAF_ROWS = 20
+"""``gbdt``: about this many rows in a leaf at least, as scikit-learn's
+HistGradientBoosting's ``min_samples_leaf`` (which the accuracy parity is measured against)."""
+
+
+def _min_child_weight(data: TrainingData) -> float | None:
+    """XGBoost's ``min_child_weight`` (a hessian sum) worth :data:`LEAF_ROWS` rows: each row
+    weighs 1 in a regression and q(1 - q) in a binary task (q the training share of the
+    second class); a multiclass task keeps XGBoost's default (its per-class hessians are
+    small, and a row count made of them overconstrains the trees)."""
+    if data.task == "regression":
+        return float(LEAF_ROWS)
+    if data.task == "binary" and data.classes:
+        counts = [data.class_counts[str(c)] for c in data.classes]
+        q = counts[1] / sum(counts)
+        return LEAF_ROWS * q * (1 - q)
+    return None
 
 
 def _quiet_tensorflow() -> None:

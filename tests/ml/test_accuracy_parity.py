@@ -62,13 +62,7 @@ CASES: list[tuple[str, str, str, tuple[int, ...]]] = [
 ]
 """(data set, family, engine, seeds) of the parity test: each family, each task, strings
 and NULLs, both engines; the rest (digits, 5 seeds) in ``benchmarks/accuracy.py``."""
-MISSED = {
-    ("breast_cancer", "gbdt", "postgres"): (
-        "gbdt's defaults (100 trees of depth 6, eta 0.1) get 3 of 112 validation rows fewer "
-        "right than HistGradientBoostingClassifier (accuracy 0.946 vs 0.973; the goal allows "
-        "2.24); a strict xfail: it fails once the goal holds, remove it then"
-    ),
-}
+MISSED: dict[tuple[str, ...], str] = {}
 """Cases that miss the goal today, and by how much."""
 
 PUBLISHED = {
