@@ -160,7 +160,7 @@ def _rows(case: Case) -> list[list[str]]:
                 f"{result.low:.4f}..{result.high:.4f}",
                 f"{result.theirs:.4f}",
                 f"{result.ours - result.theirs:+.4f}",
-                "-" if behind is None else f"{-behind:+.1f}",
+                "-" if behind is None else f"{-behind + 0.0:+.1f}",  # never -0.0
                 f"{seconds:.1f}",
                 "met" if result.met else "MISSED",
             ]
