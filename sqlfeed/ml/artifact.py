@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dialects.optional import require
 from sqlfeed.errors import InvalidArgumentError
@@ -31,6 +32,7 @@ from sqlfeed.feed.converter import Converter
 from sqlfeed.feed.tensors import MASK_SUFFIX, column_mappings
 from sqlfeed.ml.features import Feature, type_family
 from sqlfeed.ml.gbdt import GbdtModel
+from sqlfeed.ml.labels import class_indices, null_label_message
 from sqlfeed.ml.layers import layer_classes
 
 __all__ = [
@@ -154,40 +156,19 @@ class Model:
         return result
 
     def label_indices(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """The class index of each label value (classification) or the values as floats."""
+        """The class index of each label value (classification, matched by value on every
+        engine: :func:`sqlfeed.ml.labels.class_indices`) or the values as floats."""
+        if self.task != "regression":
+            return class_indices(column, self.classes or [], self.label)
         if column.null_count:
-            raise InvalidArgumentError(
-                f"the label {self.label!r} is NULL in {column.null_count} rows: filter them "
-                f"(WHERE {self.label} IS NOT NULL)"
-            )
-        values = column.to_pylist()
-        if self.task == "regression":
-            return np.asarray(values, dtype=np.float64)
-        index = {_class_key(c): i for i, c in enumerate(self.classes or [])}
-        try:
-            return np.fromiter((index[_class_key(v)] for v in values), np.int64, len(values))
-        except KeyError as err:
-            raise InvalidArgumentError(
-                f"the label {self.label!r} holds {err.args[0]!r}, which is not one of the "
-                f"model's classes ({', '.join(map(repr, self.classes or []))})"
-            ) from None
-
-
-def _class_key(value: Any) -> Any:
-    """Label values compared as the manifest keeps them (JSON: a bool stays a bool)."""
-    if isinstance(value, (bool, np.bool_)):
-        return ("bool", bool(value))
-    if isinstance(value, (int, np.integer)):
-        return ("number", int(value))
-    if isinstance(value, float) and value.is_integer():
-        return ("number", int(value))
-    if isinstance(value, bytes):
-        return ("text", value.decode("utf-8", "replace"))
-    return ("text", str(value)) if isinstance(value, str) else ("other", value)
+            raise InvalidArgumentError(null_label_message(self.label, column.null_count))
+        return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False))
 
 
 def check_target(out: Path, overwrite: bool) -> None:
     """Refuse an existing ``out`` (unless ``overwrite``) before anything runs."""
+    if not out.exists():  # an overwrite killed between its renames: the old model back
+        recover(out)
     if out.exists() and not overwrite:
         raise InvalidArgumentError(
             f"{out} exists already: pass --overwrite (overwrite=True) to replace it, or "
@@ -206,9 +187,12 @@ def write_folder(out: Path, overwrite: bool, write: Callable[[Path], None]) -> N
     """Run ``write(folder)`` on a new folder beside ``out``, then rename it into place.
 
     Folders of earlier, killed trainings of the same target are removed first. With
-    ``overwrite`` the old model is moved aside, the new one renamed in, then the old one
-    removed: at every moment ``out`` is a whole model.
+    ``overwrite`` the old model is moved aside (``.<name>.old-*``), the new one renamed in,
+    then the old one removed: ``out`` is a whole model at every moment but between the two
+    renames, and a training killed there has its old model put back by
+    :func:`recover` (run by the next training of ``out`` and by :func:`load`).
     """
+    recover(out)
     for stale in out.parent.glob(f".{out.name}.partial-*"):
         shutil.rmtree(stale, ignore_errors=True)
     partial = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
@@ -227,6 +211,16 @@ def write_folder(out: Path, overwrite: bool, write: Callable[[Path], None]) -> N
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def recover(out: Path) -> None:
+    """Put back the old model of an ``overwrite`` killed between its two renames (``out``
+    missing, its ``.<name>.old-*`` there); with ``out`` whole, remove stale old ones."""
+    olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if not out.exists() and olds:
+        os.replace(olds.pop(), out)
+    for old in olds:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -255,6 +249,8 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         InvalidArgumentError: not a model folder, or one of another format version.
     """
     folder = Path(path)
+    if not folder.exists():  # an overwrite killed between its renames: the old model back
+        recover(folder)
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise InvalidArgumentError(

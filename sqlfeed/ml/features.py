@@ -10,7 +10,9 @@ columns: nothing is derived again at evaluation or prediction.
 Refused, each with one line saying what to do: a struct, map, list, union, interval or
 binary column as a feature; a text or integer column whose every row holds another value
 (an identifier: pass it as the split ``key`` or ``skip`` it). Dropped with a warning: a
-column with one value and no NULL, or only NULLs (it carries nothing).
+column with one value and no NULL, or only NULLs (it carries nothing). (An identifier:
+every row another text, or another integer of a range at most twice the rows, as row
+numbers are; an integer amount unique by chance is a feature.)
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class Feature:
     transform: dict[str, Any] = field(default_factory=dict)
     """numeric/time: ``mean``, ``std`` (1 for a constant), ``fill`` (the mean: what a NULL
     becomes before scaling, so NULL scales to 0) and ``mask`` (a 0/1 NULL indicator is a
-    feature too); numeric in ``wide_deep``: ``boundaries`` (quantiles); categorical:
+    feature too); ``gbdt``: ``mean`` and ``std`` (statistics only: a time is shifted by its
+    mean) and ``null`` (a NULL is XGBoost's missing value; the values are not scaled);
+    numeric in ``wide_deep``: ``boundaries`` (quantiles); categorical:
     ``vocabulary`` (top-k values, index 1...; 0 is every other value and NULL) and
     ``dtype`` (``string`` or ``int64``)."""
 
@@ -152,6 +156,7 @@ def _feature(
         and column.nulls == 0
         and column.distinct_exact
         and column.distinct == rows
+        and (kind == "string" or _dense(column, rows))
     ):
         raise InvalidArgumentError(
             f"column {name!r} holds another value in every row (an identifier, which a "
@@ -191,12 +196,23 @@ def _numeric(
     std = math.sqrt(variance) if variance and variance > 0 else 1.0
     family = "time" if kind in TICK_KINDS else "numeric"
     transform: dict[str, Any] = {"mean": mean, "std": std, "fill": mean, "mask": True}
+    if options.family == "gbdt":  # trees take the values as they are, NULL as missing
+        transform = {"mean": mean, "std": std, "null": "XGBoost's missing value; not scaled"}
     if family == "time":
         transform["unit"] = "days" if kind == "date" else "us"
     if options.family == "wide_deep":
         bounds = [fed_value(b, kind, "us") for b in column.boundaries if b is not None]
         transform["boundaries"] = sorted({float(b) for b in bounds if _finite(b)})
     return Feature(column.name, str(arrow_type), family, transform)
+
+
+def _dense(column: ColumnStats, rows: int) -> bool:
+    """Whether an integer column unique in every row looks like a row number (its values
+    span at most twice the rows): an amount or a count unique by chance is a feature."""
+    low, high = column.min, column.max
+    if not isinstance(low, int) or not isinstance(high, int):
+        return True
+    return high - low < 2 * rows
 
 
 def _finite(value: Any) -> bool:

@@ -50,6 +50,7 @@ from dialects.optional import require
 from sqlfeed.feed.feeder import PartitionFeeder, Progress
 from sqlfeed.feed.options import check_int
 from sqlfeed.io import connect
+from sqlfeed.ml.labels import class_indices
 
 if TYPE_CHECKING:
     import xgboost
@@ -292,21 +293,7 @@ class _Targets:
 
     def _class_index(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         assert self.classes is not None
-        try:
-            value_set = pa.array(self.classes).cast(column.type)
-            found = pc.index_in(column, value_set=value_set)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            raise InvalidArgumentError(
-                f"the label {self.label!r} is {column.type}, not the type of the model's "
-                f"classes ({', '.join(map(repr, self.classes))})"
-            ) from None
-        if found.null_count:
-            value = column.filter(pc.is_null(found))[0].as_py()
-            raise InvalidArgumentError(
-                f"the label {self.label!r} has the value {value!r}, not one of the classes "
-                f"({', '.join(map(repr, self.classes))}): filter it out in the SELECT"
-            )
-        return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+        return class_indices(column, self.classes, self.label)
 
 
 def _class_position(classes: Sequence[Any], key: Any) -> int | None:

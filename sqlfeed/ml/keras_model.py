@@ -37,6 +37,9 @@ from sqlfeed.ml.options import TrainOptions
 
 __all__ = ["CROSS_BINS", "ONE_HOT_MAX", "build_model", "input_dtypes"]
 
+OOV_TOKEN = "[sqlfeed:OOV]"
+"""The out-of-vocabulary token of a text lookup (Keras's ``[UNK]`` is a value a column may
+hold: a vocabulary starting with it would be taken as already holding the token)."""
 ONE_HOT_MAX = 64
 """Vocabularies up to this size are one-hot in ``dnn``; larger ones an embedding."""
 CROSS_BINS = 1024
@@ -118,7 +121,12 @@ def _lookup(keras: Any, feature: Feature) -> Any:
     vocabulary = feature.transform["vocabulary"]
     name = f"{feature.name}_lookup"
     if feature.transform["dtype"] == "string":
-        return keras.layers.StringLookup(vocabulary=list(vocabulary), num_oov_indices=1, name=name)
+        oov = OOV_TOKEN
+        while oov in vocabulary:  # a value spelled as the token must stay a value
+            oov += "_"
+        return keras.layers.StringLookup(
+            vocabulary=list(vocabulary), num_oov_indices=1, oov_token=oov, name=name
+        )
     return keras.layers.IntegerLookup(
         vocabulary=[int(v) for v in vocabulary], num_oov_indices=1, mask_token=None, name=name
     )
@@ -136,6 +144,8 @@ def _encode(
 def _tower(keras: Any, x: Any, options: TrainOptions) -> Any:
     for i, units in enumerate(options.hidden_units):
         x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+        if options.dropout:
+            x = keras.layers.Dropout(options.dropout, seed=options.seed, name=f"dropout_{i}")(x)
     return x
 
 

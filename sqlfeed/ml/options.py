@@ -12,8 +12,10 @@ from sqlfeed.errors import InvalidArgumentError
 
 __all__ = ["FAMILIES", "TASKS", "TrainOptions"]
 
-TASKS = ("auto", "binary", "multiclass", "regression")
-"""``auto``: chosen from the label's statistics (see :func:`sqlfeed.ml.train`)."""
+TASKS = ("auto", "binary", "multiclass", "regression", "classification")
+"""``auto``: chosen from the label's values (see :func:`sqlfeed.ml.train`);
+``classification``: binary or multiclass by the number of label values, never regression
+(SQLFlow's ``...Classifier`` models)."""
 FAMILIES = ("linear", "dnn", "wide_deep", "gbdt")
 """Keras 3 models (``linear``, ``dnn``, ``wide_deep``) and XGBoost's boosted trees."""
 DEFAULT_LEARNING_RATE = {"linear": 0.01, "dnn": 0.003, "wide_deep": 0.003, "gbdt": 0.1}
@@ -40,10 +42,14 @@ class TrainOptions:
     """How :func:`sqlfeed.ml.train` trains.
 
     Attributes:
-        task: ``auto``, ``binary``, ``multiclass`` or ``regression``.
+        task: ``auto`` (text and booleans, and integers of at most 20 values, are classes;
+            other numbers a regression), ``binary``, ``multiclass``, ``regression`` or
+            ``classification`` (binary or multiclass, never a regression).
         family: ``linear``, ``dnn`` (default), ``wide_deep`` or ``gbdt`` (XGBoost, the
             ``ml`` extra).
         hidden_units: the hidden layers of ``dnn`` and of the deep part of ``wide_deep``.
+        dropout: the share of units dropped after each hidden layer while training (0:
+            none).
         epochs: passes over the training split; None: enough for about 2,000 steps,
             between 3 and 200 (small tables get more passes).
         batch_size: rows per step.
@@ -82,6 +88,7 @@ class TrainOptions:
     task: str = "auto"
     family: str = "dnn"
     hidden_units: tuple[int, ...] = (64, 32)
+    dropout: float = 0.2
     epochs: int | None = None
     batch_size: int = 256
     learning_rate: float | None = None
@@ -126,6 +133,9 @@ class TrainOptions:
             _positive(self.learning_rate, "learning_rate", number=float)
         if isinstance(self.buckets, bool) or not isinstance(self.buckets, int) or self.buckets < 2:
             raise InvalidArgumentError(f"buckets must be an integer >= 2, not {self.buckets!r}")
+        drop = self.dropout
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
+            raise InvalidArgumentError(f"dropout must be a share in [0, 1), not {drop!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InvalidArgumentError(f"seed must be an integer, not {self.seed!r}")
         valid = self.validation

@@ -21,9 +21,9 @@ Model families: ``dnn``, ``linear``, ``wide_deep``, ``gbdt`` and SQLFlow's names
 (``DNNClassifier``, ``LinearRegressor``, ``DNNLinearCombinedClassifier``,
 ``BoostedTreesClassifier``, ``xgboost.gbtree``, ...; case aside). A ``...Regressor`` sets
 the task ``regression``. A ``...Classifier`` trains a classifier: with ``model.n_classes``
-the task is ``binary`` (2) or ``multiclass`` (more); without it the task is ``auto`` and
-:attr:`Statement.classifier` records that a regression is refused (the caller checks the
-label's type before training, see :meth:`Statement.check_label_type`).
+the task is ``binary`` (2) or ``multiclass`` (more); without it the task is
+``classification`` (binary or multiclass by the label's values, never a regression;
+:meth:`Statement.check_label_type` refuses a floating-point label before training).
 
 A model path is a quoted string or a name (``INTO m`` is the folder ``m``; a dotted name
 ``INTO models.m`` is the folder ``models.m``, as written).
@@ -128,14 +128,16 @@ class Statement:
         kind: ``train``, ``evaluate`` or ``predict``.
         select: the SELECT, the exact source text before ``TO``.
         family: the model family (``train``).
-        task: ``auto``, ``binary``, ``multiclass`` or ``regression`` (``train``).
+        task: ``auto``, ``binary``, ``multiclass``, ``regression`` or ``classification``
+            (``train``).
         options: TrainOptions field -> value, from WITH and COLUMN (``train``).
         label: the LABEL column (``train``, ``evaluate``).
         model_path: the model folder: INTO (``train``), after EVALUATE, USING (``predict``).
         into: ``evaluate``'s INTO table, if given.
         predict_column: ``predict``'s ``table.col`` or ``col``.
         classifier: a ``...Classifier`` name: a regression task is refused.
-        n_classes: ``model.n_classes`` when given (checked against the data by training).
+        n_classes: ``model.n_classes`` when given (it sets the task binary or multiclass,
+            which training checks against the label's values).
         metrics: ``evaluate``'s ``validation.metrics`` names, if given.
     """
 
@@ -540,7 +542,7 @@ class _Clause:
                 )
             statement.n_classes = count
             task = wanted
-        statement.task = "auto" if task == _CLASSIFIER else task
+        statement.task = "classification" if task == _CLASSIFIER else task
         statement.options = {name: value for name, (value, _) in settings.items()}
 
 

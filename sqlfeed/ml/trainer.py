@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from sqlfeed.errors import InvalidArgumentError
 from sqlfeed.feed.statistics import compute_stats
@@ -39,6 +40,7 @@ from sqlfeed.ml.artifact import Model, check_target
 from sqlfeed.ml.data import TrainingData, class_weights
 from sqlfeed.ml.evaluation import evaluate_sql
 from sqlfeed.ml.features import Feature, check_columns, choose_features
+from sqlfeed.ml.labels import is_number_class, null_label_message
 from sqlfeed.ml.options import TrainOptions
 from sqlfeed.ml.split import Split, split_sql
 from sqlfeed.ml.training import fit_gbdt, fit_keras
@@ -160,9 +162,7 @@ def _families(features: list[Feature]) -> str:
 def _label_counts(data: TrainingData) -> None:
     """Step 3: the label's values per split, the checks on them, the task and classes."""
     src, label = data.source, data.label
-    quoted = (
-        src.dialect.quote_identifier(label) if hasattr(src.dialect, "quote_identifier") else label
-    )
+    quoted = exp.column(label, quoted=True).sql(dialect=src.dialect.sqlglot_dialect)
     counts: dict[str, list[tuple[Any, int]]] = {}
     for split, sql in (("training", data.training_sql), ("validation", data.validation_sql)):
         table = src.arrow(
@@ -174,10 +174,7 @@ def _label_counts(data: TrainingData) -> None:
         )
     nulls = sum(n for split in counts.values() for v, n in split if v is None)
     if nulls:
-        raise InvalidArgumentError(
-            f"the label {label!r} is NULL in {nulls:,} rows: filter them in the SELECT "
-            f"(WHERE {label} IS NOT NULL)"
-        )
+        raise InvalidArgumentError(null_label_message(label, nulls, quoted))
     data.rows = {split: sum(n for _, n in pairs) for split, pairs in counts.items()}
     if not sum(data.rows.values()):
         raise InvalidArgumentError("the SELECT returns no rows: nothing to train on")
@@ -198,6 +195,29 @@ def _label_counts(data: TrainingData) -> None:
         values = sorted((v for v, _ in training), key=_order)
         data.classes = [_jsonable(v) for v in values]
         data.class_counts = {str(_jsonable(v)): n for v, n in training}
+        _check_classes(data, counts["validation"])
+
+
+def _check_classes(data: TrainingData, validation: list[tuple[Any, int]]) -> None:
+    """Numeric classes are whole numbers (matched by value on every engine), and every
+    validation label value is a training class (the model can only predict those)."""
+    classes = data.classes or []
+    numbers = [c for c in classes if is_number_class(c)]
+    fractional = [c for c in numbers if not float(c).is_integer()]
+    if fractional:
+        raise InvalidArgumentError(
+            f"the label {data.label!r} holds {fractional[0]!r}: a class label is text, a "
+            "boolean or a whole number; cast it in the SELECT, or train a regression"
+        )
+    known = {(_jsonable(v) if not is_number_class(v) else float(v)) for v in classes}
+    for value, rows in validation:
+        key = float(value) if is_number_class(_jsonable(value)) else _jsonable(value)
+        if key not in known:
+            raise InvalidArgumentError(
+                f"the label {data.label!r} is {value!r} in {rows:,} validation rows and in no "
+                "training row: the model could not predict it; filter it out in the SELECT, "
+                "or split by another key"
+            )
 
 
 def _task(task: str, label: str, label_type: pa.DataType, values: list[tuple[Any, int]]) -> str:
@@ -215,11 +235,12 @@ def _task(task: str, label: str, label_type: pa.DataType, values: list[tuple[Any
             f"the label {label!r} has one value ({values[0][0]!r}) in the training split: "
             "nothing to learn; check the SELECT's WHERE"
         )
-    if task == "auto":
-        if text or boolean or (integer and distinct <= AUTO_CLASSES):
-            task = "binary" if distinct == 2 else "multiclass"
-        else:
-            task = "regression"
+    if task == "classification" or (
+        task == "auto" and (text or boolean or (integer and distinct <= AUTO_CLASSES))
+    ):
+        task = "binary" if distinct == 2 else "multiclass"
+    elif task == "auto":
+        task = "regression"
     if task == "regression" and not number:
         raise InvalidArgumentError(
             f"regression needs a numeric label, and {label!r} is {label_type}: use task "

@@ -282,6 +282,8 @@ def _prepare_fn(data: TrainingData, tf: Any, *, weighted: bool = False) -> Calla
             return ready, tf.cast(label, tf.float32)
         if label.dtype == tf.bool:
             label = tf.cast(label, tf.int64)
+        elif label.dtype.is_floating:  # whole numbers (checked): matched as integers
+            label = tf.round(label)
         index = table.lookup(tf.cast(label, table.key_dtype))
         if by_index is None:
             return ready, index
@@ -295,16 +297,12 @@ def _label_dtype(data: TrainingData) -> Any:
     label_type = data.schema.field(data.label).type
     if pa.types.is_string(label_type) or pa.types.is_large_string(label_type):
         return tf.string
-    if pa.types.is_floating(label_type) or pa.types.is_decimal(label_type):
-        return tf.float64
-    return tf.int64
+    return tf.int64  # booleans as 0/1; doubles and decimals hold whole numbers (checked)
 
 
 def _label_key(value: Any, dtype: Any) -> Any:
     if dtype.name == "string":
         return str(value)
-    if dtype.name == "float64":
-        return float(value)
     return int(value)
 
 

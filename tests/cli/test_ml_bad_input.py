@@ -81,7 +81,7 @@ def test_null_labels_are_counted_with_the_filter(db: Path, tmp_path: Path) -> No
         tmp_path,
         ["--label", "ny"],
         "SELECT id, a, c, ny FROM t",
-        "the label 'ny' is NULL in 43 rows: filter them in the SELECT (WHERE ny IS NOT NULL)",
+        "the label 'ny' is NULL in 43 rows: filter them in the SELECT (WHERE \"ny\" IS NOT NULL)",
     )
 
 

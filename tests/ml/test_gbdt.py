@@ -279,7 +279,7 @@ def test_class_weight_raises_the_weighted_class(source: Any, binary: Any) -> Non
 
 
 def test_a_label_value_outside_the_classes_is_an_error_naming_it(source: Any) -> None:
-    with pytest.raises(InvalidArgumentError, match="has the value 'c', not one of the classes"):
+    with pytest.raises(InvalidArgumentError, match="holds 'c', which is not one of the model's classes"):
         train(source, "ym", "multiclass", ["a", "b", "z"], trees=1)
     with pytest.raises(InvalidArgumentError, match="'x' is NULL in 228 rows"):
         gbdt.train_gbdt(

@@ -21,7 +21,7 @@ def test_the_language_guides_train_statement() -> None:
     statement = parse_statement(IRIS)
     assert statement.kind == "train"
     assert statement.select == "SELECT * FROM iris"
-    assert (statement.family, statement.task, statement.classifier) == ("dnn", "auto", True)
+    assert (statement.family, statement.task, statement.classifier) == ("dnn", "classification", True)
     assert statement.label == "class"
     assert statement.model_path == "my_model"
     assert statement.options == {
@@ -80,13 +80,13 @@ def test_gbdt_keys_and_xgboost_names() -> None:
         ("LINEAR", "linear", "auto", False),
         ("Wide_Deep", "wide_deep", "auto", False),
         ("gbdt", "gbdt", "auto", False),
-        ("DNNClassifier", "dnn", "auto", True),
+        ("DNNClassifier", "dnn", "classification", True),
         ("dnnregressor", "dnn", "regression", False),
-        ("LinearClassifier", "linear", "auto", True),
+        ("LinearClassifier", "linear", "classification", True),
         ("LinearRegressor", "linear", "regression", False),
-        ("DNNLinearCombinedClassifier", "wide_deep", "auto", True),
+        ("DNNLinearCombinedClassifier", "wide_deep", "classification", True),
         ("DNNLinearCombinedRegressor", "wide_deep", "regression", False),
-        ("BoostedTreesClassifier", "gbdt", "auto", True),
+        ("BoostedTreesClassifier", "gbdt", "classification", True),
         ("BoostedTreesRegressor", "gbdt", "regression", False),
         ("XGBoost.GBTree", "gbdt", "auto", False),
     ],
