@@ -206,17 +206,24 @@ def test_every_pass_reads_every_training_row_exactly_once(
     for start in range(0, len(seen), rows):  # each pass: every row once
         assert sorted(seen[start : start + rows]) == ids
     assert model.validation_passes == []
-    assert model.matrix == gbdt.matrix_kind()
+    assert model.matrix == "QuantileDMatrix"  # 1,600 rows: held in memory, quantized
     assert any(f"{rows:,} rows read" in line for line in progress)
     assert progress[-1].startswith("gbdt: 5/5 trees")
 
 
-def test_the_external_memory_matrix_is_used_where_xgboost_has_it(binary: Any) -> None:
+def test_a_matrix_too_large_for_memory_goes_to_external_memory_where_xgboost_has_it(
+    source: Any, binary: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import xgboost
 
-    have = hasattr(xgboost, "ExtMemQuantileDMatrix")
-    assert binary.matrix == ("ExtMemQuantileDMatrix" if have else "QuantileDMatrix")
+    assert binary.matrix == "QuantileDMatrix"
     assert set(binary.validation_passes) == {400}
+    monkeypatch.setattr(gbdt, "IN_MEMORY_CELLS", 0)  # every matrix is "too large"
+    model = train(source, "yb", "binary", ["no", "yes"])
+    have = hasattr(xgboost, "ExtMemQuantileDMatrix")
+    assert model.matrix == ("ExtMemQuantileDMatrix" if have else "QuantileDMatrix")
+    rows = validation_rows(source)
+    assert np.allclose(model.predict_batch(rows), binary.predict_batch(rows), atol=0.05)
 
 
 def test_binary_predicts_the_positive_class_probability(source: Any, binary: Any) -> None:
@@ -279,7 +286,7 @@ def test_class_weight_raises_the_weighted_class(source: Any, binary: Any) -> Non
 
 
 def test_a_label_value_outside_the_classes_is_an_error_naming_it(source: Any) -> None:
-    with pytest.raises(InvalidArgumentError, match="holds 'c', which is not one of the model's classes"):
+    with pytest.raises(InvalidArgumentError, match="holds 'c', which is not one of the model's"):
         train(source, "ym", "multiclass", ["a", "b", "z"], trees=1)
     with pytest.raises(InvalidArgumentError, match="'x' is NULL in 228 rows"):
         gbdt.train_gbdt(

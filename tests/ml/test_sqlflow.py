@@ -21,7 +21,8 @@ def test_the_language_guides_train_statement() -> None:
     statement = parse_statement(IRIS)
     assert statement.kind == "train"
     assert statement.select == "SELECT * FROM iris"
-    assert (statement.family, statement.task, statement.classifier) == ("dnn", "classification", True)
+    assert (statement.family, statement.task) == ("dnn", "classification")
+    assert statement.classifier
     assert statement.label == "class"
     assert statement.model_path == "my_model"
     assert statement.options == {
