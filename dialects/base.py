@@ -495,6 +495,20 @@ def md5_hex_head(hex_digest: exp.Expr) -> exp.Expr:
     return exp.Substring(this=hex_digest, start=exp.Literal.number(1), length=exp.Literal.number(7))
 
 
+def conv_md5_head(text: exp.Expr) -> exp.Expr:
+    """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS BIGINT)``: the MD5 head of engines
+    whose ``CONV`` turns hex text into a number (MySQL/MariaDB, Spark/Hive)."""
+    decimal = exp.Anonymous(
+        this="CONV",
+        expressions=[
+            md5_hex_head(exp.MD5(this=text)),
+            exp.Literal.number(16),
+            exp.Literal.number(10),
+        ],
+    )
+    return exp.cast(decimal, exp.DataType.Type.BIGINT)
+
+
 def days_since_1970(column: exp.Expr) -> exp.Expr:
     """``CAST((date - DATE '1970-01-01') AS BIGINT)``: where a date minus a date is days."""
     epoch = exp.cast(exp.Literal.string("1970-01-01"), exp.DataType.Type.DATE)

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import MICROSECONDS, Dialect, QueueBounds, md5_hex_head
+from dialects.base import MICROSECONDS, Dialect, QueueBounds, conv_md5_head
 from dialects.catalog import SqlRunner
 
 
@@ -61,15 +61,7 @@ class MySQL(Dialect):
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
         """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS SIGNED)``: MD5 of the text's
         bytes in its character set (UTF-8 for utf8mb4 columns and sqlfeed's connections)."""
-        decimal = exp.Anonymous(
-            this="CONV",
-            expressions=[
-                md5_hex_head(exp.MD5(this=text)),
-                exp.Literal.number(16),
-                exp.Literal.number(10),
-            ],
-        )
-        return exp.cast(decimal, exp.DataType.Type.BIGINT)
+        return conv_md5_head(text)
 
     # -- catalog ------------------------------------------------------------------------
 

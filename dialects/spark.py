@@ -6,7 +6,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark as SqlglotSpark
 from sqlglot.generators.spark import SparkGenerator
 
-from dialects.base import Dialect, md5_hex_head
+from dialects.base import Dialect, conv_md5_head
 
 
 class SqlfeedSpark(SqlglotSpark):
@@ -35,15 +35,7 @@ class Spark(Dialect):
 
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
         """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS BIGINT)``."""
-        decimal = exp.Anonymous(
-            this="CONV",
-            expressions=[
-                md5_hex_head(exp.MD5(this=text)),
-                exp.Literal.number(16),
-                exp.Literal.number(10),
-            ],
-        )
-        return exp.cast(decimal, exp.DataType.Type.BIGINT)
+        return conv_md5_head(text)
 
     def bucket_of_hash(self, hashed: exp.Expr, m: int) -> exp.Expr:
         # pmod is Spark's non-negative modulo: one call instead of ((h % m) + m) % m.

@@ -331,6 +331,7 @@ def fit_gbdt(data: TrainingData, say: Callable[[str], None]) -> Fitted:
     opts = data.options
     started = time.perf_counter()
     weights = class_weights(data)
+    classes = data.classes or []
     model = train_gbdt(
         data.training_sql,
         data.validation_sql,
@@ -343,7 +344,7 @@ def fit_gbdt(data: TrainingData, say: Callable[[str], None]) -> Fitted:
         max_depth=opts.max_depth,
         learning_rate=opts.learning_rate,
         seed=opts.seed,
-        class_weight=None if weights is None else {data.classes[i]: w for i, w in weights.items()},  # type: ignore[index]
+        class_weight=None if weights is None else {classes[i]: w for i, w in weights.items()},
         progress=say,
         min_child_weight=_min_child_weight(data),
     )
