@@ -43,6 +43,12 @@ class TrainingData:
     notes: list[str] = field(default_factory=list)
     plan: Plan | None = None
     """The training split's plan (its fingerprint goes to the manifest)."""
+    fit_sql: str | None = None
+    """With early stopping: the part of the training split the model is fitted on."""
+    stop_sql: str | None = None
+    """With early stopping: the part of the training split kept out of fitting, scored
+    every epoch; the best epoch's weights are kept."""
+    stop_rows: int = 0
 
     @property
     def feature_names(self) -> list[str]:

@@ -147,7 +147,7 @@ def _feature(
         warnings.warn(
             f"column {name!r} holds {what} in the training split: it is left out",
             UserWarning,
-            stacklevel=4,
+            stacklevel=5,  # _feature, choose_features, prepare, train: the caller of train
         )
         return None
     if (

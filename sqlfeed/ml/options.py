@@ -51,7 +51,9 @@ class TrainOptions:
         dropout: the share of units dropped after each hidden layer while training (0:
             none).
         epochs: passes over the training split; None: enough for about 2,000 steps,
-            between 3 and 200 (small tables get more passes).
+            between 3 and 200 (small tables get more passes), and ``dnn``/``wide_deep`` on a
+            training split of up to 200,000 rows stop early: a fifth of the split (by the
+            same hash) is kept out and scored every epoch, the best epoch's weights kept.
         batch_size: rows per step.
         learning_rate: Adam's (Keras families) or XGBoost's ``eta``; None: the family's
             default (:data:`DEFAULT_LEARNING_RATE`).

@@ -45,7 +45,7 @@ from sqlfeed.io import connect
 from sqlfeed.sql import ParsedQuery, deterministic
 from sqlfeed.sql.frame import Frame
 
-__all__ = ["HASH_SCHEME", "Split", "bucket_expression", "split_sql"]
+__all__ = ["HASH_SCHEME", "Split", "band_sql", "bucket_expression", "split_sql"]
 
 HASH_SCHEME = "sqlfeed-split-1"
 """The name and version of the bucket scheme above, recorded in every :meth:`Split.rule`."""
@@ -203,6 +203,35 @@ def split_sql(query: str | ParsedQuery, source: Any, split: Split) -> tuple[str,
             unportable) key, or a text key or whole row on an engine without MD5.
         UnstableQueryError: the query may return other rows on another run.
     """
+    frame, bucket = _framed(query, source, split)
+    threshold = exp.Literal.number(split.threshold)
+    training = frame.with_condition(exp.GTE(this=bucket, expression=threshold))
+    validation = frame.with_condition(exp.LT(this=bucket.copy(), expression=threshold.copy()))
+    return frame.render(training), frame.render(validation)
+
+
+def band_sql(query: str | ParsedQuery, source: Any, split: Split, low: int, high: int) -> str:
+    """The SELECT of the query's rows whose bucket is in ``[low, high)`` (of the split's
+    ``buckets``; a NULL key's bucket is ``buckets``): a slice of a split's rows, e.g. the
+    part of the training split kept out of fitting for early stopping.
+
+    Raises:
+        InvalidArgumentError: as :func:`split_sql`, or a band outside ``[0, buckets]``.
+    """
+    if not 0 <= low < high <= split.buckets + 1:
+        raise InvalidArgumentError(
+            f"a band of buckets must be within [0, {split.buckets + 1}), not [{low}, {high})"
+        )
+    frame, bucket = _framed(query, source, split)
+    inside = exp.and_(
+        exp.GTE(this=bucket, expression=exp.Literal.number(low)),
+        exp.LT(this=bucket.copy(), expression=exp.Literal.number(high)),
+    )
+    return frame.render(frame.with_condition(inside))
+
+
+def _framed(query: str | ParsedQuery, source: Any, split: Split) -> tuple[Frame, exp.Expr]:
+    """The query's frame (stable, its output columns known) and the bucket expression."""
     owned = isinstance(source, str)
     src = connect(source)
     try:
@@ -217,11 +246,7 @@ def split_sql(query: str | ParsedQuery, source: Any, split: Split) -> tuple[str,
     frame = Frame.build(parsed, columns, pushdown=False)
     if frame.columns is None:  # the engine reported the names: never unknown here
         raise AssertionError("the split's frame does not know the query's output columns")
-    bucket = bucket_expression(split, frame.columns, columns, schema, engine)
-    threshold = exp.Literal.number(split.threshold)
-    training = frame.with_condition(exp.GTE(this=bucket, expression=threshold))
-    validation = frame.with_condition(exp.LT(this=bucket.copy(), expression=threshold.copy()))
-    return frame.render(training), frame.render(validation)
+    return frame, bucket_expression(split, frame.columns, columns, schema, engine)
 
 
 def bucket_expression(

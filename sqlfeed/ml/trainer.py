@@ -42,8 +42,14 @@ from sqlfeed.ml.evaluation import evaluate_sql
 from sqlfeed.ml.features import Feature, check_columns, choose_features
 from sqlfeed.ml.labels import is_number_class, null_label_message
 from sqlfeed.ml.options import TrainOptions
-from sqlfeed.ml.split import Split, split_sql
-from sqlfeed.ml.training import fit_gbdt, fit_keras
+from sqlfeed.ml.split import Split, band_sql, split_sql
+from sqlfeed.ml.training import (
+    MIN_STOP_ROWS,
+    STOP_SHARE,
+    early_stopping,
+    fit_gbdt,
+    fit_keras,
+)
 from sqlfeed.ml.write import write_model
 from sqlfeed.plans.planner import plan
 from stats.model import StatsSpec
@@ -122,6 +128,8 @@ def prepare(
     data = TrainingData(parsed.sql, src, label, opts, split, training_sql, validation_sql, schema)
     _label_counts(data)
     class_weights(data)  # a weight of an unknown label value: refused before training
+    if early_stopping(opts, data.rows["training"]):
+        _stopping_slice(data, parsed)
     say(
         f"split by {_split_text(split)}: {data.rows['training']:,} training rows, "
         f"{data.rows['validation']:,} validation rows; task {data.task}"
@@ -145,6 +153,22 @@ def prepare(
         f"{len(data.features)} features ({_families(data.features)})"
     )
     return data
+
+
+def _stopping_slice(data: TrainingData, parsed: Any) -> None:
+    """The training split cut in two by the same hash: a fifth kept out for early
+    stopping (the buckets just above the validation's), the rest fitted on; none when
+    that tenth would hold fewer than :data:`MIN_STOP_ROWS` rows."""
+    split, src = data.split, data.source
+    low = split.threshold
+    high = low + max(1, round(STOP_SHARE * (split.buckets - low)))
+    stop_sql = band_sql(parsed, src, split, low, high)
+    rows = src.arrow(f"SELECT COUNT(*) AS n FROM ({stop_sql}) AS q", what="row count")
+    count = int(rows.column(0)[0].as_py())
+    if count < MIN_STOP_ROWS or count >= data.rows["training"]:
+        return
+    data.stop_sql, data.stop_rows = stop_sql, count
+    data.fit_sql = band_sql(parsed, src, split, high, split.buckets + 1)
 
 
 def _split_text(split: Split) -> str:

@@ -30,6 +30,7 @@ from sqlfeed.feed.tensors import MASK_SUFFIX
 from sqlfeed.ml.data import TrainingData, class_weights
 from sqlfeed.ml.gbdt import train_gbdt
 from sqlfeed.ml.keras_model import build_model
+from sqlfeed.ml.options import TrainOptions
 from sqlfeed.ml.replicas import ReplicaInput, build_from_spec, job_lines, replica_input
 
 __all__ = ["CACHE_ROWS", "Fitted", "auto_epochs", "fit_gbdt", "fit_keras"]
@@ -40,6 +41,32 @@ SHUFFLE_ROWS = 65_536
 """The row shuffle buffer of a training split read every epoch."""
 TARGET_STEPS = 2_000
 """``epochs=None``: enough epochs for about this many steps (3 to 200 epochs)."""
+
+
+STOP_SHARE = 0.2
+"""Early stopping keeps this share of the training split out of fitting (a tenth: diabetes
+``dnn`` R² 0.54 against Ridge's 0.61; a fifth: 0.57)."""
+MIN_STOP_ROWS = 10
+"""Fewer rows kept out than this, and there is no early stopping."""
+PATIENCE_STEPS = 100
+"""Early stopping waits about this many steps (5 to 20 epochs) for a better loss."""
+
+
+def early_stopping(options: TrainOptions, training_rows: int) -> bool:
+    """Whether a training stops early: ``epochs=None`` of a network (``dnn``,
+    ``wide_deep``) on a training split kept in memory (:data:`CACHE_ROWS`), one pipeline, no
+    checkpoints. A fifth of the training split (by the same hash) is then scored every epoch
+    and the weights of the best epoch are kept: small tables trained for the many epochs
+    they need otherwise overfit (a 64-32 network on 355 rows of diabetes: R² 0.39 after 200
+    epochs with dropout, -0.10 without; 0.57 stopped early, Ridge 0.61). ``linear`` (convex)
+    trains on the whole split."""
+    return (
+        options.epochs is None
+        and options.family in ("dnn", "wide_deep")
+        and options.checkpoint_dir is None
+        and options.replicas == 1
+        and training_rows <= CACHE_ROWS
+    )
 
 
 @dataclass
@@ -56,6 +83,8 @@ class Fitted:
     notes: list[str] = field(default_factory=list)
     job: dict[str, Any] | None = None
     """``replicas`` > 1: the job that fed the replicas (its queue, status and rows fed)."""
+    early_stopping: dict[str, Any] | None = None
+    """With early stopping: the slice scored, the epochs run and the epoch kept."""
 
 
 def auto_epochs(rows: int, batch_size: int) -> int:
@@ -92,7 +121,8 @@ def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
     if replicas is None:
         train, callbacks, how = _training_input(data, tf, keras)
         weights = class_weights(data)
-        validation = _validation_input(data, tf, epochs)
+        validation, stopping = _validation_input(data, tf, keras, epochs)
+        callbacks += stopping
     else:  # class weights are sample weights of the replicas' input pipelines
         train, callbacks, how = (
             replicas.dataset,
@@ -122,7 +152,9 @@ def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
                 **validation,
             )
         seconds = time.perf_counter() - started
-        fitted = Fitted(opts.family, model, epochs, seconds)
+        run = len(history.history.get("loss", [])) or epochs
+        fitted = Fitted(opts.family, model, run, seconds)
+        _stopped(data, callbacks, fitted, say)
         if replicas is not None:
             _job_summary(data, replicas, fitted, say)
     finally:
@@ -132,6 +164,24 @@ def fit_keras(data: TrainingData, say: Callable[[str], None]) -> Fitted:
     fitted.rows_per_second = rows / seconds if seconds else 0.0
     fitted.history = {k: [float(v) for v in vals] for k, vals in history.history.items()}
     return fitted
+
+
+def _stopped(
+    data: TrainingData, callbacks: list[Any], fitted: Fitted, say: Callable[[str], None]
+) -> None:
+    """Record (and say) where early stopping stopped and which epoch it kept."""
+    stop = next((c for c in callbacks if hasattr(c, "restore_best_weights")), None)
+    if stop is None:
+        return
+    best = int(getattr(stop, "best_epoch", 0)) + 1
+    fitted.early_stopping = {
+        "sql": data.stop_sql,
+        "rows": data.stop_rows,
+        "epochs_run": fitted.epochs,
+        "best_epoch": best,
+        "best_val_loss": float(stop.best),
+    }
+    say(f"early stopping: {fitted.epochs} epochs run, the weights of epoch {best} kept")
 
 
 def _column_options(data: TrainingData) -> dict[str, Any]:
@@ -198,7 +248,8 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
     prepare = _prepare_fn(data, tf)
     rows = data.rows["training"]
     if opts.checkpoint_dir is None and rows <= CACHE_ROWS:
-        read = sqlfeed_tf.dataset(query, data.source, batch_size=8192, **common)
+        fitted_rows = data.fit_sql or query  # early stopping: the rest of the training split
+        read = sqlfeed_tf.dataset(fitted_rows, data.source, batch_size=8192, **common)
         train = (
             read.map(prepare)
             .unbatch()
@@ -207,7 +258,13 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
             .batch(opts.batch_size)
             .prefetch(2)
         )
-        return train, [], "read once, kept in memory, reshuffled every epoch"
+        how = "read once, kept in memory, reshuffled every epoch"
+        if data.stop_sql:
+            how += (
+                f"; early stopping on {data.stop_rows:,} rows of the training split kept "
+                "out (val_* below), the best epoch kept"
+            )
+        return train, [], how
     feed = sqlfeed_tf.Feed(
         query,
         data.source,
@@ -228,16 +285,28 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
     return train, callbacks, f"checkpointed in {folder} every {every} steps"
 
 
-def _validation_input(data: TrainingData, tf: Any, epochs: int) -> dict[str, Any]:
-    """``fit``'s validation keywords: a training split kept in memory is scored on the
-    validation split (kept too) about ten times in all, at the epochs the progress shows;
-    a larger one only once trained (by :func:`sqlfeed.ml.evaluate`'s exact metrics)."""
+def _validation_input(
+    data: TrainingData, tf: Any, keras: Any, epochs: int
+) -> tuple[dict[str, Any], list[Any]]:
+    """``fit``'s validation keywords and callbacks. With early stopping, the slice of the
+    training split kept out is scored every epoch (``val_*`` in the progress) and the best
+    epoch's weights kept; else a training split kept in memory is scored on the validation
+    split about ten times in all; a larger one only once trained (by
+    :func:`sqlfeed.ml.evaluate`'s exact metrics)."""
     if data.options.checkpoint_dir is not None or data.rows["training"] > CACHE_ROWS:
-        return {}
+        return {}, []
     common = _column_options(data)
-    read = sqlfeed_tf.dataset(data.validation_sql, data.source, batch_size=8192, **common)
+    sql = data.stop_sql or data.validation_sql
+    read = sqlfeed_tf.dataset(sql, data.source, batch_size=8192, **common)
     validation = read.map(_prepare_fn(data, tf)).cache()
-    return {"validation_data": validation, "validation_freq": _shown_every(epochs)}
+    if data.stop_sql is None:
+        return {"validation_data": validation, "validation_freq": _shown_every(epochs)}, []
+    steps = max(1, math.ceil(data.rows["training"] / data.options.batch_size))
+    patience = max(5, min(20, math.ceil(PATIENCE_STEPS / steps)))
+    stop = keras.callbacks.EarlyStopping(
+        monitor="val_loss", patience=patience, restore_best_weights=True
+    )
+    return {"validation_data": validation}, [stop]
 
 
 def _shown_every(epochs: int) -> int:

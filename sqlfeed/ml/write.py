@@ -73,6 +73,7 @@ def write_model(
             "seconds": round(fitted.seconds, 3),
             "rows_per_second": round(fitted.rows_per_second, 1),
             "history": {k: v[-1] for k, v in fitted.history.items() if v},
+            "early_stopping": fitted.early_stopping,
             **extras,
         }
         _write_json(folder / MANIFEST, manifest)

@@ -255,3 +255,33 @@ def test_dropout_is_a_share() -> None:
     with pytest.raises(InvalidArgumentError, match=r"dropout must be a share in \[0, 1\)"):
         TrainOptions(dropout=1.0)
     assert np.isclose(TrainOptions().dropout, 0.2)
+
+
+def test_a_small_network_stops_early_on_a_fifth_of_the_training_split(
+    duck: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorflow")
+    data = _prepare(duck, "SELECT id, x, c, yb FROM t", "yb", family="dnn")
+    assert data.stop_sql is not None
+    assert data.fit_sql is not None
+    fit = {r[0] for r in duck.rows(f"SELECT id FROM ({data.fit_sql}) q")}
+    stop = {r[0] for r in duck.rows(f"SELECT id FROM ({data.stop_sql}) q")}
+    training = {r[0] for r in duck.rows(f"SELECT id FROM ({data.training_sql}) q")}
+    assert not fit & stop
+    assert fit | stop == training  # the validation split is never looked at
+    assert len(stop) == data.stop_rows
+    assert 0.1 < len(stop) / len(training) < 0.3
+    model = sqlfeed.ml.train(
+        "SELECT id, x, c, yb FROM t",
+        duck,
+        label="yb",
+        out=tmp_path / "m",
+        key="id",
+        family="dnn",
+        report=False,
+    )
+    stopped = model.manifest["training"]["early_stopping"]
+    assert stopped["rows"] == len(stop)
+    assert 1 <= stopped["best_epoch"] <= stopped["epochs_run"] <= 200
+    assert _prepare(duck, "SELECT id, x, c, yb FROM t", "yb", family="linear").stop_sql is None
+    assert _prepare(duck, "SELECT id, x, c, yb FROM t", "yb", epochs=5).stop_sql is None
