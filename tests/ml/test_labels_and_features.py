@@ -56,6 +56,11 @@ def duck(tmp_path: Path) -> Iterator[Any]:
     source.close()
 
 
+def _train(query: str, source: Any, label: str, out: Path, **fields: Any) -> Any:
+    """``sqlfeed.ml.train`` split by ``id``, without the HTML report."""
+    return sqlfeed.ml.train(query, source, label=label, out=out, key="id", report=False, **fields)
+
+
 def _prepare(source: Any, query: str, label: str, **fields: Any) -> Any:
     options = TrainOptions(**{"key": "id", "report": False, **fields})
     return prepare(query, source, label, options, lambda _line: None)
@@ -101,16 +106,14 @@ def test_a_double_label_of_whole_numbers_is_a_class_label_and_trains(
     duck: Any, tmp_path: Path
 ) -> None:
     pytest.importorskip("tensorflow")
-    model = sqlfeed.ml.train(
+    model = _train(
         "SELECT id, x, c, yd FROM t",
         duck,
-        label="yd",
-        out=tmp_path / "m",
-        key="id",
+        "yd",
+        tmp_path / "m",
         task="binary",
         family="linear",
         epochs=2,
-        report=False,
     )
     assert model.classes == [0, 1]
     assert model.manifest["metrics"]["validation"]["rows"] == model.manifest["rows"]["validation"]
@@ -169,16 +172,7 @@ def test_a_text_value_spelled_as_kerass_oov_token_keeps_its_own_index(
     duck: Any, tmp_path: Path
 ) -> None:
     pytest.importorskip("tensorflow")
-    model = sqlfeed.ml.train(
-        "SELECT id, c, yb FROM t",
-        duck,
-        label="yb",
-        out=tmp_path / "m",
-        key="id",
-        family="linear",
-        epochs=3,
-        report=False,
-    )
+    model = _train("SELECT id, c, yb FROM t", duck, "yb", tmp_path / "m", family="linear", epochs=3)
     vocabulary = model.features[0].transform["vocabulary"]
     assert "[UNK]" in vocabulary
     rows = pa.table({"c": ["[UNK]", "never seen", "red"], "yb": [True, False, True]})
@@ -191,16 +185,7 @@ def test_gbdts_manifest_says_nulls_are_missing_and_values_unscaled(
     duck: Any, tmp_path: Path
 ) -> None:
     pytest.importorskip("xgboost")
-    model = sqlfeed.ml.train(
-        "SELECT id, x, c, yb FROM t",
-        duck,
-        label="yb",
-        out=tmp_path / "m",
-        key="id",
-        family="gbdt",
-        trees=5,
-        report=False,
-    )
+    model = _train("SELECT id, x, c, yb FROM t", duck, "yb", tmp_path / "m", family="gbdt", trees=5)
     x = next(f for f in model.features if f.name == "x")
     assert "fill" not in x.transform
     assert "mask" not in x.transform
@@ -271,15 +256,7 @@ def test_a_small_network_stops_early_on_a_fifth_of_the_training_split(
     assert fit | stop == training  # the validation split is never looked at
     assert len(stop) == data.stop_rows
     assert 0.1 < len(stop) / len(training) < 0.3
-    model = sqlfeed.ml.train(
-        "SELECT id, x, c, yb FROM t",
-        duck,
-        label="yb",
-        out=tmp_path / "m",
-        key="id",
-        family="dnn",
-        report=False,
-    )
+    model = _train("SELECT id, x, c, yb FROM t", duck, "yb", tmp_path / "m", family="dnn")
     stopped = model.manifest["training"]["early_stopping"]
     assert stopped["rows"] == len(stop)
     assert 1 <= stopped["best_epoch"] <= stopped["epochs_run"] <= 200
