@@ -224,6 +224,16 @@ class Dialect:
     """The query a queue session reads the server's version with, for
     :meth:`queue_session_sql` (MySQL or MariaDB); None: not needed."""
 
+    TRANSACTIONAL_DDL: ClassVar[bool] = False
+    """Whether CREATE, ALTER ... RENAME and DROP take part in a transaction (PostgreSQL,
+    SQLite, DuckDB), so the statements of :meth:`swap_sql` run in one transaction are one
+    atomic change; MySQL/MariaDB commits implicitly before and after each DDL statement."""
+
+    SINK_TZ_AS_UTC: ClassVar[bool] = False
+    """Whether a time-zone-aware timestamp is written as the naive UTC time of its instant
+    (the writer converts it): where :meth:`sink_type` gives it a column type with no zone
+    (MySQL/MariaDB ``DATETIME(6)``, SQLite's ISO text); the zone's name is not kept."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not cls.name:
@@ -473,6 +483,71 @@ class Dialect:
         on a lock (``version``: what :attr:`SERVER_VERSION_SQL` read, else empty)."""
         return []
 
+    # -- the table sink: column types and the statements that put a table in place -------
+
+    def sink_type(
+        self,
+        kind: str,
+        *,
+        precision: int | None = None,
+        scale: int | None = None,
+        unit: str | None = None,
+        tz: str | None = None,
+        length: int | None = None,
+    ) -> str | None:
+        """The column type (as CREATE TABLE writes it) that holds every Arrow value of
+        ``kind`` exactly, or None where the engine has none (the caller names the column).
+
+        Exact: a value written and read back by sqlfeed's readers is equal to it once cast
+        to the written Arrow type (an ``int8`` may read back as ``int64``, a ``uint64`` in
+        PostgreSQL's ``NUMERIC(20,0)`` as a decimal). Floats are exact for finite values;
+        NaN and the infinities only where :attr:`FLOAT_NAN` and :attr:`FLOAT_INFINITY` say.
+        A time-zone-aware timestamp keeps its instant, not its zone's name (see
+        :attr:`SINK_TZ_AS_UTC`).
+
+        Args:
+            kind: one of :data:`SINK_KINDS` (the caller maps Arrow types to them).
+            precision: a ``decimal``'s precision; scale: its scale.
+            unit: a ``timestamp``'s, ``time``'s or ``duration``'s unit: s, ms, us or ns
+                (None: us).
+            tz: a ``timestamp``'s zone name, None for a naive one.
+            length: the longest ``string`` or ``binary`` value in bytes, where known.
+
+        The generic answer is ANSI SQL, None where unsure.
+
+        >>> get_dialect("trino").sink_type("decimal", precision=12, scale=2)
+        'DECIMAL(12,2)'
+        """
+        check_sink_kind(kind)
+        if kind == "decimal":
+            return decimal_type("DECIMAL", precision, scale, 38)
+        if kind == "timestamp":
+            return "TIMESTAMP" if tz is None and unit in EXACT_UNITS else None
+        return ANSI_SINK_TYPES.get(kind)
+
+    def rename_sql(self, table: exp.Table, new_name: str | exp.Identifier) -> list[str]:
+        """The statements renaming ``table`` (maybe schema-qualified) to ``new_name`` in its
+        own schema: ``ALTER TABLE s.t RENAME TO n``. A string name is quoted; an identifier
+        is used as written (so a name given without quotes keeps the engine's case rule).
+        """
+        return [f"ALTER TABLE {self.sql(table)} RENAME TO {self.sql(sink_identifier(new_name))}"]
+
+    def swap_sql(
+        self, table: exp.Table, staging: exp.Table, old_name: str | exp.Identifier
+    ) -> list[str]:
+        """The statements putting ``staging`` (in ``table``'s schema) in place of ``table``,
+        which is renamed to ``old_name`` (the caller drops it after). Where
+        :attr:`TRANSACTIONAL_DDL` is set they run in one transaction; elsewhere the engine
+        gives one atomic statement (MySQL's ``RENAME TABLE``). Readers see the old table or
+        the new one, never none."""
+        return [*self.rename_sql(table, old_name), *self.rename_sql(staging, table.this)]
+
+    def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
+        """(take, release) statements of a named lock serialising the finishers of a sink
+        (``release`` empty: the lock ends with the transaction that took it); None where
+        one writer at a time holds the database anyway (SQLite, DuckDB)."""
+        return None
+
     # -- rendering ----------------------------------------------------------------------
 
     def sql(self, expression: exp.Expr, pretty: bool = False) -> str:
@@ -488,6 +563,83 @@ class Dialect:
             raise UnsupportedError(
                 f"{self.name}: sqlglot cannot render this query ({type(err).__name__}: {err})"
             ) from None
+
+
+SINK_KINDS = frozenset(
+    (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+        "decimal",
+        "string",
+        "binary",
+        "date",
+        "timestamp",
+        "time",
+        "duration",
+        "null",
+        "list",
+        "struct",
+        "map",
+    )
+)
+"""The value kinds :meth:`Dialect.sink_type` answers for (the caller maps Arrow types)."""
+
+EXACT_UNITS = frozenset(("s", "ms", "us", None))
+"""Time units a microsecond column holds exactly (None: microseconds)."""
+
+ANSI_SINK_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "bool": "BOOLEAN",
+        "int8": "SMALLINT",
+        "int16": "SMALLINT",
+        "int32": "INTEGER",
+        "int64": "BIGINT",
+        "uint8": "SMALLINT",
+        "uint16": "INTEGER",
+        "uint32": "BIGINT",
+        "uint64": "DECIMAL(20,0)",
+        "float32": "REAL",
+        "float64": "DOUBLE PRECISION",
+        "string": "VARCHAR",
+        "date": "DATE",
+        "null": "VARCHAR",
+    }
+)
+"""The generic :meth:`Dialect.sink_type` of the kinds that need no parameter."""
+
+
+def check_sink_kind(kind: str) -> None:
+    """Raise InvalidArgumentError unless ``kind`` is one of :data:`SINK_KINDS`."""
+    if kind not in SINK_KINDS:
+        raise InvalidArgumentError(
+            f"unknown value kind {kind!r}; pass one of {', '.join(sorted(SINK_KINDS))}"
+        )
+
+
+def decimal_type(name: str, precision: int | None, scale: int | None, most: int) -> str | None:
+    """``name(p,s)`` where 1 <= p <= ``most`` and 0 <= s <= p, else None.
+
+    >>> decimal_type("NUMERIC", 12, 2, 1000), decimal_type("DECIMAL", 40, 2, 38)
+    ('NUMERIC(12,2)', None)
+    """
+    if precision is None or not 1 <= precision <= most:
+        return None
+    scale = scale or 0
+    return f"{name}({precision},{scale})" if 0 <= scale <= precision else None
+
+
+def sink_identifier(name: str | exp.Identifier) -> exp.Identifier:
+    """``name`` quoted where a string, as written where an identifier."""
+    return name.copy() if isinstance(name, exp.Identifier) else exp.to_identifier(name, quoted=True)
 
 
 def md5_hex_head(hex_digest: exp.Expr) -> exp.Expr:

@@ -6,11 +6,51 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import Dialect, days_since_1970, md5_hex_head
+from dialects.base import (
+    EXACT_UNITS,
+    Dialect,
+    check_sink_kind,
+    days_since_1970,
+    decimal_type,
+    md5_hex_head,
+)
 from dialects.catalog import Extent, SqlRunner
 
 ROW_GROUP = 122_880
 """Rows in a DuckDB row group (its default ``row_group_size``)."""
+
+
+DUCKDB_SINK_TYPES = MappingProxyType(
+    {
+        "bool": "BOOLEAN",
+        "int8": "TINYINT",
+        "int16": "SMALLINT",
+        "int32": "INTEGER",
+        "int64": "BIGINT",
+        "uint8": "UTINYINT",
+        "uint16": "USMALLINT",
+        "uint32": "UINTEGER",
+        "uint64": "UBIGINT",
+        "float32": "FLOAT",
+        "float64": "DOUBLE",
+        "string": "VARCHAR",
+        "binary": "BLOB",
+        "date": "DATE",
+        "null": "VARCHAR",
+    }
+)
+"""DuckDB's column type per value kind that needs no parameter (:meth:`DuckDB.sink_type`)."""
+
+DUCKDB_TIMESTAMPS = MappingProxyType(
+    {
+        "s": "TIMESTAMP_S",
+        "ms": "TIMESTAMP_MS",
+        "us": "TIMESTAMP",
+        None: "TIMESTAMP",
+        "ns": "TIMESTAMP_NS",
+    }
+)
+"""DuckDB's naive timestamp type per time unit."""
 
 
 class DuckDB(Dialect):
@@ -46,6 +86,7 @@ class DuckDB(Dialect):
     READS_FILES = True
     MEMORY_URLS = True
     SCRATCH_ROW_NUMBER_INDEX = False
+    TRANSACTIONAL_DDL = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)
@@ -113,6 +154,34 @@ class DuckDB(Dialect):
             "SELECT table_name, NULL, estimated_size FROM duckdb_tables() "
             f"WHERE schema_name = {exp.Literal.string(schema).sql('duckdb')}"
         )
+
+    # -- the table sink -----------------------------------------------------------------
+
+    def sink_type(
+        self,
+        kind: str,
+        *,
+        precision: int | None = None,
+        scale: int | None = None,
+        unit: str | None = None,
+        tz: str | None = None,
+        length: int | None = None,
+    ) -> str | None:
+        """DuckDB's types (:data:`DUCKDB_SINK_TYPES`), unsigned integers included;
+        ``DECIMAL(p,s)`` up to p 38; a naive timestamp in the type of its unit
+        (:data:`DUCKDB_TIMESTAMPS`), a zone-aware one in ``TIMESTAMPTZ`` (microseconds;
+        its instant, read back in UTC); ``TIME`` (microseconds). No duration: an INTERVAL
+        reads back as Arrow's month-day-nano interval, not a duration."""
+        check_sink_kind(kind)
+        if kind == "decimal":
+            return decimal_type("DECIMAL", precision, scale, 38)
+        if kind == "timestamp":
+            if tz is None:
+                return DUCKDB_TIMESTAMPS.get(unit)
+            return "TIMESTAMPTZ" if unit in EXACT_UNITS else None
+        if kind == "time":
+            return "TIME" if unit in EXACT_UNITS else None
+        return DUCKDB_SINK_TYPES.get(kind)
 
     # -- values -------------------------------------------------------------------------
 

@@ -6,8 +6,39 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import MICROSECONDS, Dialect, QueueBounds, conv_md5_head
+from dialects.base import (
+    EXACT_UNITS,
+    MICROSECONDS,
+    Dialect,
+    QueueBounds,
+    check_sink_kind,
+    conv_md5_head,
+    decimal_type,
+    sink_identifier,
+)
 from dialects.catalog import SqlRunner
+
+MYSQL_SINK_TYPES = MappingProxyType(
+    {
+        "bool": "BOOLEAN",
+        "int8": "TINYINT",
+        "int16": "SMALLINT",
+        "int32": "INT",
+        "int64": "BIGINT",
+        "uint8": "TINYINT UNSIGNED",
+        "uint16": "SMALLINT UNSIGNED",
+        "uint32": "INT UNSIGNED",
+        "uint64": "BIGINT UNSIGNED",
+        "float32": "DOUBLE",
+        "float64": "DOUBLE",
+        "string": "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "binary": "LONGBLOB",
+        "date": "DATE",
+        "null": "TEXT",
+    }
+)
+"""MySQL/MariaDB's column type per value kind that needs no parameter (:meth:`MySQL.sink_type`).
+A ``float32`` goes into a DOUBLE: the text protocol writes a FLOAT with 6 digits."""
 
 
 class MySQL(Dialect):
@@ -44,6 +75,7 @@ class MySQL(Dialect):
     QUEUE_LOCK_CLAUSE = " FOR UPDATE SKIP LOCKED"
     QUEUE_ISOLATION = "READ COMMITTED"
     SERVER_VERSION_SQL = "SELECT VERSION()"
+    SINK_TZ_AS_UTC = True
 
     def collation_tiebreak(self, arg: exp.Expr) -> exp.Expr | None:
         """``CAST(x AS BINARY)``: the default collations hold 'a' = 'A' = 'a ' in ORDER BY."""
@@ -62,6 +94,53 @@ class MySQL(Dialect):
         """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS SIGNED)``: MD5 of the text's
         bytes in its character set (UTF-8 for utf8mb4 columns and sqlfeed's connections)."""
         return conv_md5_head(text)
+
+    # -- the table sink -----------------------------------------------------------------
+
+    def sink_type(
+        self,
+        kind: str,
+        *,
+        precision: int | None = None,
+        scale: int | None = None,
+        unit: str | None = None,
+        tz: str | None = None,
+        length: int | None = None,
+    ) -> str | None:
+        """MySQL/MariaDB's types (:data:`MYSQL_SINK_TYPES`); ``DECIMAL(p,s)`` up to p 65
+        and s 30; ``DATETIME(6)`` for every timestamp, a zone-aware one written as the
+        naive UTC time of its instant (:attr:`SINK_TZ_AS_UTC`; TIMESTAMP would shift by
+        the session's zone and ends in 2038); ``TIME(6)`` for a time of day, which reads
+        back as the duration since midnight; microseconds at most (``ns`` units: None); no
+        duration (a TIME spans +-838 hours). Text in utf8mb4 with a binary collation (a
+        key compares like Arrow: 'a' and 'A' apart, though trailing spaces pad)."""
+        check_sink_kind(kind)
+        if kind == "decimal":
+            found = decimal_type("DECIMAL", precision, scale, 65)
+            return found if found and (scale or 0) <= 30 else None
+        if kind in ("timestamp", "time"):
+            if unit not in EXACT_UNITS:
+                return None
+            return "DATETIME(6)" if kind == "timestamp" else "TIME(6)"
+        return MYSQL_SINK_TYPES.get(kind)
+
+    def rename_sql(self, table: exp.Table, new_name: str | exp.Identifier) -> list[str]:
+        """``RENAME TABLE db.t TO db.n``."""
+        return [f"RENAME TABLE {self.sql(table)} TO {self.sql(_beside(table, new_name))}"]
+
+    def swap_sql(
+        self, table: exp.Table, staging: exp.Table, old_name: str | exp.Identifier
+    ) -> list[str]:
+        """``RENAME TABLE t TO old, staging TO t``: one statement, atomic (DDL commits)."""
+        old = self.sql(_beside(table, old_name))
+        target = self.sql(_beside(staging, table.this))
+        return [f"RENAME TABLE {self.sql(table)} TO {old}, {self.sql(staging)} TO {target}"]
+
+    def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
+        """``GET_LOCK(name, 60)`` / ``RELEASE_LOCK(name)``: a session's lock (``name`` at
+        most 64 characters)."""
+        literal = _literal(name)
+        return f"SELECT GET_LOCK({literal}, 60)", f"SELECT RELEASE_LOCK({literal})"
 
     # -- catalog ------------------------------------------------------------------------
 
@@ -167,3 +246,10 @@ class MySQL(Dialect):
 
 def _literal(text: str) -> str:
     return exp.Literal.string(text).sql("mysql")
+
+
+def _beside(table: exp.Table, name: str | exp.Identifier) -> exp.Table:
+    """A table named ``name`` in ``table``'s database."""
+    found = table.copy()
+    found.set("this", sink_identifier(name))
+    return found

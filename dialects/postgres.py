@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from sqlglot import exp
 
 from dialects.base import (
+    EXACT_UNITS,
     MICROSECONDS,
     Dialect,
     QueueBounds,
+    check_sink_kind,
     days_since_1970,
+    decimal_type,
     md5_hex_head,
 )
 from dialects.catalog import Extent, SqlRunner
@@ -67,6 +72,28 @@ text before hashing.
 """
 
 
+POSTGRES_SINK_TYPES = MappingProxyType(
+    {
+        "bool": "BOOLEAN",
+        "int8": "SMALLINT",
+        "int16": "SMALLINT",
+        "int32": "INTEGER",
+        "int64": "BIGINT",
+        "uint8": "SMALLINT",
+        "uint16": "INTEGER",
+        "uint32": "BIGINT",
+        "uint64": "NUMERIC(20,0)",
+        "float32": "REAL",
+        "float64": "DOUBLE PRECISION",
+        "string": "TEXT",
+        "binary": "BYTEA",
+        "date": "DATE",
+        "null": "TEXT",
+    }
+)
+"""PostgreSQL's column type per value kind that needs no parameter (:meth:`Postgres.sink_type`)."""
+
+
 class Postgres(Dialect):
     """PostgreSQL 14+: ``hash_record_extended(ROW(...), 0)``, a signed 64-bit hash.
 
@@ -102,6 +129,7 @@ class Postgres(Dialect):
     FLOAT_UNDERFLOW_RAISES = True
     QUEUE_NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
     QUEUE_LOCK_CLAUSE = " FOR UPDATE SKIP LOCKED"
+    TRANSACTIONAL_DDL = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))
@@ -295,6 +323,37 @@ class Postgres(Dialect):
             f"SET lock_timeout = '{bounds.lock_wait_s}s'",
             f"SET idle_in_transaction_session_timeout = '{bounds.idle_transaction_s}s'",
         ]
+
+    # -- the table sink -----------------------------------------------------------------
+
+    def sink_type(
+        self,
+        kind: str,
+        *,
+        precision: int | None = None,
+        scale: int | None = None,
+        unit: str | None = None,
+        tz: str | None = None,
+        length: int | None = None,
+    ) -> str | None:
+        """PostgreSQL's types (:data:`POSTGRES_SINK_TYPES`); ``NUMERIC(p,s)`` up to p 1000;
+        ``TIMESTAMPTZ`` for a zone-aware timestamp (its instant; read back in UTC);
+        ``INTERVAL`` for a duration; microseconds at most (``ns`` units: None). Text
+        cannot hold the character NUL."""
+        check_sink_kind(kind)
+        if kind == "decimal":
+            return decimal_type("NUMERIC", precision, scale, 1000)
+        if kind in ("timestamp", "time", "duration"):
+            if unit not in EXACT_UNITS:
+                return None
+            if kind == "timestamp":
+                return "TIMESTAMP" if tz is None else "TIMESTAMPTZ"
+            return "TIME" if kind == "time" else "INTERVAL"
+        return POSTGRES_SINK_TYPES.get(kind)
+
+    def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
+        """``pg_advisory_xact_lock(hashtext(name))``: released when the transaction ends."""
+        return f"SELECT pg_advisory_xact_lock(hashtext({_literal(name)}))", ""
 
 
 def _literal(text: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dialects.base import Dialect, QueueBounds
+from dialects.base import EXACT_UNITS, Dialect, QueueBounds, check_sink_kind
 from dialects.catalog import Extent, SqlRunner
 
 HASH_FUNCTION_NAME = "sqlfeed_hash"
@@ -55,6 +55,27 @@ server can end it, so a worker frozen inside a write transaction stalls every wr
 it resumes or dies."""
 
 
+SQLITE_SINK_TYPES = MappingProxyType(
+    {
+        "bool": "BOOLEAN",
+        "int8": "INTEGER",
+        "int16": "INTEGER",
+        "int32": "INTEGER",
+        "int64": "INTEGER",
+        "uint8": "INTEGER",
+        "uint16": "INTEGER",
+        "uint32": "INTEGER",
+        "float32": "REAL",
+        "float64": "REAL",
+        "decimal": "TEXT",
+        "string": "TEXT",
+        "binary": "BLOB",
+        "null": "TEXT",
+    }
+)
+"""SQLite's declared column type per value kind (:meth:`SQLite.sink_type`)."""
+
+
 class SQLite(Dialect):
     """SQLite: :func:`row_hash` registered as a deterministic SQL function."""
 
@@ -78,6 +99,8 @@ class SQLite(Dialect):
     QUEUE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
     QUEUE_CAVEAT = QUEUE_CAVEAT
     QUEUE_WRITE_BEGIN = "BEGIN IMMEDIATE"
+    TRANSACTIONAL_DDL = True
+    SINK_TZ_AS_UTC = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this=HASH_FUNCTION_NAME, expressions=args)
@@ -89,6 +112,33 @@ class SQLite(Dialect):
     def register_functions(self, connection: Any) -> None:
         """Register ``sqlfeed_hash`` on a ``sqlite3`` connection (or one that wraps it)."""
         connection.create_function(HASH_FUNCTION_NAME, -1, row_hash, deterministic=True)
+
+    # -- the table sink -----------------------------------------------------------------
+
+    def sink_type(
+        self,
+        kind: str,
+        *,
+        precision: int | None = None,
+        scale: int | None = None,
+        unit: str | None = None,
+        tz: str | None = None,
+        length: int | None = None,
+    ) -> str | None:
+        """SQLite's declared types (:data:`SQLITE_SINK_TYPES`). SQLite types values, not
+        columns, and sqlfeed reads them by their values: a ``bool`` reads back as the
+        integer 0 or 1. Where SQLite has no value of the kind, the column is TEXT (TEXT
+        affinity: a value stays text) and the writer binds the value's text, which keeps
+        it exactly and reads back as a string: a ``decimal``'s digits (``str(Decimal)``;
+        REAL would keep 15 of them); a ``date``, ``timestamp`` or ``time`` in ISO 8601
+        (``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS.ffffff``, ``HH:MM:SS.ffffff``), SQLite's
+        date functions' form, a zone-aware timestamp as its naive UTC time
+        (:attr:`SINK_TZ_AS_UTC`). No ``uint64`` (an integer is 64-bit signed), no
+        duration, microseconds at most (``ns`` units: None). NaN is stored as NULL."""
+        check_sink_kind(kind)
+        if kind in ("date", "timestamp", "time"):
+            return "TEXT" if unit in EXACT_UNITS else None
+        return SQLITE_SINK_TYPES.get(kind)
 
     # -- catalog ------------------------------------------------------------------------
 
