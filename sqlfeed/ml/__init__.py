@@ -7,7 +7,8 @@ computes exact statistics of the training split in the engine, builds a Keras 3 
 boosted trees (``gbdt``), trains it from sqlfeed's feed, and writes one folder: the model,
 a JSON manifest (task, features and their transforms, both SQL texts, metrics, versions),
 the statistics and their HTML report. :func:`evaluate` scores a model on its validation
-split or on any SELECT; :func:`load` opens a model folder.
+split or on any SELECT; :func:`evaluate_table` a table of predictions, in its engine;
+:func:`load` opens a model folder.
 
 Importing this package is cheap: TensorFlow and XGBoost are imported when a model is
 built or loaded.
@@ -24,9 +25,19 @@ if TYPE_CHECKING:
     from sqlfeed.ml.options import TrainOptions
     from sqlfeed.ml.split import Split
     from sqlfeed.ml.sqlflow import parse_statement
+    from sqlfeed.ml.tablemetrics import evaluate_table
     from sqlfeed.ml.trainer import train
 
-__all__ = ["Model", "Split", "TrainOptions", "evaluate", "load", "parse_statement", "train"]
+__all__ = [
+    "Model",
+    "Split",
+    "TrainOptions",
+    "evaluate",
+    "evaluate_table",
+    "load",
+    "parse_statement",
+    "train",
+]
 
 _HOMES = {
     "Model": "sqlfeed.ml.artifact",
@@ -35,6 +46,7 @@ _HOMES = {
     "TrainOptions": "sqlfeed.ml.options",
     "Split": "sqlfeed.ml.split",
     "parse_statement": "sqlfeed.ml.sqlflow",
+    "evaluate_table": "sqlfeed.ml.tablemetrics",
     "train": "sqlfeed.ml.trainer",
 }
 
