@@ -3,7 +3,8 @@
 ``train`` writes a model folder from a SELECT (:func:`sqlfeed.ml.train`): its progress
 lines go to stderr, its summary (the folder, the task, the features, the validation
 metrics beside the baseline's) to stdout. ``evaluate`` scores a model on its validation
-split or on a given SELECT (:func:`sqlfeed.ml.evaluate`). ``model show`` prints what a
+split or on a given SELECT (:func:`sqlfeed.ml.evaluate`), or a table of predictions
+(``--predictions``, :func:`sqlfeed.ml.evaluate_table`). ``model show`` prints what a
 model folder's manifest says, without loading the model (no TensorFlow, no database).
 
 Every bad input is one stderr line and exit code 2, before anything connects, trains or
@@ -39,6 +40,7 @@ from sqlfeed.ml.artifact import check_target, load, read_manifest
 from sqlfeed.ml.evaluation import evaluate
 from sqlfeed.ml.metrics import format_metrics
 from sqlfeed.ml.options import FAMILIES, TASKS, TrainOptions
+from sqlfeed.ml.tablemetrics import evaluate_table, table_metrics_text
 from sqlfeed.ml.trainer import train
 from sqlfeed.sql import check_stable
 
@@ -182,12 +184,30 @@ def _register_evaluate(commands: argparse._SubParsersAction[CommandParser]) -> N
             "without one, on the validation split its manifest records. Binary: accuracy, "
             "precision, recall, F1, ROC AUC, PR AUC, log loss, confusion matrix; "
             "multiclass: accuracy, macro/weighted F1, confusion matrix; regression: MAE, "
-            "RMSE, R2; each beside a trivial baseline's."
+            "RMSE, R2; each beside a trivial baseline's. With --predictions instead of "
+            "--model: the same metrics of a table of predictions (sqlfeed predict --into), "
+            "computed as aggregates in the engine, beside a baseline of its own labels."
         ),
     )
     add_target(parser, dialect=False)
+    parser.add_argument("--model", metavar="DIR", help="the model folder (sqlfeed train --out)")
     parser.add_argument(
-        "--model", required=True, metavar="DIR", help="the model folder (sqlfeed train --out)"
+        "--predictions",
+        metavar="TABLE",
+        help="a table holding a label and a predicted column to score (no --model, no SQL)",
+    )
+    parser.add_argument("--label", metavar="COL", help="--predictions: the true values' column")
+    parser.add_argument(
+        "--predicted", metavar="COL", help="--predictions: the predicted values' column"
+    )
+    parser.add_argument(
+        "--task", metavar="TASK", help="--predictions: binary, multiclass or regression"
+    )
+    parser.add_argument(
+        "--probability",
+        metavar="COL",
+        help="--predictions, binary: the positive class's probability column (default "
+        "<predicted>_prob when the table has it): log loss, ROC AUC, PR AUC",
     )
     parser.add_argument("--partitions", "-m", type=int, metavar="M", help="partitions to read")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -357,7 +377,21 @@ def _say(line: str) -> None:
 # -- evaluate -----------------------------------------------------------------------------
 
 
+_TABLE_FLAGS = ("label", "predicted", "task", "probability")
+"""``evaluate``'s flags of the ``--predictions`` form."""
+
+
 def _cmd_evaluate(args: argparse.Namespace, out: TextIO) -> None:
+    if args.predictions is not None:
+        _evaluate_predictions(args, out)
+        return
+    if args.model is None:
+        raise InvalidArgumentError(
+            "evaluate needs --model DIR (a model on a SELECT) or --predictions TABLE"
+        )
+    given = [f"--{name}" for name in _TABLE_FLAGS if getattr(args, name) is not None]
+    if given:
+        raise InvalidArgumentError(f"{given[0]} goes with --predictions TABLE, not --model")
     sql = None if args.sql is None else read_sql(args.sql)
     if args.partitions is not None:
         positive(args.partitions, "--partitions")
@@ -367,6 +401,38 @@ def _cmd_evaluate(args: argparse.Namespace, out: TextIO) -> None:
     with connect(args.db) as source, _sqlfeed_warnings():
         result = evaluate(model, sql, source, partitions=args.partitions)
     out.write(format_metrics(result, args.format) + "\n")
+
+
+def _evaluate_predictions(args: argparse.Namespace, out: TextIO) -> None:
+    """``evaluate --predictions TABLE``: the metrics of a table, as aggregates in its engine."""
+    mixed = [
+        flag
+        for flag, value in (("--model", args.model), ("--partitions", args.partitions))
+        if value is not None
+    ]
+    if mixed or args.sql is not None:
+        what = mixed[0] if mixed else "a SQL argument"
+        raise InvalidArgumentError(
+            f"--predictions TABLE scores a table: drop {what} (--model DIR scores a model)"
+        )
+    for name in ("label", "predicted", "task"):
+        if getattr(args, name) is None:
+            raise InvalidArgumentError(f"--predictions needs --{name}")
+    if args.task not in TASKS:
+        raise InvalidArgumentError(
+            f"--task {args.task!r} is not a task: use binary, multiclass or regression"
+        )
+    with connect(args.db) as source:
+        result = evaluate_table(
+            source,
+            args.predictions,
+            label=args.label,
+            predicted=args.predicted,
+            task=args.task,
+            probability=args.probability,
+        )
+    text = format_metrics(result, "json") if args.format == "json" else table_metrics_text(result)
+    out.write(text + "\n")
 
 
 # -- model show ---------------------------------------------------------------------------
