@@ -234,6 +234,10 @@ class Dialect:
     (the writer converts it): where :meth:`sink_type` gives it a column type with no zone
     (MySQL/MariaDB ``DATETIME(6)``, SQLite's ISO text); the zone's name is not kept."""
 
+    SINK_AS_TEXT: ClassVar[bool] = False
+    """Whether decimals, dates, times and timestamps are written as their exact text (ISO
+    for times) where :meth:`sink_type` gives them a text column (SQLite)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not cls.name:

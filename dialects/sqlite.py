@@ -101,6 +101,7 @@ class SQLite(Dialect):
     QUEUE_WRITE_BEGIN = "BEGIN IMMEDIATE"
     TRANSACTIONAL_DDL = True
     SINK_TZ_AS_UTC = True
+    SINK_AS_TEXT = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this=HASH_FUNCTION_NAME, expressions=args)

@@ -81,6 +81,9 @@ class JobSpec:
     """Rows per batch, for ``even_batches`` (workers then batch with it)."""
     rows: int | None = None
     """The query's exact row count, for ``even_batches``."""
+    sink: dict[str, Any] | None = None
+    """Where the job's output goes (:class:`sqlfeed.sink.TableSink`'s spec): workers
+    joining the job write there. Its ``identity`` part must match on every create."""
 
     @property
     def share(self) -> int | None:
@@ -102,6 +105,7 @@ class JobSpec:
             "even_batches": self.even_batches,
             "replicas": self.replicas,
             "batch_size": self.batch_size,
+            "sink": (self.sink or {}).get("identity"),
         }
 
     def to_json(self) -> str:

@@ -54,6 +54,9 @@ class Delivery:
     offset: int
     """The batch's position within its partition (0-based)."""
     batch: pa.RecordBatch
+    row: int = 0
+    """The position of the batch's first row within its partition (0-based): the same on
+    every attempt at the partition, since a partition reads back in the same order."""
 
 
 def default_worker_id() -> str:
@@ -289,12 +292,14 @@ class Worker:
         stop = threading.Event()
         batches = self._read(lease, stop)
         offset = lease.offset  # numbered on from the acknowledged batches
+        row = lease.rows or 0
         try:
-            for batch in _after_rows(batches, lease.rows or 0):
+            for batch in _after_rows(batches, row):
                 if not self._may_hand_out(hold):
                     return False  # stopping, another worker holds it now, or our share is full
-                delivery = self._handed(lease, offset, batch)
+                delivery = self._handed(lease, offset, batch, row)
                 yield delivery
+                row += batch.num_rows
                 if hold.refused:
                     self._log.forget(lease.epoch, lease.partition, offset, batch.num_rows)
                     return False
@@ -323,11 +328,11 @@ class Worker:
         """Not stopping, the lease certainly ours, and (even batches) our share not full."""
         return not (self._stop.is_set() or not self._leases.trusted(hold) or self._share_done(hold))
 
-    def _handed(self, lease: Lease, offset: int, batch: pa.RecordBatch) -> Delivery:
+    def _handed(self, lease: Lease, offset: int, batch: pa.RecordBatch, row: int) -> Delivery:
         """The delivery of ``batch``, counted and noted in the ledger's log."""
         self.delivered[lease.epoch] = self.delivered.get(lease.epoch, 0) + 1
         self._log.handed(lease.epoch, lease.partition, offset, batch.num_rows)
-        return Delivery(lease.epoch, lease.partition, offset, batch)
+        return Delivery(lease.epoch, lease.partition, offset, batch, row)
 
     def _take(self, hold: Hold[Delivery], delivery: Delivery) -> bool:
         """The consumer took ``delivery``; acknowledge what is due. False: the lease is lost."""

@@ -17,7 +17,7 @@ of local files partition queries name (byte ranges, ORC stripes) in
 from __future__ import annotations
 
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
-from sqlfeed.io.connect import connect, register_scheme
+from sqlfeed.io.connect import connect, connect_output, register_scheme
 from sqlfeed.io.duckdb import DuckDBSource, duckdb_file
 from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.mysql import MySQLSource
@@ -42,6 +42,7 @@ __all__ = [
     "SnapshotHolder",
     "Source",
     "connect",
+    "connect_output",
     "driver_message",
     "duckdb_file",
     "range_url",

@@ -10,14 +10,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dialects import Dialect, InvalidArgumentError, dialect_for, get_dialect
-from sqlfeed.io.duckdb import DuckDBSource, is_duckdb_connection, open_duckdb
+from sqlfeed.io.duckdb import DuckDBSource, is_duckdb_connection, make_duckdb_file, open_duckdb
 from sqlfeed.io.mysql import MySQLSource
 from sqlfeed.io.postgres import PostgresSource
 from sqlfeed.io.source import Source
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 from sqlfeed.io.sqlite import SQLiteSource
 
-__all__ = ["connect", "register_scheme"]
+__all__ = ["connect", "connect_output", "register_scheme"]
 
 _SCHEMES: dict[str, Callable[[str], Source]] = {}
 
@@ -101,6 +101,24 @@ def _open(target: Any, dialect: str | None) -> Source:
         f"cannot read from a {module}.{type(target).__name__}: pass a URL, a SQLAlchemy "
         "engine or a DuckDB connection"
     )
+
+
+def connect_output(target: Any) -> Source:
+    """:func:`connect` for a database written to: a SQLite or DuckDB file named by the URL
+    that does not exist yet is made first (reading never makes one)."""
+    if isinstance(target, str) and _SCHEMES.get(target.partition(":")[0].lower()) is None:
+        engine_dialect = dialect_for(target.strip())
+        make = _MAKE_FILE.get(engine_dialect.name)
+        if make is not None:
+            make(target.strip())
+    return connect(target)
+
+
+_MAKE_FILE: dict[str, Callable[[str], None]] = {
+    "sqlite": SQLiteSource.make_file,
+    "duckdb": make_duckdb_file,
+}
+"""How a file database named by a URL is made when missing."""
 
 
 def _family(engine_dialect: Dialect) -> type[SQLAlchemySource]:

@@ -40,6 +40,7 @@ from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.ranges import RANGE_PROTOCOL, RangeFileSystem, orc_reader
 from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import Source, driver_message
+from sqlfeed.io.writes import WriteSession
 from sqlfeed.sql import function_name
 
 _ORC = re.compile(r"read_orc\s*\(|\.orc['\"]", re.IGNORECASE)
@@ -109,6 +110,7 @@ class DuckDBSource(Source):
         self.label = label
         self.path = path
         self._swap = threading.RLock()
+        self._read_write = False
         self._readers = {kind.name: kind(self) for kind in READER_TABLE}
         self.readers = tuple(self._readers)
         if owned:
@@ -129,7 +131,7 @@ class DuckDBSource(Source):
     @contextlib.contextmanager
     def _writable(self) -> Iterator[None]:
         """The file reopened read-write for a statement, then read-only again."""
-        if self.path is None:  # in memory, or a connection sqlfeed did not open
+        if self.path is None or self._read_write:  # in memory, not ours, or writing now
             yield
             return
         with self._swap:
@@ -147,6 +149,23 @@ class DuckDBSource(Source):
                 self.connection.close()
                 self.connection = _connect(self.path, read_only=True)
                 _configure(self.connection)
+
+    def write_session(self) -> DuckDBSession:
+        """A session writing into this database: a cursor of a read-write connection (a
+        file sqlfeed opened read-only is reopened read-write, and stays so); one process
+        only, as DuckDB allows one writing process per file."""
+        if self.path is not None and not self._read_write:
+            same = [s for s in list(_OPEN) if s.path == self.path and not s._read_write]
+            for source in {id(s): s for s in [self, *same]}.values():  # one instance per file
+                with source._swap:
+                    source.connection.close()
+            for source in {id(s): s for s in [self, *same]}.values():
+                with source._swap:
+                    source.connection = _connect(source.path or "", read_only=False)
+                    _configure(source.connection)
+                    source._read_write = True
+        with self._swap:
+            return DuckDBSession(self.connection.cursor(), self.dialect)
 
     def _local_sql(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
         """``sql`` as DuckDB runs it on ``cursor``: byte-range files readable, ``read_orc``
@@ -456,6 +475,18 @@ def open_duckdb(url: str) -> DuckDBSource:
     )
 
 
+def make_duckdb_file(url: str) -> None:
+    """Make the DuckDB database file ``url`` names, when it does not exist yet."""
+    path = duckdb_file(url)
+    if path != MEMORY and not os.path.exists(path):
+        try:
+            duckdb.connect(path).close()
+        except duckdb.Error as err:
+            raise EngineError(
+                f"cannot make the DuckDB database {path}: {driver_message(err)}"
+            ) from None
+
+
 def is_duckdb_connection(target: Any) -> bool:
     """Whether ``target`` is a DuckDB connection (read through as it is by :func:`connect
     <sqlfeed.io.connect>`)."""
@@ -513,3 +544,53 @@ def _close_all() -> None:
     for source in list(_OPEN):
         with contextlib.suppress(Exception):
             source.close()
+
+
+class DuckDBSession(WriteSession):
+    """A DuckDB cursor writing in explicit transactions; a batch inserted by a scan of
+    the Arrow batch itself (no conversion of values)."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, dialect: Any) -> None:
+        self.cursor = cursor
+        self.dialect = dialect
+        self.open = False
+
+    def begin(self) -> None:
+        self.cursor.execute("BEGIN TRANSACTION")
+        self.open = True
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        self.cursor.execute(sql, list(params) if params is not None else None)
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self.cursor.execute(sql).fetchall()]
+
+    def insert(self, table: str, columns: Sequence[str], batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        name = f"sqlfeed_batch_{uuid.uuid4().hex[:8]}"
+        self.cursor.register(name, pa.Table.from_batches([batch]))
+        try:
+            self.cursor.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name}")
+        finally:
+            self.cursor.unregister(name)
+
+    def commit(self) -> None:
+        self.cursor.execute("COMMIT")
+        self.open = False
+
+    def rollback(self) -> None:
+        if self.open:
+            self.open = False
+            with contextlib.suppress(duckdb.Error):
+                self.cursor.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.rollback()
+        self.cursor.close()
+
+    def duplicate(self, err: BaseException) -> bool:
+        return isinstance(err, duckdb.ConstraintException) or "duplicate key" in str(err).lower()
+
+    def busy(self, err: BaseException) -> bool:
+        return isinstance(err, duckdb.TransactionException) and "conflict" in str(err).lower()

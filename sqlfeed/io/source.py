@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from dialects import Dialect, EngineError, UnsupportedError
+from dialects import Dialect, EngineError, InvalidArgumentError, UnsupportedError
 from sqlfeed.io.arrow import (
     DEFAULT_BATCH_ROWS,
     conform,
@@ -354,6 +354,17 @@ class Source:
         """The batches of one read, before they are cast to the plan's types: the first
         reader of :meth:`candidates` that serves it (:func:`~sqlfeed.io.readers.read_in_order`)."""
         return read_in_order(self.dialect.name, self.candidates(request), request)
+
+    def write_session(self) -> Any:
+        """A :class:`sqlfeed.io.writes.WriteSession` on this database.
+
+        Raises:
+            InvalidArgumentError: the source cannot be written to.
+        """
+        raise InvalidArgumentError(
+            f"{self.label} cannot be written to by sqlfeed: give a PostgreSQL, MySQL/MariaDB, "
+            "SQLite or DuckDB URL as the output"
+        )
 
     def export_snapshot(self) -> SnapshotHolder:
         """Export a snapshot other sessions can read inside (PostgreSQL only).

@@ -22,6 +22,7 @@ from sqlfeed.io.arrow import iterate_rows
 from sqlfeed.io.readers import Reader, ReadRequest, readers_from_environment
 from sqlfeed.io.source import Source, connection_lost, driver_message, redact_url
 from sqlfeed.io.urlhints import scheme_hint
+from sqlfeed.io.writes import DbapiSession, WriteSession
 
 __all__ = [
     "CursorReader",
@@ -191,6 +192,14 @@ class SQLAlchemySource(Source):
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         """The cursor a read fetches its rows from (here the connection's plain cursor)."""
         return connection.cursor()
+
+    def write_session(self) -> WriteSession:
+        """A session writing into this database (:mod:`sqlfeed.io.writes`): a pooled
+        DB-API connection, rows inserted with ``executemany``."""
+        return DbapiSession(self.engine.raw_connection(), self.dialect, self._paramstyle())
+
+    def _paramstyle(self) -> str:
+        return str(getattr(self.engine.dialect, "paramstyle", "format"))
 
 
 @contextlib.contextmanager

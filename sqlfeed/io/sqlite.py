@@ -32,6 +32,7 @@ writers go on meanwhile; in a rollback journal they wait until the read ends.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -54,6 +55,7 @@ from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import redact_url
 from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
+from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import ParsedQuery, single_table
 
 __all__ = [
@@ -230,6 +232,21 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         self.connections.close()
         super().close()
 
+    @classmethod
+    def make_file(cls, url: str) -> None:
+        """Make the SQLite database file ``url`` names, when it does not exist yet."""
+        try:
+            parsed = sqlalchemy.engine.make_url(url)
+        except sqlalchemy.exc.ArgumentError:
+            return  # connect says what is wrong with the URL
+        path = parsed.database or ""
+        if path and path != MEMORY and not path.startswith("file:") and not os.path.exists(path):
+            sqlite3.connect(path).close()
+
+    def write_session(self) -> SqliteSession:
+        """A session writing with ``BEGIN IMMEDIATE`` transactions (WAL, busy retries)."""
+        return SqliteSession(self.engine.raw_connection(), self.dialect, "qmark")
+
     def schema(self, query: str | ParsedQuery) -> pa.Schema:
         """The query's Arrow schema; each column that is a plain table column carries that
         column's affinity as its :data:`SQLITE_HINT` (what lets ADBC read it)."""
@@ -362,3 +379,37 @@ def adbc_carries(schema: pa.Schema) -> bool:
             continue
         return False
     return True
+
+
+class SqliteSession(DbapiSession):
+    """A pooled ``sqlite3`` connection writing in ``BEGIN IMMEDIATE`` transactions: the
+    write lock is taken when the transaction starts, so two writers wait for each other
+    (busy retries) instead of one failing at its commit; the file is put in WAL mode, so
+    readers go on while a writer writes."""
+
+    def __init__(self, connection: Any, dialect: Any, paramstyle: str) -> None:
+        super().__init__(connection, dialect, paramstyle)
+        raw = getattr(connection, "dbapi_connection", connection)
+        self.raw = raw
+        self.isolation = raw.isolation_level
+        raw.isolation_level = None  # transactions begun here, not by the module
+        self.cursor.execute("PRAGMA busy_timeout = 10000")
+        mode = self.rows("PRAGMA journal_mode")[0][0]
+        if str(mode).lower() not in ("wal", "memory"):
+            self.cursor.execute("PRAGMA journal_mode = WAL")
+
+    def begin(self) -> None:
+        self.cursor.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.cursor.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.raw.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.cursor.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.rollback()
+        self.raw.isolation_level = self.isolation
+        super().close()

@@ -21,6 +21,7 @@ from sqlfeed.io.keptconnections import ThreadConnections
 from sqlfeed.io.postgres.readers import READER_TABLE, AdbcReader, CopyReader
 from sqlfeed.io.postgres.sessions import POSTGRES_SESSION
 from sqlfeed.io.postgres.types import postgres_description_schema
+from sqlfeed.io.postgres.write import PostgresSession
 from sqlfeed.io.readers import ReadRequest
 from sqlfeed.io.source import SnapshotHolder
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
@@ -123,6 +124,10 @@ class PostgresSource(SQLAlchemySource):
                 "that exported it ended, or it is another server's): keep its holder open "
                 "until every read of the plan is done"
             ) from None
+
+    def write_session(self) -> PostgresSession:
+        """A session writing with ``COPY FROM STDIN`` (:mod:`sqlfeed.io.postgres.write`)."""
+        return PostgresSession(self.engine.raw_connection(), self.dialect, "format")
 
     def export_snapshot(self) -> SnapshotHolder:
         """A snapshot exported by a REPEATABLE READ transaction on a connection of its own,

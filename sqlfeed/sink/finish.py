@@ -1,0 +1,198 @@
+"""Finishing a table sink: the rows checked, then put in place once.
+
+States of a run in the output database, and what a finish does in each (so running it
+again, or in two processes at once, is safe: finishers take the engine's named lock, or
+SQLite's write lock, and look again inside it):
+
+* staging and commits tables there, no ``finished`` record: check the counts, then
+  rename (``create``), swap (``replace``) or insert (``append``, with a ``finished``
+  record in the commits table in the same transaction), then drop what is left;
+* staging gone and commits there (renamed, then interrupted), or a ``finished`` record:
+  drop what is left;
+* neither there: finished before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from sqlglot import exp
+
+from dialects import EngineError
+from sqlfeed.io.writes import WriteSession, retry_busy
+from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted
+from sqlfeed.sink.output import run_statements, table_columns
+from sqlfeed.sink.report import WriteReport
+
+__all__ = ["FINISHED_PART", "finish_sink"]
+
+FINISHED_PART = -1
+"""The ``part`` of the commits table's record saying an append was put in place."""
+
+
+def finish_sink(sink: Any) -> WriteReport:
+    """:meth:`sqlfeed.sink.TableSink.finish` (see there)."""
+    start = time.monotonic()
+    spec = sink.spec
+    source = sink.source
+    by = "before"
+    rows = int(spec.get("expected_rows") or 0)
+    if table_columns(source, sink.staging) is not None and not _appended(sink):
+        rows = _check_counts(sink)
+        if _put_in_place(sink):
+            by = "this process"
+    elif table_columns(source, sink.commits) is None:
+        if table_columns(source, sink.table) is None:
+            raise EngineError(
+                f"nothing to finish into {spec['table']}: the run's staging table "
+                f"{spec['staging']} is gone and so is the table (dropped?)"
+            )
+        return WriteReport(spec["table"], rows, spec["mode"], 0.0, by)
+    for table in (sink.staging, sink.commits):
+        _drop(source, table)
+    return WriteReport(spec["table"], rows, spec["mode"], time.monotonic() - start, by)
+
+
+def _sql(sink: Any, node: exp.Expr) -> str:
+    return node.sql(dialect=sink.dialect.sqlglot_dialect)
+
+
+def _scalar(sink: Any, node: exp.Expr, what: str) -> int:
+    return int(sink.source.rows(_sql(sink, node), what=what)[0][0] or 0)
+
+
+def _appended(sink: Any) -> bool:
+    """Whether an append's ``finished`` record is there (its rows were inserted)."""
+    if sink.spec["mode"] != "append" or table_columns(sink.source, sink.commits) is None:
+        return False
+    part = exp.column("part", quoted=True).eq(exp.Literal.number(FINISHED_PART))
+    return _scalar(sink, exp.select("COUNT(*)").from_(sink.commits).where(part), "commit check") > 0
+
+
+def _check_counts(sink: Any) -> int:
+    """The staging table's rows, checked against the commit records and what was expected.
+
+    Raises:
+        EngineError: a count differs (nothing is put in place; the staging table stays).
+    """
+    spec = sink.spec
+    staged = _scalar(sink, exp.select("COUNT(*)").from_(sink.staging), "row count")
+    _, committed = sink.committed()
+    where = f"the rows are kept in {spec['staging']}"
+    if committed != staged:
+        raise EngineError(
+            f"the staging table holds {staged:,} rows but its commit records count "
+            f"{committed:,}: it was written outside sqlfeed; {where}"
+        )
+    expected = spec.get("expected_rows")
+    if expected is not None and staged != expected:
+        raise EngineError(
+            f"{staged:,} rows were written but the SELECT counts {expected:,}: the job is "
+            "not complete (start workers until it is, then finish again) or its rows "
+            f"changed during the run; nothing was put in place, {where}"
+        )
+    keys, expected_keys = spec.get("key"), spec.get("expected_keys")
+    if keys and expected_keys is not None:
+        distinct = exp.select(*(quoted(k) for k in keys)).distinct().from_(sink.staging)
+        found = _scalar(sink, exp.select("COUNT(*)").from_(distinct.subquery("k")), "key count")
+        if found != expected_keys:
+            raise EngineError(
+                f"the output has {found:,} distinct keys ({', '.join(keys)}) but the SELECT "
+                f"{expected_keys:,}: nothing was put in place, {where}"
+            )
+    return staged
+
+
+def _put_in_place(sink: Any) -> bool:
+    """Rename, swap or insert under the finishers' lock; False: another finisher did."""
+    session: WriteSession = sink.source.write_session()
+    lock = sink.dialect.finish_lock_sql(sink.spec["staging"])
+    try:
+        if lock is not None and lock[0]:
+            session.execute(lock[0])
+        return bool(retry_busy(session, lambda: _in_place(sink, session)))
+    finally:
+        if lock is not None and lock[1]:
+            with contextlib.suppress(Exception):
+                session.execute(lock[1])
+        session.close()
+
+
+def _in_place(sink: Any, session: WriteSession) -> bool:
+    transactional = bool(sink.dialect.TRANSACTIONAL_DDL)
+    session.begin()
+    if not _still_staged(sink, session):
+        session.rollback()
+        return False
+    mode = sink.spec["mode"]
+    target = table_columns(sink.source, sink.table)
+    if mode == "append":
+        _append(sink, session, target or [])
+        session.commit()
+        return True
+    if mode == "create" and target is not None:
+        session.rollback()
+        raise EngineError(
+            f"the output table {sink.spec['table']} was made by someone else during the run: "
+            f"the rows are kept in {sink.spec['staging']}; rename it yourself or drop it"
+        )
+    name = sink.table.name
+    if target is None:
+        statements = sink.dialect.rename_sql(sink.staging, name)
+    else:
+        old = sink.spec["staging"][:-1] + "d"
+        statements = sink.dialect.swap_sql(sink.table, sink.staging, old)
+        statements.append(_sql(sink, drop_table(beside(sink.table, old))))
+    if not transactional:
+        session.commit()  # DDL commits implicitly: the rename is one atomic statement
+    for statement in statements:
+        session.execute(statement)
+    session.commit()
+    return True
+
+
+def _still_staged(sink: Any, session: WriteSession) -> bool:
+    """Inside the finisher's lock: the staging table is still there (no one finished)."""
+    probe = exp.select("COUNT(*)").from_(sink.staging).where(exp.false())
+    try:
+        session.rows(_sql(sink, probe))
+    except Exception:
+        session.rollback()
+        session.begin()
+        return False
+    return True
+
+
+def _append(sink: Any, session: WriteSession, target: list[str]) -> None:
+    """The staging rows into the table, and the ``finished`` record, in one transaction.
+
+    A table with sqlfeed's row identity (made by an earlier run) gets it for the new
+    rows too, their partition numbers after its last, so rows stay unique across runs."""
+    data = list(sink.spec["data_columns"])
+    values: list[exp.Expr] = [quoted(c) for c in data]
+    columns = list(data)
+    if all(c in target for c in IDENTITY) and all(c in sink.spec["columns"] for c in IDENTITY):
+        part, row = (exp.column(c, quoted=True) for c in IDENTITY)
+        last = exp.select(exp.func("COALESCE", exp.func("MAX", part.copy()), -1)).from_(sink.table)
+        values += [
+            exp.Add(
+                this=part,
+                expression=exp.Add(this=last.subquery(), expression=exp.Literal.number(1)),
+            ),
+            row,
+        ]
+        columns += list(IDENTITY)
+    select = exp.select(*values).from_(sink.staging)
+    insert = exp.insert(select, sink.table, columns=[quoted(c) for c in columns])
+    session.execute(_sql(sink, insert))
+    record = exp.Values(
+        expressions=[exp.tuple_(*(exp.Literal.number(FINISHED_PART) for _ in range(3)))]
+    )
+    names = [quoted(c) for c in ("part", "first_row", "rows")]
+    session.execute(_sql(sink, exp.insert(record, sink.commits, columns=names)))
+
+
+def _drop(source: Any, table: exp.Table) -> None:
+    run_statements(source, [drop_table(table).sql(dialect=source.dialect.sqlglot_dialect)])

@@ -1,0 +1,358 @@
+"""The table sink: batches written into a database table exactly once, from many workers.
+
+Protocol (``docs/architecture.md``, design section 11):
+
+* :meth:`TableSink.create` checks the output (``create``: the table must not exist;
+  ``append``: it must, with the output's columns), then makes a **staging** table and a
+  **commits** table, both named like scratch tables (``sqlfeed_<unix time>_<hex>``, so
+  ``sqlfeed scratch list|drop`` sees abandoned ones), in the output table's schema. Its
+  :attr:`~TableSink.spec` is what other workers :meth:`~TableSink.attach` with.
+* :meth:`TableSink.commit` writes one batch in **one transaction of the output database**:
+  first the commit record ``(part, first_row, rows)`` under a primary key, then the rows.
+  Another attempt at the same batch (a redelivered lease, a worker that stalled past its
+  lease and woke up) meets the record and rolls back: exactly one attempt commits. Every
+  row has an identity besides: the key, when the SELECT's catalog proves it unique (the
+  staging table's primary key), else ``_sqlfeed_partition, _sqlfeed_row`` under a unique
+  constraint, so no duplicate can exist even if batches were cut differently.
+* :meth:`TableSink.finish` (idempotent, serialised between finishers) checks that the
+  rows written are the rows expected (and the key's distinct count), then puts the staging
+  table in place: renamed (``create``), swapped in atomically (``replace``: readers see
+  the old table or the new one), or inserted in one transaction (``append``); the commits
+  table is dropped last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dialects import EngineError, InvalidArgumentError
+from sqlfeed.io import Source
+from sqlfeed.io.writes import WriteSession, retry_busy
+from sqlfeed.plans.materialize import SCRATCH_PREFIX
+from sqlfeed.sink.columns import IDENTITY, beside, column_definitions, drop_table, quoted
+from sqlfeed.sink.finish import finish_sink
+from sqlfeed.sink.output import connect_output, run_statements, table_columns
+from sqlfeed.sink.report import MODES, WriteReport
+
+__all__ = ["MODES", "TableSink", "WriteReport"]
+
+
+class TableSink:
+    """Writes batches into one output table under the commit protocol (module docstring).
+
+    Use :meth:`create` (the first worker) or :meth:`attach` (the others), not the
+    constructor.
+    """
+
+    def __init__(self, source: Source, spec: dict[str, Any], *, owned: bool) -> None:
+        self.source = source
+        self.spec = spec
+        self._owned = owned
+        self.dialect = source.dialect
+        render = self.dialect.sqlglot_dialect
+        self.table = exp.to_table(spec["table"], dialect=render)
+        self.staging = beside(self.table, spec["staging"])
+        self.commits = beside(self.table, spec["commits"])
+        self.columns = [quoted(c).sql(dialect=render) for c in spec["columns"]]
+        self._session: WriteSession | None = None
+
+    # -- making and joining -------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        target: Any,
+        table: str,
+        schema: pa.Schema,
+        *,
+        mode: str = "create",
+        key: Sequence[str] | None = None,
+        unique_key: bool = False,
+        expected_rows: int | None = None,
+        expected_keys: int | None = None,
+        what: dict[str, Any] | None = None,
+    ) -> TableSink:
+        """Check the output and make the staging and commits tables.
+
+        Args:
+            target: the output database (URL or source).
+            table: ``name`` or ``schema.name``.
+            schema: the Arrow schema of the rows written (without identity columns).
+            mode: ``create``, ``replace`` or ``append``.
+            key: columns identifying a row; ``unique_key``: proven unique (by the
+                catalog): the output's primary key. Otherwise rows are identified by
+                ``_sqlfeed_partition, _sqlfeed_row``, which :meth:`commit` fills.
+            expected_rows, expected_keys: what :meth:`finish` checks (None: not checked).
+            what: what else identifies the job (e.g. the model): part of the spec.
+
+        Raises:
+            InvalidArgumentError: a bad mode, the table exists in ``create`` mode, is
+                missing or has other columns in ``append`` mode, a key not among the
+                columns, a type the engine cannot hold.
+        """
+        source = connect_output(target)
+        try:
+            spec = _new_spec(source, table, schema, mode, key, unique_key, what)
+            spec |= {"expected_rows": expected_rows, "expected_keys": expected_keys}
+            sink = cls(source, spec, owned=not isinstance(target, Source))
+            sink._make_tables(schema)
+        except BaseException:
+            if not isinstance(target, Source):
+                source.close()
+            raise
+        return sink
+
+    @classmethod
+    def attach(cls, target: Any, spec: dict[str, Any]) -> TableSink:
+        """The sink of ``spec`` (made by :meth:`create` in another worker)."""
+        source = connect_output(target)
+        return cls(source, spec, owned=not isinstance(target, Source))
+
+    def _make_tables(self, schema: pa.Schema) -> None:
+        spec = self.spec
+        render = self.dialect.sqlglot_dialect
+        columns = column_definitions(schema, self.dialect, not_null=spec["key"] or ())
+        if spec["unique_key"]:
+            keys = [quoted(c) for c in spec["key"]]
+            constraint: exp.Expr = exp.PrimaryKey(expressions=keys)
+        else:
+            id_schema = pa.schema([(name, pa.int64()) for name in IDENTITY])
+            columns += column_definitions(id_schema, self.dialect, not_null=IDENTITY)
+            constraint = exp.UniqueColumnConstraint(
+                this=exp.Schema(expressions=[quoted(c) for c in IDENTITY])
+            )
+        staging = exp.Create(
+            this=exp.Schema(this=self.staging, expressions=[*columns, constraint]), kind="TABLE"
+        )
+        commit_schema = pa.schema(
+            [("part", pa.int64()), ("first_row", pa.int64()), ("rows", pa.int64())]
+        )
+        commit_columns = column_definitions(
+            commit_schema, self.dialect, not_null=commit_schema.names
+        )
+        commits = exp.Create(
+            this=exp.Schema(
+                this=self.commits,
+                expressions=[
+                    *commit_columns,
+                    exp.PrimaryKey(expressions=[quoted("part"), quoted("first_row")]),
+                ],
+            ),
+            kind="TABLE",
+        )
+        run_statements(self.source, [commits.sql(dialect=render), staging.sql(dialect=render)])
+
+    # -- writing ------------------------------------------------------------------------
+
+    def commit(self, partition: int, first_row: int, batch: pa.RecordBatch) -> bool:
+        """Write ``batch`` (rows ``first_row``... of ``partition``) in one transaction with
+        its commit record. False: another attempt committed this batch already (nothing
+        written now).
+
+        Raises:
+            EngineError: the output database failed (nothing of the batch committed).
+        """
+        if not self.spec["unique_key"]:
+            batch = _with_identity(batch, partition, first_row)
+        session = self._writer()
+        render = self.dialect.sqlglot_dialect
+        record = exp.insert(
+            exp.Values(
+                expressions=[
+                    exp.tuple_(
+                        *(exp.Literal.number(v) for v in (partition, first_row, batch.num_rows))
+                    )
+                ]
+            ),
+            self.commits,
+            columns=[quoted("part"), quoted("first_row"), quoted("rows")],
+        ).sql(dialect=render)
+        staging = self.staging.sql(dialect=render)
+
+        def attempt() -> bool:
+            session.begin()
+            try:
+                session.execute(record)
+            except Exception as err:
+                if not session.duplicate(err):
+                    raise
+                session.rollback()
+                return False
+            session.insert(staging, self.columns, batch)
+            session.commit()
+            return True
+
+        try:
+            return bool(retry_busy(session, attempt))
+        except Exception as err:
+            self._drop_session()
+            if session.duplicate(err):
+                raise EngineError(
+                    f"rows of partition {partition} from row {first_row} are in the output "
+                    "already under other batch boundaries: every worker of a job must batch "
+                    f"alike ({err})"
+                ) from None
+            raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+
+    def _writer(self) -> WriteSession:
+        if self._session is None:
+            self._session = self.source.write_session()
+        return self._session
+
+    def _drop_session(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            with contextlib.suppress(Exception):
+                session.close()
+
+    # -- finishing ----------------------------------------------------------------------
+
+    def committed(self) -> tuple[int, int]:
+        """``(batches, rows)`` committed so far; (-1, -1) when the commits table is gone
+        (the sink was finished or dropped)."""
+        render = self.dialect.sqlglot_dialect
+        sql = (
+            exp.select(
+                "COUNT(*)",
+                exp.func("COALESCE", exp.func("SUM", exp.column("rows", quoted=True)), 0),
+            )
+            .from_(self.commits)
+            .sql(dialect=render)
+        )
+        try:
+            batches, rows = self.source.rows(sql, what="commit count")[0]
+        except EngineError:
+            if not self._exists(self.commits):
+                return -1, -1
+            raise
+        return int(batches), int(rows)
+
+    def finish(self) -> WriteReport:
+        """Check the rows written and put them in place (module docstring); idempotent.
+
+        Raises:
+            EngineError: the rows written are not the rows expected (nothing is put in
+                place; the staging table is kept for a look), or the output failed.
+        """
+        return finish_sink(self)
+
+    def abort(self) -> None:
+        """Drop the staging and commits tables (a run given up)."""
+        render = self.dialect.sqlglot_dialect
+        run_statements(
+            self.source, [drop_table(t).sql(dialect=render) for t in (self.staging, self.commits)]
+        )
+
+    def _exists(self, table: exp.Table) -> bool:
+        return table_columns(self.source, table) is not None
+
+    def close(self) -> None:
+        """Give the write connection back (and the source, if the sink opened it)."""
+        self._drop_session()
+        if self._owned:
+            self.source.close()
+
+    def __enter__(self) -> TableSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _new_spec(
+    source: Source,
+    table: str,
+    schema: pa.Schema,
+    mode: str,
+    key: Sequence[str] | None,
+    unique_key: bool,
+    what: dict[str, Any] | None,
+) -> dict[str, Any]:
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode {mode!r}: give one of {', '.join(MODES)}")
+    render = source.dialect.sqlglot_dialect
+    target = exp.to_table(table, dialect=render)
+    key = list(key or [])
+    missing = [k for k in key if k not in schema.names]
+    if missing:
+        raise InvalidArgumentError(
+            f"key column {missing[0]!r} is not among the output's columns {schema.names}: "
+            "select it (or --keep it)"
+        )
+    clash = [name for name in schema.names if name in IDENTITY]
+    if clash and not (key and unique_key):
+        raise InvalidArgumentError(
+            f"column {clash[0]!r} is sqlfeed's row identity: rename it in the SELECT"
+        )
+    _check_target(source, target, mode, schema, key, unique_key)
+    stamp = f"{SCRATCH_PREFIX}{int(time.time())}_"
+    run = uuid.uuid4().hex[:10]
+    columns = list(schema.names) if key and unique_key else [*schema.names, *IDENTITY]
+    identity = {
+        "table": target.sql(dialect=render),
+        "mode": mode,
+        "key": key or None,
+        "columns": list(schema.names),
+        "what": what,
+    }
+    return {
+        "identity": identity,
+        "table": target.sql(dialect=render),
+        "dialect": source.dialect.name,
+        "mode": mode,
+        "key": key or None,
+        "unique_key": bool(key and unique_key),
+        "columns": columns,
+        "data_columns": list(schema.names),
+        "staging": f"{stamp}{run}0",
+        "commits": f"{stamp}{run}c",
+        "what": what,
+    }
+
+
+def _check_target(
+    source: Source,
+    target: exp.Table,
+    mode: str,
+    schema: pa.Schema,
+    key: list[str],
+    unique_key: bool,
+) -> None:
+    name = target.sql(dialect=source.dialect.sqlglot_dialect)
+    found = table_columns(source, target)
+    if mode == "create" and found is not None:
+        raise InvalidArgumentError(
+            f"the output table {name} exists: give --mode replace to replace it or "
+            "--mode append to add rows, or name another table"
+        )
+    if mode == "append":
+        if found is None:
+            raise InvalidArgumentError(
+                f"the output table {name} does not exist: --mode append adds rows to a "
+                "table; give --mode create to make it"
+            )
+        wanted = set(schema.names)
+        have = {c for c in found if c not in IDENTITY}
+        if have != wanted:
+            raise InvalidArgumentError(
+                f"the output table {name} has columns {sorted(found)}, but the rows written "
+                f"have {sorted(wanted)}: append needs the same columns (or give --mode "
+                "replace)"
+            )
+
+
+def _with_identity(batch: pa.RecordBatch, partition: int, first_row: int) -> pa.RecordBatch:
+    rows = batch.num_rows
+    arrays = [
+        *batch.columns,
+        pa.array([partition] * rows, pa.int64()),
+        pa.array(range(first_row, first_row + rows), pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, *IDENTITY])
