@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
     from sqlfeed.plans.planner import plan
     from sqlfeed.shards import Dataset, create_dataset, open_dataset
     from sqlfeed.shards.reshard import ReshardMetrics, reshard
+    from sqlfeed.sink import WriteReport, write_table
     from sqlfeed.sql import (
         ParsedQuery,
         count_sql,
@@ -81,6 +82,8 @@ _HOMES: dict[str, str] = {
     "plan": "sqlfeed.plans.planner",
     **dict.fromkeys(("Dataset", "create_dataset", "open_dataset"), "sqlfeed.shards"),
     **dict.fromkeys(("ReshardMetrics", "reshard"), "sqlfeed.shards.reshard"),
+    **dict.fromkeys(("WriteReport", "write_table"), "sqlfeed.sink"),
+    "sink": "",
     **dict.fromkeys(
         "ParsedQuery count_sql parse partition_sql partition_sqls sample_sql "
         "unstable_reasons".split(),
@@ -144,6 +147,7 @@ __all__ = [
     "UnsafeQueryError",
     "UnstableQueryError",
     "UnsupportedError",
+    "WriteReport",
     "__version__",
     "compute_stats",
     "connect",
@@ -159,4 +163,5 @@ __all__ = [
     "reshard",
     "sample_sql",
     "unstable_reasons",
+    "write_table",
 ]
