@@ -234,6 +234,10 @@ class Dialect:
     (the writer converts it): where :meth:`sink_type` gives it a column type with no zone
     (MySQL/MariaDB ``DATETIME(6)``, SQLite's ISO text); the zone's name is not kept."""
 
+    SINK_ONE_PROCESS: ClassVar[bool] = False
+    """Whether only one process may write the database (a DuckDB file): a job of several
+    processes writes a Parquet folder instead, loaded into it by one process."""
+
     SINK_AS_TEXT: ClassVar[bool] = False
     """Whether decimals, dates, times and timestamps are written as their exact text (ISO
     for times) where :meth:`sink_type` gives them a text column (SQLite)."""

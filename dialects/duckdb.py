@@ -81,6 +81,7 @@ class DuckDB(Dialect):
         }
     )
     FILE_DATABASE = True
+    SINK_ONE_PROCESS = True
     PHYSICAL_ADDRESS = True
     ROW_GROUP_ROWS = ROW_GROUP
     READS_FILES = True

@@ -1,4 +1,5 @@
-"""The ``sqlfeed export`` command: a query's rows to Parquet, CSV or JSONL files."""
+"""The ``sqlfeed export`` command: a query's rows to Parquet, CSV or JSONL files, or into a
+database table (``--into``) exactly once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlfeed import connect
 from sqlfeed.cli.checks import (
     check_output_file,
     check_output_folder,
+    db_url,
     name_flags,
 )
 from sqlfeed.cli.common import (
@@ -25,10 +27,12 @@ from sqlfeed.cli.common import (
     warn,
     write_json,
 )
+from sqlfeed.cli.jobs import check_queue_url
 from sqlfeed.cli.progress import ProgressBar
 from sqlfeed.feed import EXPORT_FORMATS, export
 from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans.materialize import drop_scratch
+from sqlfeed.sink import MODES, WriteReport, copy_into, finish_job
 
 MAX_READERS = 256
 """The most partitions ``sqlfeed export`` reads at once (each holds a connection)."""
@@ -73,7 +77,7 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     """Add the ``export`` command."""
     parser = commands.add_parser(
         "export",
-        help="write a SELECT's rows to Parquet, CSV or JSONL, in parallel",
+        help="write a SELECT's rows to Parquet, CSV or JSONL, or into a table, in parallel",
         description=(
             "Plan the query, read its partitions in parallel and write them to --out: a "
             "file (.parquet, .csv, .jsonl) or a folder of part files, one per partition "
@@ -82,29 +86,147 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
             "done. A --strategy materialize scratch table is dropped when the export ends. "
             "Repeated column names (SELECT * over a join) are made unique as DuckDB does "
             "(id, id_1). CSV and JSONL show durations as ISO 8601 text (P1DT2H), binary "
-            "values as \\x and hex digits, and CSV lists, structs and maps as JSON text."
+            "values as \\x and hex digits, and CSV lists, structs and maps as JSON text. "
+            "With --into TABLE instead, the rows go into a table of --into-db (default "
+            "--db), exactly once: each batch is committed with a record of it into a "
+            "staging table, put in place when every row is there (--mode create renames "
+            "it, replace swaps it in atomically, append inserts it in one transaction). "
+            "Without a unique --key the table gets the columns _sqlfeed_partition and "
+            "_sqlfeed_row (each row's place in the query). With --queue URL --job NAME "
+            "the same command started on several machines shares the work (the first "
+            "creates the job and the staging table, the others join; whoever sees the job "
+            "complete puts the table in place, or --finish does it by hand)."
         ),
     )
     add_target(parser, dialect=False)
-    parser.add_argument("--out", required=True, metavar="PATH", help="output file or folder")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="PATH", help="output file or folder (or --into)")
+    where.add_argument(
+        "--into",
+        metavar="TABLE",
+        help="output table, name or schema.name, of --into-db (or --out)",
+    )
     parser.add_argument(
         "--as",
         dest="file_format",
         choices=EXPORT_FORMATS,
-        help="file format (default: from the file name, else parquet)",
+        help="file format of --out (default: from the file name, else parquet)",
     )
+    _add_into_options(parser)
     add_plan_options(parser)
-    parser.add_argument("--readers", type=int, default=2, help="partitions read at once")
+    parser.add_argument(
+        "--readers",
+        type=int,
+        metavar="N",
+        help="partitions read at once (default 2; with --into: 4, or 1 with --queue)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="how to print the summary"
     )
     add_sql(parser)
     parser.set_defaults(handler=_cmd_export)
-    name_flags(parser, format="--as", file_format="--as")
+    name_flags(parser, format="--as", file_format="--as", url="--into-db", table="--into")
+
+
+def _add_into_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--into-db",
+        metavar="URL",
+        type=db_url,
+        help="the database of --into (default: --db)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        help="--into: create the table (refused if it exists; the default), replace it "
+        "atomically, or append to it (it must have the same columns)",
+    )
+    parser.add_argument(
+        "--queue",
+        metavar="URL",
+        help="--into: a lease queue shared by the processes writing (sqlite:///file.db, "
+        "or a PostgreSQL or MySQL URL); needs --job",
+    )
+    parser.add_argument(
+        "--job", metavar="NAME", help="--into: the job's name in --queue (the first creates it)"
+    )
+    parser.add_argument(
+        "--finish",
+        action="store_true",
+        help="--into with --queue and --job: only put the job's table in place (checks "
+        "that every row was written; idempotent); no SQL",
+    )
+
+
+INTO_ONLY = ("into_db", "mode", "queue", "job", "finish")
+"""The options of ``--into`` (refused with ``--out``)."""
+
+OUT_ONLY = {"file_format": "--as", "overwrite": "--overwrite", "plan": "--plan"}
+"""The options of ``--out`` (refused with ``--into``)."""
+
+INTO_PLANNING = {
+    "target_rows": "--target-rows",
+    "scratch": "--scratch",
+    "strict": "--strict",
+}
+"""Planning options ``--into`` does not take (it plans with --partitions alone)."""
+
+
+def _check_into(args: argparse.Namespace) -> None:
+    """The options of ``--into``, checked before anything runs.
+
+    Raises:
+        InvalidArgumentError: a bad combination.
+    """
+    if not args.into.strip():
+        raise InvalidArgumentError("--into needs a table name (name or schema.name)")
+    for dest, flag in OUT_ONLY.items():
+        if getattr(args, dest):
+            raise InvalidArgumentError(f"{flag} goes with --out PATH, not --into: drop it")
+    given = [flag for dest, flag in INTO_PLANNING.items() if getattr(args, dest)]
+    if args.strategy != "auto":
+        given.append("--strategy")
+    if args.workers != 1:
+        given.append("--workers")
+    if given:
+        raise InvalidArgumentError(
+            f"{given[0]} does not apply to --into (it plans with --partitions alone): drop it"
+        )
+    if (args.queue is None) != (args.job is None):
+        raise InvalidArgumentError(
+            "--queue and --job go together: give both to share the work among processes, or neither"
+        )
+    if args.queue is not None:
+        check_queue_url(args.queue, must_exist=args.finish)
+    if args.finish:
+        if args.queue is None:
+            raise InvalidArgumentError(
+                "--finish puts a job's table in place: give the job's --queue and --job"
+            )
+        if args.sql is not None:
+            raise InvalidArgumentError(
+                "--finish only puts the job's table in place: drop the SQL (or drop --finish "
+                "to work on the job)"
+            )
+        return
+    if args.sql is None:
+        raise InvalidArgumentError("the SQL argument is required")
+    if args.readers is not None:
+        positive(args.readers, "--readers", most=MAX_READERS)
 
 
 def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
+    if args.into is None and args.out is None:
+        raise InvalidArgumentError("give --out PATH (files) or --into TABLE (a table of --into-db)")
+    if args.into is not None:
+        _cmd_into(args, out)
+        return
+    given = [dest for dest in INTO_ONLY if getattr(args, dest) not in (None, False)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise InvalidArgumentError(f"{flag} goes with --into TABLE, not --out: drop it")
+    args.readers = 2 if args.readers is None else args.readers
     positive(args.readers, "--readers", most=MAX_READERS)
     target = _check_out(args)
     parsed = validated_query(args, dialect_for(args.db))
@@ -138,3 +260,52 @@ def _cmd_export(args: argparse.Namespace, out: TextIO) -> None:
             f"wrote {summary['rows']} rows to {summary['path']} ({summary['format']}, "
             f"{summary['files']} file(s), {plan.num_partitions} {plan.strategy} partitions)\n"
         )
+
+
+def _cmd_into(args: argparse.Namespace, out: TextIO) -> None:
+    """``export --into``: the query's rows into a table (or ``--finish``: a job's)."""
+    _check_into(args)
+    into_db = args.into_db or args.db
+    report: WriteReport | None
+    if args.finish:
+        report = finish_job(args.queue, args.job, into_db)
+    else:
+        parsed = validated_query(args, dialect_for(args.db))
+        bar = ProgressBar(0, what="rows", show_rows=False)
+
+        def progress(rows: int, expected: int | None) -> None:
+            if expected and not bar.total:
+                bar.total = expected
+            bar.update(rows, rows)
+
+        try:
+            report = copy_into(
+                parsed.sql,
+                args.db,
+                into_db,
+                args.into,
+                mode=args.mode or "create",
+                key=args.key,
+                queue=args.queue,
+                job=args.job,
+                readers=args.readers,
+                partitions=args.partitions,
+                progress=progress,
+            )
+        finally:
+            bar.close()
+    _print_report(args, out, report)
+
+
+def _print_report(args: argparse.Namespace, out: TextIO, report: WriteReport | None) -> None:
+    if report is None:  # another process of the job puts the table in place
+        if args.format == "json":
+            write_json(out, {"table": args.into, "finished_by": "another process"})
+        else:
+            out.write(f"wrote this process's rows; another process finishes {args.into}\n")
+        return
+    if args.format == "json":
+        write_json(out, report.to_dict())
+        return
+    how = "already in place" if report.finished_by == "before" else f"{report.mode}"
+    out.write(f"wrote {report.rows} rows into {report.table} ({how}, {report.seconds:.1f} s)\n")

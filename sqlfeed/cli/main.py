@@ -92,6 +92,16 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
     (
+        "predict",
+        (
+            (
+                "predict",
+                "write a model's predictions for a SELECT into a table, exactly once, on "
+                "elastic workers",
+            ),
+        ),
+    ),
+    (
         "sqlflow",
         (
             (

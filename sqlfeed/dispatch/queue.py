@@ -204,6 +204,13 @@ class LeaseQueue:
         """The job ``name``. Raises :class:`UnknownJobError`."""
         raise NotImplementedError
 
+    def find_job(self, name: str) -> JobSpec | None:
+        """The job ``name``, or None when there is none (a queue not made yet included)."""
+        try:
+            return self.job(name)
+        except UnknownJobError:
+            return None
+
     def acquire(self, job: str, worker: str) -> Lease | Wait | None:
         """A lease on the next task, a :class:`Wait`, or None when every epoch is done."""
         raise NotImplementedError

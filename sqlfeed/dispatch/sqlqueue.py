@@ -91,6 +91,12 @@ class SQLQueue(LeaseQueue):
     def close(self) -> None:
         self.engine.dispose()
 
+    def find_job(self, name: str) -> JobSpec | None:
+        """The job ``name``, or None (also when the SQLite file is not made yet)."""
+        if self._missing is not None and not os.path.exists(self._missing):
+            return None
+        return super().find_job(name)
+
     @contextmanager
     def _tx(self, read_only: bool = False) -> Iterator[Any]:
         """One short transaction (``read_only``: SQLite need not take the write lock)."""

@@ -8,6 +8,7 @@ boosted trees (``gbdt``), trains it from sqlfeed's feed, and writes one folder: 
 a JSON manifest (task, features and their transforms, both SQL texts, metrics, versions),
 the statistics and their HTML report. :func:`evaluate` scores a model on its validation
 split or on any SELECT; :func:`evaluate_table` a table of predictions, in its engine;
+:func:`predict` writes a model's predictions for a SELECT into a table, exactly once;
 :func:`load` opens a model folder.
 
 Importing this package is cheap: TensorFlow and XGBoost are imported when a model is
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from sqlfeed.ml.artifact import Model, load
     from sqlfeed.ml.evaluation import evaluate
     from sqlfeed.ml.options import TrainOptions
+    from sqlfeed.ml.predict import predict
     from sqlfeed.ml.split import Split
     from sqlfeed.ml.sqlflow import parse_statement
     from sqlfeed.ml.tablemetrics import evaluate_table
@@ -36,6 +38,7 @@ __all__ = [
     "evaluate_table",
     "load",
     "parse_statement",
+    "predict",
     "train",
 ]
 
@@ -46,6 +49,7 @@ _HOMES = {
     "TrainOptions": "sqlfeed.ml.options",
     "Split": "sqlfeed.ml.split",
     "parse_statement": "sqlfeed.ml.sqlflow",
+    "predict": "sqlfeed.ml.predict",
     "evaluate_table": "sqlfeed.ml.tablemetrics",
     "train": "sqlfeed.ml.trainer",
 }

@@ -25,5 +25,6 @@ it, :class:`~dialects.MissingDependencyError` names the extra (``pip install
 from __future__ import annotations
 
 from sqlfeed.ray.datasource import dataset, datasource, group_partitions
+from sqlfeed.ray.sink import write_table
 
-__all__ = ["dataset", "datasource", "group_partitions"]
+__all__ = ["dataset", "datasource", "group_partitions", "write_table"]

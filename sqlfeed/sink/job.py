@@ -23,7 +23,6 @@ import pyarrow as pa
 from dialects import InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.queue import LeaseQueue
-from sqlfeed.errors import UnknownJobError
 from sqlfeed.io import Source, connect
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.sink.keys import distinct_keys, key_is_unique
@@ -146,7 +145,7 @@ def job_sink(
     schema = src.schema(parsed)
     out = transform.schema(schema) if transform is not None else schema
     what = transform.what if transform is not None else None
-    existing = _existing(lease_queue, name)
+    existing = lease_queue.find_job(name)
     if existing is not None:
         _check_same(existing, name, table, mode, key, what)
         return existing, TableSink.attach(url, existing.sink or {})
@@ -179,13 +178,6 @@ def job_sink(
         _check_same(made, name, table, mode, key, what)
         return made, TableSink.attach(url, made.sink or {})
     return made, sink
-
-
-def _existing(lease_queue: LeaseQueue, name: str) -> JobSpec | None:
-    try:
-        return lease_queue.job(name)
-    except UnknownJobError:
-        return None
 
 
 def _check_same(

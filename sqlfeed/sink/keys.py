@@ -19,11 +19,11 @@ def key_is_unique(source: Source, parsed: ParsedQuery, key: Sequence[str]) -> bo
     a primary or unique NOT NULL key of its only base table among them, kept one row per
     key by the query (no join fanning it out, no UNION ALL)."""
     tree = parsed.tree
-    if not isinstance(tree, exp.Select) or not key:
+    if not isinstance(tree, exp.Select) or not key or not all(_plain(tree, k) for k in key):
         return False
     base = only_base_table(tree)
     table_keys = unique_keys(source, base) if base is not None else []
-    ordered = tree.copy().order_by(*(exp.column(k, quoted=True) for k in key), copy=False)
+    ordered = tree.copy().order_by(*(exp.column(exp.to_identifier(k)) for k in key), copy=False)
     order = ordered.args.get("order")
     return bool(order_is_total(ordered, order, table_keys=table_keys, every_output=False))
 
@@ -40,3 +40,15 @@ def distinct_keys(source: Source, parsed: ParsedQuery, key: Sequence[str]) -> in
         .sql(dialect=source.dialect.sqlglot_dialect)
     )
     return int(source.scalar(sql, what="key count") or 0)
+
+
+def _plain(select: exp.Select, name: str) -> bool:
+    """Whether output column ``name`` is the base column of that name (not an alias of
+    another expression)."""
+    for item in select.expressions:
+        if item.alias_or_name.casefold() == name.casefold():
+            inner = item.unalias()
+            return isinstance(inner, exp.Column) and inner.name.casefold() == name.casefold()
+    return any(
+        isinstance(item, exp.Star) or isinstance(item.this, exp.Star) for item in select.expressions
+    )

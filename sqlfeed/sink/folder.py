@@ -1,0 +1,195 @@
+"""A job's output as a committed Parquet folder, and that folder loaded into a table.
+
+Several processes cannot write one DuckDB file, so a job whose output ends in DuckDB (or
+that wants files) writes the batch folder of ``sqlfeed worker --out``
+(:class:`~sqlfeed.dispatch.folder.BatchFolder`: a batch file appears whole, under a name
+a late writer never replaces; a partition counts once its manifest is written, before it
+is completed): exactly the committed files make the output. :func:`load_folder` then
+writes those files into a table through the table sink (checked against the job's
+expected rows) in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dispatch import JobSpec, Worker, open_queue
+from sqlfeed.dispatch.folder import BatchFolder, committed_files
+from sqlfeed.dispatch.queue import Lease, LeaseQueue
+from sqlfeed.io import Source, connect
+from sqlfeed.plans import plan as make_plan
+from sqlfeed.sink.job import Progress, Transform
+from sqlfeed.sink.report import WriteReport
+from sqlfeed.sink.table import TableSink
+
+__all__ = ["copy_to_folder", "load_folder"]
+
+
+def copy_to_folder(
+    query: str,
+    source: Any,
+    out: str,
+    *,
+    queue: str | LeaseQueue | None = None,
+    job: str | None = None,
+    readers: int | None = None,
+    partitions: int | None = None,
+    batch_size: int | None = None,
+    lease_ttl: float = 60.0,
+    progress: Progress | None = None,
+    transform: Transform | None = None,
+) -> WriteReport:
+    """Write ``query``'s result (``transform``-ed) into the batch folder ``out`` as a job
+    (processes sharing ``queue`` and ``job`` each work on it).
+
+    Returns:
+        The rows this process committed, and the folder.
+    """
+    start = time.monotonic()
+    src = connect(source)
+    lease_queue = open_queue(queue if queue is not None else "memory://")
+    name = job or "folder"
+    spec = _folder_job(
+        lease_queue, name, query, src, out, partitions, batch_size, lease_ttl, transform
+    )
+    threads = readers or (1 if queue is not None else 4)
+    rows = _run(lease_queue, spec, src, Path(out), threads, transform, progress)
+    return WriteReport(out, rows, "folder", time.monotonic() - start)
+
+
+def _folder_job(
+    lease_queue: LeaseQueue,
+    name: str,
+    query: str,
+    src: Source,
+    out: str,
+    partitions: int | None,
+    batch_size: int | None,
+    lease_ttl: float,
+    transform: Transform | None,
+) -> JobSpec:
+    parsed = src.parse(query)
+    schema = src.schema(parsed)
+    if transform is not None:
+        transform.schema(schema)
+    what = transform.what if transform is not None else None
+    existing = lease_queue.find_job(name)
+    if existing is not None:
+        theirs = ((existing.sink or {}).get("identity") or {}).get("what")
+        if existing.sink is None or "folder" not in existing.sink or theirs != what:
+            raise InvalidArgumentError(
+                f"the job {name!r} writes something else (another model, table or options): "
+                "give its options, or another --job name"
+            )
+        return existing
+    expected = src.count(parsed)
+    sink = {"folder": True, "expected_rows": expected, "identity": {"folder": True, "what": what}}
+    plan = make_plan(parsed, src, partitions=partitions)
+    size = batch_size or 8_192
+    return lease_queue.create_job(
+        JobSpec(name, plan, lease_ttl=lease_ttl, order="lpt", batch_size=size, sink=sink)
+    )
+
+
+def _run(
+    lease_queue: LeaseQueue,
+    spec: JobSpec,
+    src: Source,
+    out: Path,
+    threads: int,
+    transform: Transform | None,
+    progress: Progress | None,
+) -> int:
+    folder = BatchFolder(out, spec)
+    errors: list[BaseException] = []
+    done = [0]
+    lock = threading.Lock()
+    expected = (spec.sink or {}).get("expected_rows")
+
+    def work() -> None:
+        worker = Worker(lease_queue, spec.name, src, batch_size=spec.batch_size)
+
+        def on_lease(lease: Lease) -> None:
+            folder.on_lease(lease, partial(worker.still_holds, lease.epoch, lease.partition))
+
+        worker.on_lease = on_lease
+        worker.on_partition = folder.on_partition
+        try:
+            for delivery in worker.deliveries():
+                batch = transform(delivery.batch) if transform is not None else delivery.batch
+                scored = dataclasses.replace(delivery, batch=batch)
+                trusted = partial(worker.still_holds, delivery.epoch, delivery.partition)
+                if not folder.write(scored, trusted):
+                    worker.refuse(delivery)
+                    continue
+                with lock:
+                    done[0] += batch.num_rows
+                    if progress is not None:
+                        progress(done[0], expected)
+        except BaseException as err:
+            errors.append(err)
+        finally:
+            worker.close()
+
+    pool = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    if errors:
+        raise errors[0]
+    folder.finish()
+    return done[0]
+
+
+def load_folder(
+    queue: str | LeaseQueue, job: str, out: str, url: Any, table: str | None, mode: str = "create"
+) -> WriteReport:
+    """Check the job's committed folder against its expected rows, and with ``table``
+    write its files into that table of ``url`` (the table sink: all or nothing).
+
+    Raises:
+        EngineError: the folder does not hold the expected rows (the job is not done).
+    """
+    start = time.monotonic()
+    spec = open_queue(queue).job(job)
+    if spec.sink is None or "folder" not in spec.sink:
+        raise InvalidArgumentError(f"the job {job!r} writes no folder: give the job of --out")
+    files = committed_files(out)
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    expected = spec.sink.get("expected_rows")
+    if expected is not None and rows != expected:
+        raise EngineError(
+            f"{out} holds {rows:,} committed rows but the SELECT counts {expected:,}: the job "
+            "is not complete (start workers until it is), then finish again"
+        )
+    if table is None:
+        return WriteReport(out, rows, "folder", time.monotonic() - start)
+    if not files:
+        raise EngineError(f"{out} holds no committed files: nothing to load")
+    schema = pq.read_schema(files[0])
+    sink = TableSink.create(url, table, schema, mode=mode, expected_rows=rows)
+    try:
+        offsets: dict[int, int] = {}
+        for path in files:
+            part = int(path.name.split("-")[1])
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+                first = offsets.get(part, 0)
+                sink.commit(part, first, batch)
+                offsets[part] = first + batch.num_rows
+        report = sink.finish()
+    except BaseException:
+        sink.abort()
+        raise
+    finally:
+        sink.close()
+    report.seconds = time.monotonic() - start
+    return report
