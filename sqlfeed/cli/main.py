@@ -54,7 +54,15 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("sample", "print a sample of a SELECT's rows"),
         ),
     ),
-    ("export", (("export", "write a SELECT's rows to Parquet, CSV or JSONL, in parallel"),)),
+    (
+        "export",
+        (
+            (
+                "export",
+                "write a SELECT's rows to Parquet, CSV or JSONL, or into a table, in parallel",
+            ),
+        ),
+    ),
     (
         "statistics",
         (("stats", "feature statistics of a SELECT's columns, as JSON and/or an HTML report"),),
@@ -106,7 +114,8 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             (
                 "sql",
-                "train or evaluate from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT",
+                "train, evaluate or predict from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / "
+                "TO PREDICT",
             ),
         ),
     ),

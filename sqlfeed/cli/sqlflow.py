@@ -13,18 +13,19 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from dialects import InvalidArgumentError, NotImplementedYetError, dialect_for
+from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import ParsedQuery, connect, parse
 from sqlfeed.cli.checks import check_output_folder
 from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
 from sqlfeed.ml.artifact import load
 from sqlfeed.ml.evaluation import evaluate
 from sqlfeed.ml.metrics import METRICS, format_metrics
+from sqlfeed.ml.predict import predict
 from sqlfeed.ml.sqlflow import Statement, parse_statement
 from sqlfeed.ml.trainer import train
 from sqlfeed.sql import check_stable
 
-HELP = "train or evaluate from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT"
+HELP = "train, evaluate or predict from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT"
 """The command's help line (also in :data:`sqlfeed.cli.main.COMMANDS`)."""
 
 METRIC_ALIASES = {"auc": "roc_auc", "logloss": "log_loss"}
@@ -45,8 +46,9 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
             "BoostedTreesClassifier/Regressor, xgboost.gbtree. WITH keys: model.hidden_units, "
             "train.epoch, train.batch_size, model.learning_rate, train.seed, "
             "validation.fraction, validation.key, model.n_classes, model.n_estimators, "
-            "model.max_depth, model.top_k, model.buckets. TO PREDICT comes with sqlfeed "
-            "predict (issue #27)."
+            "model.max_depth, model.top_k, model.buckets. TO PREDICT writes the SELECT's "
+            "columns and the prediction into table.col, replacing the table atomically, "
+            "exactly once (sqlfeed predict)."
         ),
     )
     add_target(parser, dialect=False)
@@ -74,14 +76,46 @@ def _cmd_sql(args: argparse.Namespace, out: TextIO) -> None:
     parsed = parse(statement.select, engine)
     check_stable(parsed, orders=False)
     if statement.kind == "predict":
-        raise NotImplementedYetError(
-            f"TO PREDICT {statement.predict_column} USING {statement.model_path}: not yet; "
-            "prediction comes with sqlfeed predict (issue #27)"
-        )
-    if statement.kind == "train":
+        _predict(args, statement, parsed, out)
+    elif statement.kind == "train":
         _train(args, statement, parsed, out)
     else:
         _evaluate(args, statement, parsed, out)
+
+
+def _predict(
+    args: argparse.Namespace, statement: Statement, parsed: ParsedQuery, out: TextIO
+) -> None:
+    """``TO PREDICT table.col USING model``: the SELECT's columns and the prediction in
+    ``col`` (an input column of that name left out, as SQLFlow does) into ``table``,
+    replaced atomically (SQLFlow drops and re-inserts it), exactly once."""
+    target = str(statement.predict_column)
+    table, _, column = target.rpartition(".")
+    if not table:
+        raise InvalidArgumentError(
+            f"TO PREDICT {target}: name the result table and column, TO PREDICT table.col"
+        )
+    if not Path(str(statement.model_path), "manifest.json").is_file():
+        raise InvalidArgumentError(
+            f"USING {statement.model_path} is not a model folder (no manifest.json): give a "
+            "folder sqlfeed train (or TO TRAIN) wrote"
+        )
+    with connect(args.db) as source:
+        names = source.schema(parsed).names
+        report = predict(
+            statement.select,
+            source,
+            str(statement.model_path),
+            into=table,
+            mode="replace",
+            keep=[name for name in names if name != column],
+            name=column,
+        )
+    summary = report.to_dict() if report is not None else {}
+    if args.format == "json":
+        write_json(out, summary, indent=1)
+        return
+    out.write(f"{summary.get('rows', 0):,} predictions in {table}.{column}\n")
 
 
 def _train(

@@ -41,6 +41,8 @@ class Scorer:
         key: columns passed through that identify a row.
         keep: other input columns passed through; ``keep_all``: every input column.
         proba: classification: a probability column per class.
+        name: the prediction column's name (default ``predicted_<label>``); the
+            probability columns are named after it.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Scorer:
         keep: Sequence[str] = (),
         keep_all: bool = False,
         proba: bool = False,
+        name: str | None = None,
     ) -> None:
         if proba and model.task == "regression":
             raise InvalidArgumentError("--proba needs a classification model; this one regresses")
@@ -60,13 +63,14 @@ class Scorer:
         self.keep_all = keep_all
         self.proba = proba
         self.passed: list[str] = []
-        self.label = model.label
+        self.name = name or f"predicted_{model.label}"
         self.classes = pa.array(model.classes) if model.classes is not None else None
         self.what: dict[str, Any] | None = {
             "model": model_fingerprint(model),
             "keep": self.keep,
             "keep_all": keep_all,
             "proba": proba,
+            "name": self.name,
         }
 
     def schema(self, schema: pa.Schema) -> pa.Schema:
@@ -95,7 +99,7 @@ class Scorer:
         return pa.schema(fields)
 
     def _prediction_fields(self) -> list[pa.Field]:
-        name = f"predicted_{self.label}"
+        name = self.name
         if self.classes is None:
             return [pa.field(name, pa.float64())]
         fields = [pa.field(name, self.classes.type)]
@@ -147,6 +151,7 @@ def predict(
     keep: Sequence[str] = (),
     keep_all: bool = False,
     proba: bool = False,
+    name: str | None = None,
     queue: str | None = None,
     job: str | None = None,
     readers: int | None = None,
@@ -168,7 +173,7 @@ def predict(
             atomically at the end), ``append``.
         key: columns identifying a row: passed through, the output's primary key when
             the catalog proves them unique (else checked by distinct count).
-        keep, keep_all, proba: see :class:`Scorer`.
+        keep, keep_all, proba, name: see :class:`Scorer`.
         queue, job: a lease queue URL and job name every process of the run shares.
         readers: worker threads here; batch_size: rows per committed batch;
         partitions: the plan's partitions; lease_ttl: a lease's life without heartbeat.
@@ -186,7 +191,7 @@ def predict(
             "--into-db URL"
         )
     loaded = model if isinstance(model, Model) else load(model)
-    scorer = Scorer(loaded, key=key or (), keep=keep, keep_all=keep_all, proba=proba)
+    scorer = Scorer(loaded, key=key or (), keep=keep, keep_all=keep_all, proba=proba, name=name)
     return copy_into(
         query,
         source,

@@ -61,9 +61,13 @@ BAD = {
         "SELECT a, y FROM t TO TRAIN dnn WITH validation.fraction=1.5 LABEL y INTO m",
         "validation must be a share between 0 and 1",
     ),
-    "predict_not_yet": (
+    "predict_needs_a_model_folder": (
         "SELECT * FROM t TO PREDICT t.y USING m",
-        "TO PREDICT t.y USING m: not yet; prediction comes with sqlfeed predict (issue #27)",
+        "USING m is not a model folder (no manifest.json)",
+    ),
+    "predict_needs_a_table": (
+        "SELECT * FROM t TO PREDICT y USING m",
+        "TO PREDICT y: name the result table and column, TO PREDICT table.col",
     ),
     "predict_checks_the_rest_first": (
         "SELECT * FROM t TO PREDICT t.y USING m WITH x=1",
@@ -105,7 +109,7 @@ def test_an_existing_model_folder_needs_overwrite(tmp_path: Path) -> None:
 def test_statement_from_a_file_and_stdin(tmp_path: Path) -> None:
     path = tmp_path / "s.sql"
     path.write_text("SELECT * FROM t\nTO PREDICT t.y USING m;\n")
-    assert_refused(run_cli(["sql", "--db", UNREACHABLE, f"@{path}"]), "not yet")
+    assert_refused(run_cli(["sql", "--db", UNREACHABLE, f"@{path}"]), "not a model folder")
     run = run_cli(["sql", "--db", UNREACHABLE, "-"], stdin="SELECT a FROM t TO TRAIN dnn")
     assert_refused(run, "found the end of the statement")
 
