@@ -8,6 +8,8 @@ import contextlib
 from pathlib import Path
 from typing import TextIO
 
+from sqlglot import exp
+
 from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import connect
 from sqlfeed.cli.checks import (
@@ -29,6 +31,7 @@ from sqlfeed.cli.common import (
 )
 from sqlfeed.cli.jobs import check_queue_url
 from sqlfeed.cli.progress import ProgressBar
+from sqlfeed.dispatch import open_queue
 from sqlfeed.feed import EXPORT_FORMATS, export
 from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans.materialize import drop_scratch
@@ -114,6 +117,11 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     )
     _add_into_options(parser)
     add_plan_options(parser)
+    parser._option_string_actions["--key"].help = (
+        "output column to hash (or to range on); with --into: the columns identifying a "
+        "row (the table's primary key when the source's catalog proves them unique, else "
+        "their distinct count is checked); repeat or separate with commas for several"
+    )
     parser.add_argument(
         "--readers",
         type=int,
@@ -268,6 +276,7 @@ def _cmd_into(args: argparse.Namespace, out: TextIO) -> None:
     into_db = args.into_db or args.db
     report: WriteReport | None
     if args.finish:
+        _check_job_table(args, into_db)
         report = finish_job(args.queue, args.job, into_db)
     else:
         parsed = validated_query(args, dialect_for(args.db))
@@ -278,23 +287,56 @@ def _cmd_into(args: argparse.Namespace, out: TextIO) -> None:
                 bar.total = expected
             bar.update(rows, rows)
 
-        try:
-            report = copy_into(
-                parsed.sql,
-                args.db,
-                into_db,
-                args.into,
-                mode=args.mode or "create",
-                key=args.key,
-                queue=args.queue,
-                job=args.job,
-                readers=args.readers,
-                partitions=args.partitions,
-                progress=progress,
-            )
-        finally:
-            bar.close()
+        with connect(args.db) as source:
+            _check_key(args.key, source.schema(parsed).names)
+            try:
+                report = copy_into(
+                    parsed.sql,
+                    source,
+                    into_db,
+                    args.into,
+                    mode=args.mode or "create",
+                    key=args.key,
+                    queue=args.queue,
+                    job=args.job,
+                    readers=args.readers,
+                    partitions=args.partitions,
+                    progress=progress,
+                )
+            finally:
+                bar.close()
     _print_report(args, out, report)
+
+
+def _check_job_table(args: argparse.Namespace, into_db: str) -> None:
+    """``--finish``: the job writes ``--into``.
+
+    Raises:
+        InvalidArgumentError: no such job, a job that writes no table, or another table.
+    """
+    spec = open_queue(args.queue).job(args.job)
+    render = dialect_for(into_db).sqlglot_dialect
+    wanted = exp.to_table(args.into, dialect=render).sql(dialect=render)
+    table = (spec.sink or {}).get("table")
+    if table is not None and table != wanted:
+        raise InvalidArgumentError(
+            f"the job {args.job!r} writes {table}, not {args.into}: give --into {table}, or "
+            "the --job that writes it"
+        )
+
+
+def _check_key(key: list[str] | None, columns: list[str]) -> None:
+    """``--key``'s columns are among the SELECT's ``columns``.
+
+    Raises:
+        InvalidArgumentError: one is not.
+    """
+    missing = [name for name in key or [] if name not in columns]
+    if missing:
+        raise InvalidArgumentError(
+            f"--key {missing[0]} is not a column of the SELECT (it has {', '.join(columns)}): "
+            "select it, or give another --key"
+        )
 
 
 def _print_report(args: argparse.Namespace, out: TextIO, report: WriteReport | None) -> None:
