@@ -99,21 +99,31 @@ def test_a_pipeline_lands_each_row_once_created_then_replaced(engine_name: str) 
     engine.execute(f"DROP TABLE {table}")
 
 
-def _failing_once(marker: str, sqlite_path: str | None) -> Any:
-    """A transform that fails at row 700 the first time (``marker`` absent), recording in
-    ``marker`` how many batches the SQLite output had committed by then."""
+def _staging_sql(engine: Engine) -> str:
+    """The query naming the run's staging table (``sqlfeed_<time>_<hex>0``)."""
+    if engine.name == "sqlite":
+        return "SELECT name FROM sqlite_master WHERE name LIKE 'sqlfeed\\_%0' ESCAPE '\\'"
+    return (
+        f"SELECT '{engine.schema}.' || table_name FROM information_schema.tables WHERE "
+        f"table_schema = '{engine.schema}' AND table_name LIKE 'sqlfeed\\_%0'"
+    )
+
+
+def _failing_once(marker: str, url: str, staging_sql: str, crash: bool) -> Any:
+    """A transform that fails at row 700 the first time (``marker`` absent): raises, or
+    ends its worker process (``crash``). ``marker`` records how many rows from 500 to 699
+    (batches of the failing task read before) the staging table held then."""
 
     def transform(batch: pd.DataFrame) -> pd.DataFrame:
         if 700 in set(batch["id"]) and not os.path.exists(marker):
-            committed = -1
-            if sqlite_path is not None:  # through sqlfeed's SQLite library, as the sink's
-                with sqlfeed.connect(f"sqlite:///{sqlite_path}") as source:
-                    [(name,)] = source.rows(
-                        "SELECT name FROM sqlite_master WHERE name LIKE 'sqlfeed\\_%c' ESCAPE '\\'"
-                    )
-                    committed = source.rows(f'SELECT COUNT(*) FROM "{name}"')[0][0]
+            with sqlfeed.connect(url) as source:  # sqlfeed's SQLite library, as the sink's
+                [(staging,)] = source.rows(staging_sql)
+                sql = f"SELECT COUNT(*) FROM {staging} WHERE id BETWEEN 500 AND 699"
+                committed = source.rows(sql)[0][0]
             with open(marker, "w") as out:
                 out.write(str(committed))
+            if crash:
+                os._exit(1)
             raise RuntimeError("the first attempt fails")
         batch["w"] = batch["v"] * 2
         return batch
@@ -121,9 +131,11 @@ def _failing_once(marker: str, sqlite_path: str | None) -> Any:
     return transform
 
 
-@pytest.mark.parametrize("engine_name", ENGINES)
+@pytest.mark.parametrize(
+    ("engine_name", "failure"), [("sqlite", "error"), ("postgres", "error"), ("sqlite", "crash")]
+)
 def test_a_task_retried_after_committing_lands_each_row_once(
-    engine_name: str, tmp_path: Any
+    engine_name: str, failure: str, tmp_path: Any
 ) -> None:
     engine, url = url_engine(engine_name)
     table = _name(engine)
@@ -131,12 +143,13 @@ def test_a_task_retried_after_committing_lands_each_row_once(
     context = ray.data.DataContext.get_current()
     saved = (context.target_max_block_size, context.retried_map_errors, context.max_map_retries)
     context.target_max_block_size = 2_000  # each 100-row batch a block of its own
-    context.retried_map_errors, context.max_map_retries = True, 2  # the task runs again
+    # an error: Ray Data runs the task's transforms again; a crash: Ray runs the task again
+    context.retried_map_errors, context.max_map_retries = True, 2
     try:
         ds = ray.data.from_items(
             [{"id": i, "v": i * 0.5} for i in range(1_000)], override_num_blocks=2
         ).map_batches(
-            _failing_once(marker, getattr(engine, "path", None)),
+            _failing_once(marker, url, _staging_sql(engine), failure == "crash"),
             batch_format="pandas",
             batch_size=100,
         )
@@ -144,10 +157,8 @@ def test_a_task_retried_after_committing_lands_each_row_once(
     finally:
         (context.target_max_block_size, context.retried_map_errors, context.max_map_retries) = saved
     assert report.rows == 1_000
-    with open(marker) as failed:
-        committed = int(failed.read())
-    if engine_name == "sqlite":  # batches of the failing task were committed before it failed
-        assert committed >= 3
+    with open(marker) as failed:  # the failing task had committed its first two batches
+        assert int(failed.read()) == 200
     counts = engine.rows(f"SELECT COUNT(*), COUNT(DISTINCT id), SUM(w) FROM {table}")
     assert counts == [(1_000, 1_000, sum(i for i in range(1_000)))]
     assert _sqlfeed_tables(engine) == 0
