@@ -148,15 +148,23 @@ def dataset_schema(dataset: Any) -> pa.Schema:
         )
     base = getattr(found, "base_schema", found)
     if isinstance(base, pa.Schema):
-        return base
-    names, types = list(found.names), list(found.types)
-    odd = [n for n, t in zip(names, types, strict=True) if not isinstance(t, pa.DataType)]
-    if odd:
-        raise InvalidArgumentError(
-            f"the Ray dataset's column {odd[0]!r} has no Arrow type (a Python object "
-            "column?): return Arrow or NumPy values from the pipeline"
-        )
-    return pa.schema(list(zip(names, types, strict=True)))
+        schema = base
+    else:
+        names, types = list(found.names), list(found.types)
+        odd = [n for n, t in zip(names, types, strict=True) if not isinstance(t, pa.DataType)]
+        if odd:
+            raise InvalidArgumentError(
+                f"the Ray dataset's column {odd[0]!r} has no Arrow type (a Python object "
+                "column?): return Arrow or NumPy values from the pipeline"
+            )
+        schema = pa.schema(list(zip(names, types, strict=True)))
+    for field in schema:
+        if isinstance(field.type, pa.ExtensionType):  # Ray's tensors among them
+            raise InvalidArgumentError(
+                f"the Ray dataset's column {field.name!r} is {field.type}, which no table "
+                "column holds: make it one value per row in the pipeline (or a list)"
+            )
+    return schema
 
 
 def _one_writing_process(dialect: Dialect) -> bool:
