@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -205,5 +206,8 @@ def test_outputs_ray_tasks_cannot_all_write_are_refused_before_anything_runs(
     _, url = url_engine("sqlite")
     with pytest.raises(InvalidArgumentError, match="schema is unknown"):
         sqlfeed.ray.write_table(ray.data.from_items([]), url, "t")
+    tensors = ray.data.from_items([{"id": 1, "x": np.ones(3)}])
+    with pytest.raises(InvalidArgumentError, match=r"column 'x' is .*Tensor.*one value per row"):
+        sqlfeed.ray.write_table(tensors, url, "t")
     with pytest.raises(InvalidArgumentError, match="mode 'upsert'"):
         sqlfeed.ray.write_table(ds, url, "t", mode="upsert")
