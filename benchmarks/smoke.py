@@ -59,6 +59,7 @@ SMOKES: dict[str, tuple[str, ...]] = {
     "tiebreak": (),
     "tpc_queries": (),
     "accuracy": (),
+    "predict": ("--only", "sqlfeed-1", "sqlfeed-threads4", "pandas", "sink-*"),
 }
 """Every benchmark and the arguments its smoke run adds to ``--smoke`` (the longest first,
 so two at a time finish together)."""
@@ -87,6 +88,7 @@ SERVERS: dict[str, tuple[str, ...]] = {
     "partition_overhead": ("postgres",),
     "peers": ("postgres", "mariadb"),
     "pg_readers": ("postgres",),
+    "predict": ("postgres",),
     "read_throughput": ("postgres",),
     "scale_out": ("postgres",),
     "stats": ("postgres",),
