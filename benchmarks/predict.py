@@ -34,6 +34,8 @@ before the clock starts; checksum ``SUM(id)``):
   records, rename).
 * ``sink-copy``: ``CREATE TABLE`` + psycopg ``COPY ... FROM STDIN (FORMAT csv)`` fed from
   the CSV file (the floor).
+* ``sink-copy-key``: the same into a table with the primary key on ``id`` (the sink's
+  staging table has a unique index too: the key, or ``_sqlfeed_partition, _sqlfeed_row``).
 * ``sink-pandas``: ``DataFrame.to_sql(table, engine, method="multi", chunksize=1000)``.
 
 Goals (reported, never asserted): the best 4-worker sqlfeed predict >= 3x the pandas rows/s;
@@ -191,8 +193,12 @@ def _sqlfeed_procs(cfg: Config, name: str) -> Outcome:
     seconds = time.perf_counter() - begun
     if any(codes):
         raise RuntimeError(f"sqlfeed predict workers exited with {codes}")
-    worker_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return _tally(cfg, out, seconds, {"worker_peak_rss_mb": round(worker_peak / 2**20)})
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    details = {
+        "worker_peak_rss_mb": round(usage.ru_maxrss * 1024 / 2**20),
+        "workers_cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+    }
+    return _tally(cfg, out, seconds, details)
 
 
 def _pandas(cfg: Config, name: str) -> Outcome:
@@ -242,15 +248,17 @@ def _sink_sqlfeed(cfg: Config, name: str) -> Outcome:
     return _tally(cfg, out, time.perf_counter() - begun, {})
 
 
-def _sink_copy(cfg: Config, name: str) -> Outcome:
-    """``CREATE TABLE`` and ``COPY FROM STDIN`` of the CSV file (the floor)."""
+def _sink_copy(cfg: Config, name: str, including: str = "") -> Outcome:
+    """``CREATE TABLE`` and ``COPY FROM STDIN`` of the CSV file (the floor); with
+    ``including`` ``INCLUDING INDEXES``, the table has the input's primary key on ``id``
+    (a unique index, as the sink's staging table has one for row identity)."""
     _import("psycopg")
     import psycopg
 
     out = cfg.out(name)
     begun = start()
     with psycopg.connect(cfg.libpq()) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE {out} (LIKE {cfg.table})")
+        cur.execute(f"CREATE TABLE {out} (LIKE {cfg.table} {including})")
         with open(cfg.csv, "rb") as f, cur.copy(f"COPY {out} FROM STDIN (FORMAT csv)") as copy:
             while block := f.read(1 << 20):
                 copy.write(block)
@@ -315,6 +323,12 @@ def _contenders() -> dict[str, Contender[Config]]:
             "sink-copy",
             "COPY FROM STDIN of a CSV file",
             lambda cfg: _sink_copy(cfg, "sink-copy"),
+            "sink",
+        ),
+        Contender(
+            "sink-copy-key",
+            "COPY FROM STDIN of a CSV file, primary key on id",
+            lambda cfg: _sink_copy(cfg, "sink-copy-key", "INCLUDING INDEXES"),
             "sink",
         ),
         Contender(
@@ -463,6 +477,7 @@ def _report(results: Sequence[harness.Result]) -> str:
     fours = [by_id[i].rate() for i in ("sqlfeed-threads4", "sqlfeed-procs4") if i in by_id]
     best_four = max((r for r in fours if r is not None), default=None)
     pandas, copy, sink = (by_id.get(i) for i in ("pandas", "sink-copy", "sink-sqlfeed"))
+    keyed = by_id.get("sink-copy-key")
     goals = [
         harness.Goal(
             f"sqlfeed predict {WORKERS} workers rows/s vs pandas",
@@ -472,6 +487,11 @@ def _report(results: Sequence[harness.Result]) -> str:
         harness.Goal(
             "sqlfeed.write_table rows/s vs COPY",
             harness.ratio(sink.rate() if sink else None, copy.rate() if copy else None),
+            GOAL_SINK,
+        ).line(),
+        harness.Goal(
+            "sqlfeed.write_table rows/s vs COPY into a keyed table (same index work)",
+            harness.ratio(sink.rate() if sink else None, keyed.rate() if keyed else None),
             GOAL_SINK,
         ).line(),
     ]
