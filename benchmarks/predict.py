@@ -156,7 +156,7 @@ def _tally(cfg: Config, table: str, seconds: float, extra: dict[str, Any]) -> Ou
 def _sqlfeed_api(cfg: Config, name: str, readers: int) -> Outcome:
     """``sqlfeed.ml.predict`` with ``readers`` worker threads in this process."""
     _import("tensorflow", "keras", "psycopg")
-    from sqlfeed.ml.predict import predict
+    from sqlfeed.ml.scoring import predict
 
     out = cfg.out(name)
     begun = start()

@@ -113,8 +113,14 @@ class MySQL(Dialect):
         the session's zone and ends in 2038); ``TIME(6)`` for a time of day, which reads
         back as the duration since midnight; microseconds at most (``ns`` units: None); no
         duration (a TIME spans +-838 hours). Text in utf8mb4 with a binary collation (a
-        key compares like Arrow: 'a' and 'A' apart, though trailing spaces pad)."""
+        key compares like Arrow: 'a' and 'A' apart, though trailing spaces pad). With a
+        ``length`` (a key column: LONGTEXT and LONGBLOB cannot be indexed whole), text is
+        ``VARCHAR(length)`` and binary ``VARBINARY(length)``."""
         check_sink_kind(kind)
+        if length is not None and kind == "string":
+            return f"VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        if length is not None and kind == "binary":
+            return f"VARBINARY({length})"
         if kind == "decimal":
             found = decimal_type("DECIMAL", precision, scale, 65)
             return found if found and (scale or 0) <= 30 else None

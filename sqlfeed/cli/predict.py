@@ -8,9 +8,9 @@ from typing import Any, TextIO
 
 from dialects import InvalidArgumentError, dialect_for
 from sqlfeed.cli.checks import check_output_folder
-from sqlfeed.cli.common import CommandParser, add_sql, add_target, read_sql, write_json
+from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
 from sqlfeed.cli.progress import ProgressBar
-from sqlfeed.ml.predict import finish, predict, predict_folder
+from sqlfeed.ml.scoring import finish, predict, predict_folder
 from sqlfeed.sink import WriteReport
 
 __all__ = ["HELP", "register"]
@@ -40,9 +40,12 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     )
     add_target(parser, dialect=False)
     parser.add_argument("--model", required=True, metavar="DIR", help="the model folder")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--into", metavar="TABLE", help="the output table (name or schema.name)")
-    where.add_argument("--out", metavar="DIR", help="a Parquet folder instead of a table")
+    parser.add_argument("--into", metavar="TABLE", help="the output table (name or schema.name)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="a Parquet folder instead of a table (with --finish and --into: the folder to load)",
+    )
     parser.add_argument("--into-db", metavar="URL", help="the output database (default: --db)")
     parser.add_argument(
         "--mode",
@@ -80,7 +83,12 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         help="only finish the job's output (check counts, put it in place): idempotent",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    add_sql(parser)
+    parser.add_argument(
+        "sql",
+        metavar="SQL",
+        nargs="?",
+        help="the SELECT (none with --finish); '-' reads it from stdin, '@file.sql' from a file",
+    )
     parser.set_defaults(handler=_cmd_predict)
 
 
@@ -93,6 +101,12 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidArgumentError("--queue and --job go together: give both, or neither")
     if args.finish and args.queue is None:
         raise InvalidArgumentError("--finish finishes a job: give its --queue and --job")
+    if not args.finish and (args.into is None) == (args.out is None):
+        raise InvalidArgumentError("give one of --into TABLE or --out DIR")
+    if args.finish and args.into is None and args.out is None:
+        raise InvalidArgumentError("--finish needs the job's --into TABLE or --out DIR")
+    if not args.finish and args.sql is None:
+        raise InvalidArgumentError("give the SELECT to score (or --finish with --queue and --job)")
     for flag, value in (("--readers", args.readers), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:
             raise InvalidArgumentError(f"{flag} must be >= 1, not {value}")

@@ -20,7 +20,7 @@ from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
 from sqlfeed.ml.artifact import load
 from sqlfeed.ml.evaluation import evaluate
 from sqlfeed.ml.metrics import METRICS, format_metrics
-from sqlfeed.ml.predict import predict
+from sqlfeed.ml.scoring import predict
 from sqlfeed.ml.sqlflow import Statement, parse_statement
 from sqlfeed.ml.trainer import train
 from sqlfeed.sql import check_stable

@@ -572,8 +572,12 @@ class DuckDBSession(WriteSession):
         self.cursor.register(name, pa.Table.from_batches([batch]))
         try:
             self.cursor.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {name}")
-        finally:
-            self.cursor.unregister(name)
+        except duckdb.Error:
+            self.rollback()  # an aborted transaction refuses even the unregister below
+            with contextlib.suppress(duckdb.Error):
+                self.cursor.unregister(name)
+            raise
+        self.cursor.unregister(name)
 
     def commit(self) -> None:
         self.cursor.execute("COMMIT")

@@ -355,6 +355,10 @@ class Source:
         reader of :meth:`candidates` that serves it (:func:`~sqlfeed.io.readers.read_in_order`)."""
         return read_in_order(self.dialect.name, self.candidates(request), request)
 
+    def reading_beside(self, output: Source) -> None:
+        """This source is read while ``output`` is written in the same process: readers
+        that could not share the file with the writer are set aside (SQLite: see there)."""
+
     def write_session(self) -> Any:
         """A :class:`sqlfeed.io.writes.WriteSession` on this database.
 

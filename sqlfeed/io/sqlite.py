@@ -53,7 +53,7 @@ from sqlfeed.io.files import MEMORY, require_file
 from sqlfeed.io.keptconnections import ThreadConnections
 from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
-from sqlfeed.io.source import redact_url
+from sqlfeed.io.source import Source, redact_url
 from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
 from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import ParsedQuery, single_table
@@ -231,6 +231,16 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
     def close(self) -> None:
         self.connections.close()
         super().close()
+
+    def reading_beside(self, output: Source) -> None:
+        """Reads of the file ``output`` writes go through ``sqlite3`` only: ADBC's driver
+        has a SQLite library of its own, and two libraries with one file open in one
+        process break each other's POSIX locks (https://www.sqlite.org/howtocorrupt.html
+        2.2.1); the writer's WAL switch fails ("disk I/O error") while ADBC has it open."""
+        mine, theirs = _file_of(self), _file_of(output)
+        if mine is not None and mine == theirs:
+            self.use_readers(["sqlite3"])
+            self.connections.close()  # ADBC's connections kept open by earlier reads
 
     @classmethod
     def make_file(cls, url: str) -> None:
@@ -413,3 +423,14 @@ class SqliteSession(DbapiSession):
         self.rollback()
         self.raw.isolation_level = self.isolation
         super().close()
+
+
+def _file_of(source: Any) -> str | None:
+    """The real path of a SQLite source's database file (None: not a SQLite file)."""
+    engine = getattr(source, "engine", None)
+    if not isinstance(source, SQLiteSource) or engine is None:
+        return None
+    path = engine.url.database or ""
+    if not path or path == MEMORY or path.startswith("file:"):
+        return None
+    return os.path.realpath(path)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sqlfeed.ml.artifact import Model, load
     from sqlfeed.ml.evaluation import evaluate
     from sqlfeed.ml.options import TrainOptions
-    from sqlfeed.ml.predict import predict
+    from sqlfeed.ml.scoring import predict
     from sqlfeed.ml.split import Split
     from sqlfeed.ml.sqlflow import parse_statement
     from sqlfeed.ml.tablemetrics import evaluate_table
@@ -49,7 +49,7 @@ _HOMES = {
     "TrainOptions": "sqlfeed.ml.options",
     "Split": "sqlfeed.ml.split",
     "parse_statement": "sqlfeed.ml.sqlflow",
-    "predict": "sqlfeed.ml.predict",
+    "predict": "sqlfeed.ml.scoring",
     "evaluate_table": "sqlfeed.ml.tablemetrics",
     "train": "sqlfeed.ml.trainer",
 }

@@ -168,10 +168,9 @@ def dataset_schema(dataset: Any) -> pa.Schema:
 
 
 def _one_writing_process(dialect: Dialect) -> bool:
-    """Whether only one process at a time may write the engine's database: an embedded
-    engine that also keeps databases in a process's memory (DuckDB: one process writes a
-    file, or many read it)."""
-    return bool(dialect.FILE_DATABASE and dialect.MEMORY_URLS)
+    """Whether only one process at a time may write the engine's database
+    (``SINK_ONE_PROCESS``: DuckDB, where one process writes a file or many read it)."""
+    return bool(dialect.SINK_ONE_PROCESS)
 
 
 def check_output_url(url: object) -> str:

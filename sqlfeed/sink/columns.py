@@ -14,11 +14,23 @@ from sqlglot import exp
 
 from dialects import Dialect, InvalidArgumentError
 
-__all__ = ["IDENTITY", "arrow_kind", "beside", "column_definitions", "drop_table", "quoted"]
+__all__ = [
+    "IDENTITY",
+    "arrow_kind",
+    "beside",
+    "column_definitions",
+    "create_table_sql",
+    "drop_table",
+    "quoted",
+]
 
 IDENTITY = ("_sqlfeed_partition", "_sqlfeed_row")
 """The row identity of an output without a unique key: the row's partition and its
 position in it (the same on every attempt)."""
+
+KEY_LENGTH = 255
+"""The characters (bytes) a text (binary) key column holds where the engine indexes only
+bounded columns (MySQL/MariaDB)."""
 
 _SIMPLE = {
     "bool": pa.types.is_boolean,
@@ -58,8 +70,9 @@ def arrow_kind(arrow_type: pa.DataType) -> tuple[str, dict[str, object]]:
 
 def column_definitions(
     schema: pa.Schema, dialect: Dialect, *, not_null: Sequence[str] = ()
-) -> list[exp.ColumnDef]:
-    """A ``CREATE TABLE`` column per field of ``schema``, in the engine's types.
+) -> list[str]:
+    """A ``CREATE TABLE`` column definition per field of ``schema``, in the engine's types
+    (the type's text kept as the dialect declares it: a collation included).
 
     Raises:
         InvalidArgumentError: a column of a type the engine cannot hold exactly.
@@ -67,20 +80,36 @@ def column_definitions(
     columns = []
     for field in schema:
         kind, params = arrow_kind(field.type)
-        text = dialect.sink_type(kind, **params)  # type: ignore[arg-type]
+        if field.name in not_null and kind in ("string", "binary"):
+            params["length"] = KEY_LENGTH  # a key's column: indexed whole on every engine
+        try:
+            text = dialect.sink_type(kind, **params)  # type: ignore[arg-type]
+        except InvalidArgumentError:  # a type no engine knows (an extension type)
+            text = None
         if text is None:
             raise InvalidArgumentError(
                 f"column {field.name!r} is {field.type}, which {dialect.name} cannot hold "
                 "exactly: cast it in the SELECT to a type it can (e.g. text)"
             )
-        data_type = exp.DataType.build(text, dialect=dialect.sqlglot_dialect, udt=True)
-        constraints = []
-        if field.name in not_null:
-            constraints.append(exp.ColumnConstraint(kind=exp.NotNullColumnConstraint()))
-        columns.append(
-            exp.ColumnDef(this=quoted(field.name), kind=data_type, constraints=constraints or None)
-        )
+        name = quoted(field.name).sql(dialect=dialect.sqlglot_dialect)
+        columns.append(f"{name} {text}{' NOT NULL' if field.name in not_null else ''}")
     return columns
+
+
+def create_table_sql(
+    table: exp.Table,
+    dialect: Dialect,
+    columns: Sequence[str],
+    constraint: Sequence[str],
+    *,
+    unique: bool = False,
+) -> str:
+    """``CREATE TABLE table (columns..., PRIMARY KEY|UNIQUE (constraint...))``."""
+    render = dialect.sqlglot_dialect
+    names = ", ".join(quoted(c).sql(dialect=render) for c in constraint)
+    kind = "UNIQUE" if unique else "PRIMARY KEY"
+    body = ", ".join([*columns, f"{kind} ({names})"])
+    return f"CREATE TABLE {table.sql(dialect=render)} ({body})"
 
 
 def quoted(name: str) -> exp.Identifier:

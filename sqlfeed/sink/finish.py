@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dialects import EngineError
+from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io.writes import WriteSession, retry_busy
 from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted
 from sqlfeed.sink.output import run_statements, table_columns
@@ -32,8 +32,21 @@ FINISHED_PART = -1
 """The ``part`` of the commits table's record saying an append was put in place."""
 
 
-def finish_sink(sink: Any) -> WriteReport:
-    """:meth:`sqlfeed.sink.TableSink.finish` (see there)."""
+def finish_sink(sink: Any, keep: bool = True) -> WriteReport:
+    """:meth:`sqlfeed.sink.TableSink.finish` (see there); ``keep``: a finish that fails
+    keeps the staging table (a run others may finish later), else drops it."""
+    try:
+        return _finish(sink)
+    except EngineError as err:
+        if keep:
+            where = f"the rows are kept in {sink.spec['staging']}"
+        else:
+            sink.abort()
+            where = "the rows written were dropped"
+        raise EngineError(f"{err}; nothing was put in place, {where}") from None
+
+
+def _finish(sink: Any) -> WriteReport:
     start = time.monotonic()
     spec = sink.spec
     source = sink.source
@@ -80,18 +93,17 @@ def _check_counts(sink: Any) -> int:
     spec = sink.spec
     staged = _scalar(sink, exp.select("COUNT(*)").from_(sink.staging), "row count")
     _, committed = sink.committed()
-    where = f"the rows are kept in {spec['staging']}"
     if committed != staged:
         raise EngineError(
             f"the staging table holds {staged:,} rows but its commit records count "
-            f"{committed:,}: it was written outside sqlfeed; {where}"
+            f"{committed:,}: it was written outside sqlfeed"
         )
     expected = spec.get("expected_rows")
     if expected is not None and staged != expected:
         raise EngineError(
             f"{staged:,} rows were written but the SELECT counts {expected:,}: the job is "
             "not complete (start workers until it is, then finish again) or its rows "
-            f"changed during the run; nothing was put in place, {where}"
+            "changed during the run"
         )
     keys, expected_keys = spec.get("key"), spec.get("expected_keys")
     if keys and expected_keys is not None:
@@ -100,7 +112,7 @@ def _check_counts(sink: Any) -> int:
         if found != expected_keys:
             raise EngineError(
                 f"the output has {found:,} distinct keys ({', '.join(keys)}) but the SELECT "
-                f"{expected_keys:,}: nothing was put in place, {where}"
+                f"{expected_keys:,}"
             )
     return staged
 
@@ -113,6 +125,10 @@ def _put_in_place(sink: Any) -> bool:
         if lock is not None and lock[0]:
             session.execute(lock[0])
         return bool(retry_busy(session, lambda: _in_place(sink, session)))
+    except (EngineError, InvalidArgumentError):
+        raise
+    except Exception as err:
+        raise EngineError(f"finishing into {sink.spec['table']}: {err}") from None
     finally:
         if lock is not None and lock[1]:
             with contextlib.suppress(Exception):
@@ -136,9 +152,9 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
         session.rollback()
         raise EngineError(
             f"the output table {sink.spec['table']} was made by someone else during the run: "
-            f"the rows are kept in {sink.spec['staging']}; rename it yourself or drop it"
+            "its rows are not replaced"
         )
-    name = sink.table.name
+    name = sink.table.this  # the identifier as written: the engine's case rule kept
     if target is None:
         statements = sink.dialect.rename_sql(sink.staging, name)
     else:
@@ -184,6 +200,9 @@ def _append(sink: Any, session: WriteSession, target: list[str]) -> None:
             row,
         ]
         columns += list(IDENTITY)
+    keys = sink.spec.get("key") or []
+    if keys:
+        _check_new_keys(sink, session, keys)
     select = exp.select(*values).from_(sink.staging)
     insert = exp.insert(select, sink.table, columns=[quoted(c) for c in columns])
     session.execute(_sql(sink, insert))
@@ -192,6 +211,27 @@ def _append(sink: Any, session: WriteSession, target: list[str]) -> None:
     )
     names = [quoted(c) for c in ("part", "first_row", "rows")]
     session.execute(_sql(sink, exp.insert(record, sink.commits, columns=names)))
+
+
+def _check_new_keys(sink: Any, session: WriteSession, keys: list[str]) -> None:
+    """An append with a key adds no key the table has already.
+
+    Raises:
+        EngineError: some keys are in the table (nothing appended).
+    """
+    old = exp.select("1").from_(exp.alias_(sink.table.copy(), "t", table=True))
+    same = [
+        exp.column(k, table="t", quoted=True).eq(exp.column(k, table="s", quoted=True))
+        for k in keys
+    ]
+    old = old.where(exp.and_(*same))
+    found = exp.select("COUNT(*)").from_(exp.alias_(sink.staging.copy(), "s", table=True))
+    count = int(session.rows(_sql(sink, found.where(exp.Exists(this=old))))[0][0] or 0)
+    if count:
+        raise EngineError(
+            f"{count:,} keys ({', '.join(keys)}) of the rows to append are in "
+            f"{sink.spec['table']} already"
+        )
 
 
 def _drop(source: Any, table: exp.Table) -> None:

@@ -12,6 +12,7 @@ expected rows) in one process.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from functools import partial
@@ -154,7 +155,9 @@ def load_folder(
     queue: str | LeaseQueue, job: str, out: str, url: Any, table: str | None, mode: str = "create"
 ) -> WriteReport:
     """Check the job's committed folder against its expected rows, and with ``table``
-    write its files into that table of ``url`` (the table sink: all or nothing).
+    write its files into that table of ``url`` (the table sink: all or nothing); a
+    ``_loaded-<job>.json`` file in the folder then says so, and a finish run again
+    does nothing.
 
     Raises:
         EngineError: the folder does not hold the expected rows (the job is not done).
@@ -173,6 +176,9 @@ def load_folder(
         )
     if table is None:
         return WriteReport(out, rows, "folder", time.monotonic() - start)
+    marker = Path(out) / f"_loaded-{job}.json"
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("table") == table:
+        return WriteReport(table, rows, mode, 0.0, "before")
     if not files:
         raise EngineError(f"{out} holds no committed files: nothing to load")
     schema = pq.read_schema(files[0])
@@ -191,5 +197,6 @@ def load_folder(
         raise
     finally:
         sink.close()
+    marker.write_text(json.dumps({"table": table, "rows": rows}) + "\n", encoding="utf-8")
     report.seconds = time.monotonic() - start
     return report

@@ -25,6 +25,7 @@ from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.queue import LeaseQueue
 from sqlfeed.io import Source, connect
 from sqlfeed.plans import plan as make_plan
+from sqlfeed.plans.materialize import drop_scratch
 from sqlfeed.sink.keys import distinct_keys, key_is_unique
 from sqlfeed.sink.report import WriteReport
 from sqlfeed.sink.table import TableSink
@@ -94,6 +95,46 @@ def copy_into(
         EngineError: an engine failed.
     """
     src = connect(source)
+    try:
+        return _copy(
+            src,
+            query,
+            url,
+            table,
+            mode,
+            key,
+            queue,
+            job,
+            readers,
+            partitions,
+            batch_size,
+            lease_ttl,
+            finish,
+            progress,
+            transform,
+        )
+    finally:
+        if src is not source:
+            src.close()
+
+
+def _copy(
+    src: Source,
+    query: str,
+    url: Any,
+    table: str,
+    mode: str,
+    key: Sequence[str] | None,
+    queue: str | LeaseQueue | None,
+    job: str | None,
+    readers: int | None,
+    partitions: int | None,
+    batch_size: int | None,
+    lease_ttl: float,
+    finish: bool,
+    progress: Progress | None,
+    transform: Transform | None,
+) -> WriteReport | None:
     lease_queue = open_queue(queue if queue is not None else "memory://")
     name = job or f"into-{uuid.uuid4().hex[:12]}"
     spec, sink = job_sink(
@@ -110,12 +151,21 @@ def copy_into(
         lease_ttl=lease_ttl,
         transform=transform,
     )
+    src.reading_beside(sink.source)
     try:
         threads = readers or (1 if queue is not None else 4)
-        run_workers(lease_queue, spec, src, sink, threads, transform, progress)
+        try:
+            run_workers(lease_queue, spec, src, sink, threads, transform, progress)
+        except BaseException:
+            if queue is None:  # no other process can resume this run: nothing left behind
+                sink.abort()
+            raise
         if not finish:
             return None
-        return sink.finish()
+        report = sink.finish(keep=queue is not None)
+        if report.finished_by == "this process" and spec.plan.scratch_table is not None:
+            drop_scratch(spec.plan, src)  # a materialize plan's copy of the SELECT
+        return report
     finally:
         sink.close()
 
@@ -149,9 +199,21 @@ def job_sink(
     if existing is not None:
         _check_same(existing, name, table, mode, key, what)
         return existing, TableSink.attach(url, existing.sink or {})
+    missing = [k for k in key or [] if k not in out.names]
+    if missing:
+        raise InvalidArgumentError(
+            f"key column {missing[0]!r} is not among the output's columns {out.names}: "
+            "select it (or --keep it)"
+        )
     unique = bool(key) and key_is_unique(src, parsed, key or [])
     expected = src.count(parsed)
     keys = distinct_keys(src, parsed, key) if key and not unique else None
+    if keys is not None and keys != expected:
+        raise InvalidArgumentError(
+            f"--key {','.join(key or [])} is not unique in the SELECT ({expected:,} rows, "
+            f"{keys:,} distinct keys): give a unique key, or none (the output then gets "
+            "_sqlfeed_partition, _sqlfeed_row)"
+        )
     sink = TableSink.create(
         url,
         table,

@@ -36,7 +36,14 @@ from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import Source
 from sqlfeed.io.writes import WriteSession, retry_busy
 from sqlfeed.plans.materialize import SCRATCH_PREFIX
-from sqlfeed.sink.columns import IDENTITY, beside, column_definitions, drop_table, quoted
+from sqlfeed.sink.columns import (
+    IDENTITY,
+    beside,
+    column_definitions,
+    create_table_sql,
+    drop_table,
+    quoted,
+)
 from sqlfeed.sink.finish import finish_sink
 from sqlfeed.sink.output import connect_output, run_statements, table_columns
 from sqlfeed.sink.report import MODES, WriteReport
@@ -117,37 +124,20 @@ class TableSink:
 
     def _make_tables(self, schema: pa.Schema) -> None:
         spec = self.spec
-        render = self.dialect.sqlglot_dialect
-        columns = column_definitions(schema, self.dialect, not_null=spec["key"] or ())
+        dialect = self.dialect
+        key = list(spec["key"] or ())
+        columns = column_definitions(schema, dialect, not_null=key)
         if spec["unique_key"]:
-            keys = [quoted(c) for c in spec["key"]]
-            constraint: exp.Expr = exp.PrimaryKey(expressions=keys)
+            staging = create_table_sql(self.staging, dialect, columns, key)
         else:
             id_schema = pa.schema([(name, pa.int64()) for name in IDENTITY])
-            columns += column_definitions(id_schema, self.dialect, not_null=IDENTITY)
-            constraint = exp.UniqueColumnConstraint(
-                this=exp.Schema(expressions=[quoted(c) for c in IDENTITY])
-            )
-        staging = exp.Create(
-            this=exp.Schema(this=self.staging, expressions=[*columns, constraint]), kind="TABLE"
-        )
-        commit_schema = pa.schema(
-            [("part", pa.int64()), ("first_row", pa.int64()), ("rows", pa.int64())]
-        )
-        commit_columns = column_definitions(
-            commit_schema, self.dialect, not_null=commit_schema.names
-        )
-        commits = exp.Create(
-            this=exp.Schema(
-                this=self.commits,
-                expressions=[
-                    *commit_columns,
-                    exp.PrimaryKey(expressions=[quoted("part"), quoted("first_row")]),
-                ],
-            ),
-            kind="TABLE",
-        )
-        run_statements(self.source, [commits.sql(dialect=render), staging.sql(dialect=render)])
+            columns += column_definitions(id_schema, dialect, not_null=IDENTITY)
+            staging = create_table_sql(self.staging, dialect, columns, IDENTITY, unique=True)
+        names = ("part", "first_row", "rows")
+        commit_schema = pa.schema([(name, pa.int64()) for name in names])
+        commit_columns = column_definitions(commit_schema, dialect, not_null=names)
+        commits = create_table_sql(self.commits, dialect, commit_columns, names[:2])
+        run_statements(self.source, [commits, staging])
 
     # -- writing ------------------------------------------------------------------------
 
@@ -234,14 +224,18 @@ class TableSink:
             raise
         return int(batches), int(rows)
 
-    def finish(self) -> WriteReport:
+    def finish(self, keep: bool = True) -> WriteReport:
         """Check the rows written and put them in place (module docstring); idempotent.
 
+        Args:
+            keep: when the finish fails, keep the staging table (a job other processes
+                may still complete and finish); False: drop it (nothing can resume).
+
         Raises:
-            EngineError: the rows written are not the rows expected (nothing is put in
-                place; the staging table is kept for a look), or the output failed.
+            EngineError: the rows written are not the rows expected, or the output
+                failed: nothing is put in place.
         """
-        return finish_sink(self)
+        return finish_sink(self, keep)
 
     def abort(self) -> None:
         """Drop the staging and commits tables (a run given up)."""
@@ -337,6 +331,11 @@ def _check_target(
             raise InvalidArgumentError(
                 f"the output table {name} does not exist: --mode append adds rows to a "
                 "table; give --mode create to make it"
+            )
+        if key and unique_key and any(c in found for c in IDENTITY):
+            raise InvalidArgumentError(
+                f"the output table {name} identifies its rows by {', '.join(IDENTITY)} (a "
+                "run without a key made it): append without --key, or replace it"
             )
         wanted = set(schema.names)
         have = {c for c in found if c not in IDENTITY}

@@ -73,7 +73,7 @@ def write_table(
         sink.spec["expected_rows"] = offset
         if key:
             sink.spec["expected_keys"] = _distinct(first, batches, key, offset)
-        report = sink.finish()
+        report = sink.finish(keep=False)
     except BaseException:
         sink.abort()
         raise

@@ -1,4 +1,5 @@
-"""``sqlfeed.ml.predict``: a model's predictions for a SELECT's rows, written back once.
+"""``sqlfeed.ml.predict`` (this module is ``scoring``, so the function keeps its name on
+the package): a model's predictions for a SELECT's rows, written back once.
 
 Prediction is a job like any other (:func:`sqlfeed.sink.copy_into`): the SELECT's
 partitions are leased to workers (threads of this process, or processes on several

@@ -1,0 +1,308 @@
+"""``sqlfeed predict`` and ``sqlfeed.ml.predict`` on every engine: one output row per
+input row, the model's own predictions, the output's identity, and the refusals that come
+before anything is written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import sqlfeed
+from sqlfeed.ml import load, predict, train
+from sqlfeed.plans.materialize import list_scratch
+from tests.helpers.cli import Run, run_cli
+from tests.helpers.engines import Engine
+
+ROWS = 600
+COLUMNS = [("id", "bigint"), ("x1", "float"), ("x2", "int"), ("cat", "text")]
+
+
+def _rows(count: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    rng = np.random.default_rng(seed)
+    return [
+        (i, float(rng.normal()), int(rng.integers(0, 5)), ["a", "b", "c"][i % 3])
+        for i in range(1, count + 1)
+    ]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A linear binary classifier on x1, x2, cat (trained once, on DuckDB)."""
+    folder = tmp_path_factory.mktemp("predict") / "model"
+    rows = _rows(400, seed=1)
+    labels = ["yes" if x1 + 0.3 * x2 > 0.5 else "no" for _, x1, x2, _ in rows]
+    table = pa.table(
+        {
+            "id": [r[0] for r in rows],
+            "x1": [r[1] for r in rows],
+            "x2": pa.array([r[2] for r in rows], pa.int32()),
+            "cat": [r[3] for r in rows],
+            "label": labels,
+        }
+    )
+    db = folder.parent / "train.duckdb"
+    sqlfeed.write_table(table, f"duckdb:///{db}", "t")
+    train(
+        "SELECT id, x1, x2, cat, label FROM t",
+        f"duckdb:///{db}",
+        label="label",
+        out=str(folder),
+        family="linear",
+        key="id",
+        epochs=2,
+    )
+    return folder
+
+
+@pytest.fixture
+def inputs(engine: Engine) -> Iterator[tuple[Engine, str]]:
+    name = f"pin_{uuid.uuid4().hex[:8]}"
+    engine.create_table(name, COLUMNS, _rows(ROWS))
+    if engine.name != "sqlite" and engine.name != "duckdb":
+        engine.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (id)")
+        engine.commit()
+    yield engine, name
+    engine.execute(f"DROP TABLE IF EXISTS {name}")
+    engine.commit()
+
+
+def _expected(model_dir: Path, source: Any, table: str) -> pa.Table:
+    """The model's predictions for ``table``'s rows, by id, computed here."""
+    model = load(model_dir)
+    rows = source.arrow(f"SELECT id, x1, x2, cat FROM {table} ORDER BY id")
+    scores = model.predict_batch(rows.combine_chunks().to_batches()[0])
+    classes = pa.array(model.classes)
+    chosen = classes.take(pa.array((scores > 0.5).astype(np.int64)))
+    return pa.table({"id": rows["id"], "predicted_label": chosen, "prob": scores})
+
+
+def _check_output(source: Any, table: str, expected: pa.Table) -> None:
+    found = source.arrow(
+        f"SELECT id, predicted_label, predicted_label_prob FROM {table} ORDER BY id"
+    )
+    assert found.num_rows == expected.num_rows
+    assert found["id"].to_pylist() == [int(v) for v in expected["id"].to_pylist()]
+    assert found["predicted_label"].to_pylist() == expected["predicted_label"].to_pylist()
+    np.testing.assert_allclose(
+        np.asarray(found["predicted_label_prob"].to_pylist(), dtype=float),
+        expected["prob"].to_numpy(),
+        rtol=0,
+        atol=1e-6,  # float32 inference: sums differ by batch composition
+    )
+
+
+def _sink_tables(engine: Engine, source: Any) -> list[str]:
+    schema = engine.schema if engine.name in ("postgres", "mysql") else "main"
+    return [t.name for t in list_scratch(source, schema)]
+
+
+def test_predict_writes_one_row_per_input_row_with_the_models_predictions(
+    inputs: tuple[Engine, str], model_dir: Path
+) -> None:
+    engine, name = inputs
+    source = engine.source()
+    table = engine.qualify(name)
+    out = engine.qualify(f"pout_{uuid.uuid4().hex[:8]}")
+    report = predict(
+        f"SELECT id, x1, x2, cat FROM {table}",
+        source,
+        model_dir,
+        into=out,
+        key=["id"],
+        readers=2,
+        partitions=5,
+        batch_size=37,
+    )
+    assert report is not None and report.rows == ROWS
+    assert source.rows(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {out}") == [(ROWS, ROWS)]
+    _check_output(source, out, _expected(model_dir, source, table))
+    assert _sink_tables(engine, source) == []
+    if engine.name in ("postgres", "mysql"):  # the key proven by the catalog: the primary key
+        assert source.output_columns(f"SELECT * FROM {out}") == [
+            "id",
+            "predicted_label",
+            "predicted_label_prob",
+        ]
+    source.execute(f"DROP TABLE {out}")
+
+
+def test_without_a_key_every_row_has_its_partition_and_position(
+    inputs: tuple[Engine, str], model_dir: Path
+) -> None:
+    engine, name = inputs
+    source = engine.source()
+    table = engine.qualify(name)
+    out = engine.qualify(f"pout_{uuid.uuid4().hex[:8]}")
+    predict(
+        f"SELECT id, x1, x2, cat FROM {table}",
+        source,
+        model_dir,
+        into=out,
+        keep=["id"],
+        partitions=3,
+        batch_size=50,
+    )
+    counts = source.rows(
+        "SELECT COUNT(*), COUNT(DISTINCT id) FROM "
+        f"(SELECT DISTINCT _sqlfeed_partition, _sqlfeed_row, id FROM {out}) d"
+    )
+    assert counts == [(ROWS, ROWS)]
+    _check_output(source, out, _expected(model_dir, source, table))
+    # append: a second run's rows keep a unique identity (partitions after the first's)
+    predict(
+        f"SELECT id, x1, x2, cat FROM {table}",
+        source,
+        model_dir,
+        into=out,
+        keep=["id"],
+        mode="append",
+    )
+    pairs = source.rows(
+        f"SELECT COUNT(*) FROM (SELECT DISTINCT _sqlfeed_partition, _sqlfeed_row FROM {out}) d"
+    )
+    assert pairs == [(2 * ROWS,)]
+    # replace: the table holds this run's rows only
+    predict(
+        f"SELECT id, x1, x2, cat FROM {table} WHERE id <= 100",
+        source,
+        model_dir,
+        into=out,
+        keep=["id"],
+        mode="replace",
+    )
+    assert source.rows(f"SELECT COUNT(*) FROM {out}") == [(100,)]
+    assert _sink_tables(engine, source) == []
+    source.execute(f"DROP TABLE {out}")
+
+
+# -- the refusals: one line, exit 2, nothing written ----------------------------------------
+
+
+def _refused(run: Run, expected: str) -> None:
+    assert run.code == 2, run.err
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sqlfeed: error: "), run.err
+    assert expected in lines[0], run.err
+
+
+@pytest.fixture
+def sqlite_input(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'in.db'}"
+    rows = _rows(300)
+    data = pa.table(
+        {
+            "id": [r[0] for r in rows],
+            "x1": [r[1] for r in rows],
+            "x2": [r[2] for r in rows],
+            "cat": [r[3] for r in rows],
+        }
+    )
+    sqlfeed.write_table(data, url, "src", key=["id"])
+    return url
+
+
+def _predict(
+    url: str, model: Path, *extra: str, sql: str = "SELECT id, x1, x2, cat FROM src"
+) -> Run:
+    return run_cli(["predict", "--db", url, "--model", str(model), *extra, sql])
+
+
+def test_bad_input_is_refused_before_anything_is_written(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    url = sqlite_input
+    source = sqlfeed.connect(url)
+    assert _predict(url, model_dir, "--into", "out", "--key", "id").code == 0
+    before = source.rows("SELECT COUNT(*) FROM out")
+    _refused(
+        _predict(url, model_dir, "--into", "out"),
+        "the output table out exists: give --mode replace",
+    )
+    _refused(
+        _predict(url, model_dir, "--into", "other", sql="SELECT id, x1, cat FROM src"),
+        "the SELECT lacks the model's feature column 'x2'",
+    )
+    _refused(
+        _predict(url, model_dir, "--into", "other", "--keep", "nope"),
+        "column 'nope' (--key/--keep) is not in the SELECT",
+    )
+    _refused(
+        _predict(url, model_dir, "--into", "out", "--mode", "append", "--keep", "x1"),
+        "append needs the same columns",
+    )
+    _refused(
+        _predict(
+            url,
+            model_dir,
+            "--into",
+            "o",
+            "--into-db",
+            f"duckdb:///{tmp_path / 'o.duckdb'}",
+            "--queue",
+            f"sqlite:///{tmp_path / 'q.db'}",
+            "--job",
+            "p",
+        ),
+        "several processes cannot write one duckdb file: give the workers --out DIR",
+    )
+    _refused(_predict(url, model_dir, "--into", "o", "--finish"), "--finish finishes a job")
+    _refused(_predict(url, tmp_path, "--into", "o"), "is not a model folder")
+    assert source.rows("SELECT COUNT(*) FROM out") == before
+    tables = {r[0] for r in source.rows("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"src", "out"}
+
+
+def test_a_job_refuses_a_worker_with_another_model(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    url = sqlite_input
+    queue = f"sqlite:///{tmp_path / 'q.db'}"
+    job = ("--queue", queue, "--job", "p")
+    first = _predict(url, model_dir, "--into", "out", "--key", "id", *job)
+    assert first.code == 0, first.err
+    other = tmp_path / "other"
+    train(
+        "SELECT id, x1, x2, cat, CASE WHEN x1 > 0 THEN 'yes' ELSE 'no' END AS label FROM src",
+        url,
+        label="label",
+        out=str(other),
+        family="linear",
+        key="id",
+        epochs=1,
+    )
+    _refused(
+        _predict(url, other, "--into", "out", "--key", "id", *job),
+        "the job 'p' predicts with model",
+    )
+    again = _predict(url, model_dir, "--into", "out", "--key", "id", *job)  # joins a done job
+    assert again.code == 0, again.err
+    finished = run_cli(
+        ["predict", "--db", url, "--model", str(model_dir), "--into", "out", "--finish", *job]
+    )
+    assert finished.code == 0, finished.err
+    assert sqlfeed.connect(url).rows("SELECT COUNT(*), COUNT(DISTINCT id) FROM out") == [(300, 300)]
+
+
+def test_a_parquet_folder_finished_into_duckdb(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    url = sqlite_input
+    queue = f"sqlite:///{tmp_path / 'q.db'}"
+    folder = tmp_path / "preds"
+    job = ("--queue", queue, "--job", "f")
+    run = _predict(url, model_dir, "--out", str(folder), "--keep", "id", "--batch-size", "40", *job)
+    assert run.code == 0, run.err
+    target = f"duckdb:///{tmp_path / 'out.duckdb'}"
+    finish = ("--finish", "--out", str(folder), "--into", "preds", "--into-db", target)
+    for _ in range(2):  # the first loads the folder; the second finds it loaded
+        loaded = _predict(url, model_dir, *finish, *job)
+        assert loaded.code == 0, loaded.err
+    out = sqlfeed.connect(target)
+    assert out.rows("SELECT COUNT(*), COUNT(DISTINCT id) FROM preds") == [(300, 300)]
+    _check_output(out, "preds", _expected(model_dir, sqlfeed.connect(url), "src"))

@@ -1,0 +1,123 @@
+"""The table sink's rules on every engine: keys checked before anything is written, an
+append that would repeat a key refused whole, a failed run leaving nothing behind, and
+``write_table``'s inputs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import sqlfeed
+from sqlfeed.errors import EngineError, InvalidArgumentError
+from sqlfeed.plans.materialize import list_scratch
+from sqlfeed.sink import TableSink, copy_into, write_table
+from tests.helpers.engines import Engine
+
+
+@pytest.fixture
+def place(engine: Engine) -> Iterator[tuple[Engine, str, str]]:
+    """An input table of 50 rows (``k`` repeats) and a name for the output."""
+    name = f"rin_{uuid.uuid4().hex[:8]}"
+    rows = [(i, i % 10, f"v{i}") for i in range(50)]
+    engine.create_table(name, [("id", "bigint"), ("k", "int"), ("v", "text")], rows)
+    out = f"rout_{uuid.uuid4().hex[:8]}"
+    yield engine, engine.qualify(name), engine.qualify(out)
+    for table in (name, out):
+        engine.execute(f"DROP TABLE IF EXISTS {table}")
+    engine.commit()
+
+
+def _left(engine: Engine, source: sqlfeed.Source) -> list[str]:
+    schema = engine.schema if engine.name in ("postgres", "mysql") else "main"
+    return [t.name for t in list_scratch(source, schema)]
+
+
+def test_keys_are_checked_before_anything_is_written(place: tuple[Engine, str, str]) -> None:
+    engine, table, out = place
+    source = engine.source()
+    with pytest.raises(InvalidArgumentError, match="--key k is not unique in the SELECT"):
+        copy_into(f"SELECT id, k, v FROM {table}", source, None, out, key=["k"])
+    with pytest.raises(InvalidArgumentError, match="key column 'nope' is not among"):
+        copy_into(f"SELECT id, k, v FROM {table}", source, None, out, key=["nope"])
+    assert _left(engine, source) == []
+    report = copy_into(f"SELECT id, k, v FROM {table}", source, None, out, key=["id"])
+    assert report is not None and report.rows == 50
+
+
+def test_an_append_repeating_a_key_is_refused_whole(place: tuple[Engine, str, str]) -> None:
+    engine, table, out = place
+    source = engine.source()
+    copy_into(f"SELECT id, v FROM {table} WHERE id < 20", source, None, out, key=["id"])
+    with pytest.raises(EngineError, match="5 keys \\(id\\) of the rows to append are in"):
+        copy_into(
+            f"SELECT id, v FROM {table} WHERE id >= 15",
+            source,
+            None,
+            out,
+            key=["id"],
+            mode="append",
+        )
+    assert source.rows(f"SELECT COUNT(*) FROM {out}") == [(20,)]
+    copy_into(
+        f"SELECT id, v FROM {table} WHERE id >= 20", source, None, out, key=["id"], mode="append"
+    )
+    assert source.rows(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {out}") == [(50, 50)]
+
+
+def test_a_run_that_fails_leaves_the_table_as_it_was(place: tuple[Engine, str, str]) -> None:
+    engine, table, out = place
+    source = engine.source()
+    write_table(pa.table({"id": [1, 2, 3]}), source, out)
+
+    def broken() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"id": [7, 8]})
+        raise RuntimeError("the producer failed")
+
+    with pytest.raises(RuntimeError, match="the producer failed"):
+        write_table(broken(), source, out, mode="replace")
+    assert sorted(r[0] for r in source.rows(f"SELECT id FROM {out}")) == [1, 2, 3]
+    assert _left(engine, source) == []
+
+
+def test_a_commit_is_once_per_batch(place: tuple[Engine, str, str]) -> None:
+    engine, _, out = place
+    source = engine.source()
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})
+    sink = TableSink.create(source, out, batch.schema, expected_rows=3)
+    other = TableSink.attach(source, sink.spec)  # a second worker, redelivered the batch
+    try:
+        assert sink.commit(4, 0, batch) is True
+        assert other.commit(4, 0, batch) is False  # its commit record is there: skipped
+        with pytest.raises(EngineError, match="under other batch boundaries"):
+            other.commit(4, 1, batch.slice(1))  # the same rows cut otherwise: refused
+        assert sink.committed() == (1, 3)
+        assert sink.finish().rows == 3
+    finally:
+        sink.close()
+        other.close()
+    assert source.rows(f"SELECT COUNT(*) FROM {out}") == [(3,)]
+
+
+def test_write_table_takes_frames_and_refuses_what_it_cannot_write(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    report = write_table(pd.DataFrame({"a": [1, 2], "b": ["x", None]}), url, "t")
+    assert report.rows == 2
+    assert sqlfeed.connect(url).rows("SELECT a, b FROM t ORDER BY a") == [(1, "x"), (2, None)]
+    with pytest.raises(InvalidArgumentError, match="write_table was given no batches"):
+        write_table([], url, "u")
+    with pytest.raises(InvalidArgumentError, match="cannot write a int"):
+        write_table(3, url, "u")
+    with pytest.raises(InvalidArgumentError, match="column 'l' is list<item: int64>"):
+        write_table(pa.table({"l": [[1]]}), url, "u")
+    mixed = [pa.record_batch({"a": [1]}), pa.record_batch({"a": ["x"]})]
+    with pytest.raises(InvalidArgumentError, match="give batches of one schema"):
+        write_table(mixed, url, "u")
+    names = {
+        r[0]
+        for r in sqlfeed.connect(url).rows("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    assert names == {"t"}
