@@ -494,5 +494,6 @@ def test_a_keyed_append_into_a_table_with_row_identity(endpoints: dict[str, Any]
     assert _into(source, target, f"ident_{tag}", select).code == 0
     run = _into(source, target, f"ident_{tag}", select, "--mode", "append", "--key", "id")
     assert target.sqlfeed_tables() == []
-    assert run.code == 2 and "identifies its rows by _sqlfeed_partition" in run.err, run.err
+    assert run.code == 2, run.err
+    assert "identifies its rows by _sqlfeed_partition" in run.err, run.err
     assert target.rows(f"SELECT COUNT(*) FROM ident_{tag}") == [(10,)]

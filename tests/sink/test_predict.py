@@ -119,7 +119,8 @@ def test_predict_writes_one_row_per_input_row_with_the_models_predictions(
         partitions=5,
         batch_size=37,
     )
-    assert report is not None and report.rows == ROWS
+    assert report is not None
+    assert report.rows == ROWS
     assert source.rows(f"SELECT COUNT(*), COUNT(DISTINCT id) FROM {out}") == [(ROWS, ROWS)]
     _check_output(source, out, _expected(model_dir, source, table))
     assert _sink_tables(engine, source) == []
@@ -187,7 +188,8 @@ def test_without_a_key_every_row_has_its_partition_and_position(
 def _refused(run: Run, expected: str) -> None:
     assert run.code == 2, run.err
     lines = run.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sqlfeed: error: "), run.err
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith("sqlfeed: error: "), run.err
     assert expected in lines[0], run.err
 
 

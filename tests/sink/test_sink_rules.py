@@ -45,7 +45,8 @@ def test_keys_are_checked_before_anything_is_written(place: tuple[Engine, str, s
         copy_into(f"SELECT id, k, v FROM {table}", source, None, out, key=["nope"])
     assert _left(engine, source) == []
     report = copy_into(f"SELECT id, k, v FROM {table}", source, None, out, key=["id"])
-    assert report is not None and report.rows == 50
+    assert report is not None
+    assert report.rows == 50
 
 
 def test_an_append_repeating_a_key_is_refused_whole(place: tuple[Engine, str, str]) -> None:
@@ -69,7 +70,7 @@ def test_an_append_repeating_a_key_is_refused_whole(place: tuple[Engine, str, st
 
 
 def test_a_run_that_fails_leaves_the_table_as_it_was(place: tuple[Engine, str, str]) -> None:
-    engine, table, out = place
+    engine, _table, out = place
     source = engine.source()
     write_table(pa.table({"id": [1, 2, 3]}), source, out)
 
