@@ -234,6 +234,12 @@ class Dialect:
     (the writer converts it): where :meth:`sink_type` gives it a column type with no zone
     (MySQL/MariaDB ``DATETIME(6)``, SQLite's ISO text); the zone's name is not kept."""
 
+    SINK_KEY_AT_FINISH: ClassVar[bool] = False
+    """Whether the table sink's staging table gets its primary key (or row identity's
+    unique constraint) when it is finished, built once in bulk, rather than maintained
+    row by row (PostgreSQL, where ``ALTER TABLE ... ADD`` is transactional and a bulk
+    build is much cheaper); a duplicate then fails the finish."""
+
     SINK_ONE_PROCESS: ClassVar[bool] = False
     """Whether only one process may write the database (a DuckDB file): a job of several
     processes writes a Parquet folder instead, loaded into it by one process."""

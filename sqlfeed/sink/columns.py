@@ -19,6 +19,7 @@ __all__ = [
     "arrow_kind",
     "beside",
     "column_definitions",
+    "constraint_sql",
     "create_table_sql",
     "drop_table",
     "quoted",
@@ -104,12 +105,19 @@ def create_table_sql(
     *,
     unique: bool = False,
 ) -> str:
-    """``CREATE TABLE table (columns..., PRIMARY KEY|UNIQUE (constraint...))``."""
+    """``CREATE TABLE table (columns..., PRIMARY KEY|UNIQUE (constraint...))`` (no
+    constraint when ``constraint`` is empty)."""
     render = dialect.sqlglot_dialect
-    names = ", ".join(quoted(c).sql(dialect=render) for c in constraint)
-    kind = "UNIQUE" if unique else "PRIMARY KEY"
-    body = ", ".join([*columns, f"{kind} ({names})"])
+    body = ", ".join(
+        [*columns, *([constraint_sql(dialect, constraint, unique)] if constraint else [])]
+    )
     return f"CREATE TABLE {table.sql(dialect=render)} ({body})"
+
+
+def constraint_sql(dialect: Dialect, columns: Sequence[str], unique: bool) -> str:
+    """``PRIMARY KEY (columns...)`` or ``UNIQUE (columns...)``."""
+    names = ", ".join(quoted(c).sql(dialect=dialect.sqlglot_dialect) for c in columns)
+    return f"{'UNIQUE' if unique else 'PRIMARY KEY'} ({names})"
 
 
 def quoted(name: str) -> exp.Identifier:

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io.writes import WriteSession, retry_busy
-from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted
+from sqlfeed.sink.columns import IDENTITY, beside, constraint_sql, drop_table, quoted
 from sqlfeed.sink.output import run_statements, table_columns
 from sqlfeed.sink.report import WriteReport
 
@@ -155,6 +155,8 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
             "its rows are not replaced"
         )
     name = sink.table.this  # the identifier as written: the engine's case rule kept
+    if sink.spec.get("constraint_at_finish"):  # built once now; a duplicate fails here
+        _add_constraint(sink, session)
     if target is None:
         statements = sink.dialect.rename_sql(sink.staging, name)
     else:
@@ -167,6 +169,28 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
         session.execute(statement)
     session.commit()
     return True
+
+
+def _add_constraint(sink: Any, session: WriteSession) -> None:
+    """The staging table's primary key (or row identity's unique constraint), added in
+    the finishing transaction.
+
+    Raises:
+        EngineError: two rows share the key or the identity (nothing is put in place).
+    """
+    unique = not sink.spec["unique_key"]
+    columns = list(IDENTITY) if unique else list(sink.spec["key"])
+    constraint = constraint_sql(sink.dialect, columns, unique)
+    add = f"ALTER TABLE {_sql(sink, sink.staging)} ADD {constraint}"
+    try:
+        session.execute(add)
+    except Exception as err:
+        if not session.duplicate(err):
+            raise
+        raise EngineError(
+            f"two rows written share {', '.join(columns)} ({err}): a batch was committed "
+            "twice under other batch boundaries"
+        ) from None
 
 
 def _still_staged(sink: Any, session: WriteSession) -> bool:

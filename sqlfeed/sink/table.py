@@ -127,12 +127,16 @@ class TableSink:
         dialect = self.dialect
         key = list(spec["key"] or ())
         columns = column_definitions(schema, dialect, not_null=key)
-        if spec["unique_key"]:
-            staging = create_table_sql(self.staging, dialect, columns, key)
-        else:
+        identity = key if spec["unique_key"] else list(IDENTITY)
+        if not spec["unique_key"]:
             id_schema = pa.schema([(name, pa.int64()) for name in IDENTITY])
             columns += column_definitions(id_schema, dialect, not_null=IDENTITY)
-            staging = create_table_sql(self.staging, dialect, columns, IDENTITY, unique=True)
+        later = bool(dialect.SINK_KEY_AT_FINISH)
+        spec["constraint_at_finish"] = later
+        unique = not spec["unique_key"]
+        staging = create_table_sql(
+            self.staging, dialect, columns, [] if later else identity, unique=unique
+        )
         names = ("part", "first_row", "rows")
         commit_schema = pa.schema([(name, pa.int64()) for name in names])
         commit_columns = column_definitions(commit_schema, dialect, not_null=names)

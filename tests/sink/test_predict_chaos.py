@@ -16,6 +16,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -235,6 +236,7 @@ def test_kill_chaos_servers(url: str, tmp_path: Path, names: dict[str, str]) -> 
 
 
 def test_kill_chaos_sqlite(tmp_path: Path, names: dict[str, str]) -> None:
+    sqlite3.connect(tmp_path / "data.db").close()  # sqlfeed reads but never creates one
     url = f"sqlite:///{tmp_path / 'data.db'}"
     _run_chaos(url, tmp_path, names, min(ROWS, 100_000), f"sqlite:///{tmp_path / 'queue.db'}")
 

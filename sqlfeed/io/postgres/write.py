@@ -21,6 +21,9 @@ from sqlfeed.io.writes import DbapiSession
 
 __all__ = ["PostgresSession", "copy_text"]
 
+CHUNK_ROWS = 16_384
+"""Rows turned into CSV at a time: PostgreSQL parses a chunk while the next is made."""
+
 _CSV = pcsv.WriteOptions(include_header=False, quoting_style="needed", batch_size=65_536)
 
 
@@ -30,10 +33,10 @@ class PostgresSession(DbapiSession):
     def insert(self, table: str, columns: Sequence[str], batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        data = copy_text(batch)
         command = f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT csv)"
         with self.cursor.copy(command) as copy:
-            copy.write(data)
+            for start in range(0, batch.num_rows, CHUNK_ROWS):  # the server parses one
+                copy.write(copy_text(batch.slice(start, CHUNK_ROWS)))  # while we write the next
 
     def duplicate(self, err: BaseException) -> bool:
         return getattr(err, "sqlstate", None) == "23505" or super().duplicate(err)
