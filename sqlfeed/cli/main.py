@@ -74,7 +74,15 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("worker", "pull a job's partitions and read them (joins and leaves at any time)"),
         ),
     ),
-    ("scratch", (("scratch", "list or drop the scratch tables of --strategy materialize"),)),
+    (
+        "scratch",
+        (
+            (
+                "scratch",
+                "list or drop scratch tables: --strategy materialize's, the write-back's staging",
+            ),
+        ),
+    ),
     (
         "shardsets",
         (

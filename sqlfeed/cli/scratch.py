@@ -1,4 +1,5 @@
-"""The ``sqlfeed scratch list|drop`` commands: the scratch tables of ``materialize`` plans.
+"""The ``sqlfeed scratch list|drop`` commands: the scratch tables of ``materialize`` plans
+and the staging and commits tables of the table sink (``predict``, ``export --into``).
 
 ``--strategy materialize`` runs the query once into a table named
 ``sqlfeed_<unix time>_<hex>`` in the ``--scratch`` schema. ``export`` drops its table when
@@ -44,11 +45,14 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     """Add the ``scratch`` command (list, drop)."""
     scratch = commands.add_parser(
         "scratch",
-        help="list or drop the scratch tables of --strategy materialize",
+        help="list or drop scratch tables: --strategy materialize's, the write-back's staging",
         description=(
             "--strategy materialize runs the query once into a table named "
             f"{SCRATCH_PREFIX}<unix time>_<hex> in the --scratch schema. export and job "
-            "delete drop theirs; a plan keeps its table for its partitions. List them with "
+            "delete drop theirs; a plan keeps its table for its partitions. predict and "
+            "export --into write into a staging and a commits table named the same way in "
+            "the output table's schema, put in place or dropped when finished; a run given "
+            "up leaves them (list them with --scratch set to that schema). List them with "
             "their age, rows (counted) and size (where the engine tells), drop them by name, all, "
             "or those older than a duration. Only sqlfeed's own tables are ever dropped."
         ),
