@@ -302,9 +302,10 @@ def test_forced_zombie(engine: str, unique_key: bool, tmp_path: Path) -> None:
 
 DUCKDB_RACE = pytest.mark.xfail(
     strict=True,
-    reason="sqlfeed/sink/table.py TableSink.commit: DuckDB finds the duplicate commit record "
-    "only at COMMIT (optimistic concurrency), and commit() reports it as the EngineError "
-    "'rows ... under other batch boundaries' instead of returning False",
+    reason="sqlfeed/sink/table.py TableSink.commit: under DuckDB's optimistic concurrency "
+    "the loser's commit-record INSERT succeeds; the clash surfaces on the staging rows' key "
+    "or at COMMIT, and commit() raises EngineError 'rows ... under other batch boundaries' "
+    "instead of returning False",
 )
 
 
