@@ -234,12 +234,6 @@ class Dialect:
     (the writer converts it): where :meth:`sink_type` gives it a column type with no zone
     (MySQL/MariaDB ``DATETIME(6)``, SQLite's ISO text); the zone's name is not kept."""
 
-    SINK_KEY_AT_FINISH: ClassVar[bool] = False
-    """Whether the table sink's staging table gets its primary key (or row identity's
-    unique constraint) when it is finished, built once in bulk, rather than maintained
-    row by row (PostgreSQL, where ``ALTER TABLE ... ADD`` is transactional and a bulk
-    build is much cheaper); a duplicate then fails the finish."""
-
     SINK_ONE_PROCESS: ClassVar[bool] = False
     """Whether only one process may write the database (a DuckDB file): a job of several
     processes writes a Parquet folder instead, loaded into it by one process."""
@@ -555,6 +549,15 @@ class Dialect:
         gives one atomic statement (MySQL's ``RENAME TABLE``). Readers see the old table or
         the new one, never none."""
         return [*self.rename_sql(table, old_name), *self.rename_sql(staging, table.this)]
+
+    def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
+        """The statement giving the table sink's finished staging ``table`` its primary key
+        (``unique``: a unique constraint) on ``columns``, built once in bulk; it fails
+        when two rows share them (``ALTER TABLE ... ADD``). None: the engine cannot add
+        one later, and the staging table is made with it."""
+        names = ", ".join(self.sql(exp.to_identifier(c, quoted=True)) for c in columns)
+        kind = "UNIQUE" if unique else "PRIMARY KEY"
+        return f"ALTER TABLE {self.sql(table)} ADD {kind} ({names})"
 
     def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
         """(take, release) statements of a named lock serialising the finishers of a sink

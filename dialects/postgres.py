@@ -130,7 +130,6 @@ class Postgres(Dialect):
     QUEUE_NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
     QUEUE_LOCK_CLAUSE = " FOR UPDATE SKIP LOCKED"
     TRANSACTIONAL_DDL = True
-    SINK_KEY_AT_FINISH = True
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))

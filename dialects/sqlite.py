@@ -143,6 +143,19 @@ class SQLite(Dialect):
 
     # -- catalog ------------------------------------------------------------------------
 
+    def swap_sql(
+        self, table: exp.Table, staging: exp.Table, old_name: str | exp.Identifier
+    ) -> list[str]:
+        """The two renames, with ``legacy_alter_table`` on first: else SQLite rewrites the
+        views and triggers naming the table to name the old one, which is then dropped
+        (they break); so they name the new table."""
+        return ["PRAGMA legacy_alter_table = ON", *super().swap_sql(table, staging, old_name)]
+
+    def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
+        """None: SQLite cannot add a key to a table, so the staging table is made with it
+        (its writers take turns anyway: an attempt that loses never commits)."""
+        return None
+
     def physical_extent(self, source: SqlRunner, table: exp.Table, quoted: str) -> Extent | str:
         """Rowids from ``MIN(rowid)`` to ``MAX(rowid)``, both read off the b-tree's ends."""
         literal = _literal(table.name)

@@ -133,6 +133,7 @@ class LeaseKeeper(Generic[T]):
         stop: threading.Event,
         on_acked: Callable[[list[T]], None],
         on_completed: Callable[[Lease], None],
+        partial_acks: bool = True,
     ) -> None:
         self.queue = queue
         self.spec = spec
@@ -140,6 +141,9 @@ class LeaseKeeper(Generic[T]):
         self.stop = stop
         self.on_acked = on_acked
         self.on_completed = on_completed
+        self.partial_acks = partial_acks
+        """False: what was taken of a partition is acknowledged only with its completion
+        (a lease given back before is read again from its first row)."""
         self.ahead: Future[Any] | None = None
         """The claim running in the background (:meth:`claim_ahead`), if any."""
         self._holds: dict[str, Hold[T]] = {}
@@ -341,7 +345,7 @@ class LeaseKeeper(Generic[T]):
                 if self.queue.complete(hold.lease, **hold.pending()):
                     taken, hold.taken = hold.taken, []
             elif not (hold.over or hold.lost):
-                if hold.taken:
+                if hold.taken and self.partial_acks:
                     last = hold.pending()
                     if self.queue.ack(hold.lease, last["offset"], last["rows"], last["batches"]):
                         taken, hold.taken = hold.taken, []

@@ -6,9 +6,13 @@ taken after it within ``ack_interval`` seconds, and always before the partition 
 completed or given back. A worker that dies holding batches it has not acknowledged
 leaves them to the next holder of that partition, which delivers them again; everything
 acknowledged before is skipped. Resuming by batch count assumes the engine returns a
-partition's rows in the same order on every read: true for DuckDB scans, SQLite and
-MySQL; for PostgreSQL sqlfeed turns off parallel plans and synchronized scans in the
-sessions it reads with, so a partition reads back in the same order.
+partition's rows in the same order on every read: true for scans of a table no one
+writes meanwhile on DuckDB, SQLite and MySQL; for PostgreSQL sqlfeed turns off parallel
+plans and synchronized scans in the sessions it reads with. It is not true of a table
+written during the run (PostgreSQL moves an updated row), nor of every plan (DuckDB may
+return a join's rows in another order): consumers that must not depend on it take
+``whole_partitions`` (a partition given back is read again from its first row), as the
+table sink does.
 
 A worker holds up to two leases: the partition it reads, and the next one, claimed ahead
 in a background thread. Keeping them (claims, heartbeats, acknowledgements, completions,
@@ -55,8 +59,8 @@ class Delivery:
     """The batch's position within its partition (0-based)."""
     batch: pa.RecordBatch
     row: int = 0
-    """The position of the batch's first row within its partition (0-based): the same on
-    every attempt at the partition, since a partition reads back in the same order."""
+    """The position of the batch's first row within its partition (0-based), in this
+    read of it (another read may order the rows otherwise: see the module)."""
 
 
 def default_worker_id() -> str:
@@ -91,6 +95,10 @@ class Worker:
             without waiting for the queue, and the completion of a partition goes with
             the claim of the one after next, in one round trip on a SQL queue. False: one
             lease at a time, claimed when the previous partition is done.
+        whole_partitions: nothing of a partition is acknowledged before it is complete, and
+            ``on_partition`` runs before that acknowledgement: a partition given back or
+            lost is read again from its first row by its next holder, whatever order its
+            rows come in then (the table sink commits a partition's rows at once).
 
     Raises:
         InvalidArgumentError: the job's plan is for another engine than ``source``, or a
@@ -111,6 +119,7 @@ class Worker:
         on_lease: Callable[[Lease], None] | None = None,
         on_partition: Callable[[Lease, int], None] | None = None,
         claim_ahead: bool = True,
+        whole_partitions: bool = False,
     ) -> None:
         self.queue = open_queue(queue)
         self.spec: JobSpec = self.queue.job(job)
@@ -139,6 +148,7 @@ class Worker:
         self.on_lease = on_lease
         self.on_partition = on_partition
         self.claim_ahead = claim_ahead
+        self.whole_partitions = whole_partitions
         self._ack_lock = threading.Lock()
         """``on_ack`` runs in one thread at a time (completions may run in the claim's)."""
         self.schema = self.spec.plan.arrow_schema() or self.source.schema(self.spec.plan.sql)
@@ -157,6 +167,7 @@ class Worker:
             stop=self._stop,
             on_acked=self._acknowledged,
             on_completed=self._completed,
+            partial_acks=not whole_partitions,
         )
         """The leases held, their heartbeats (which start here) and queue calls."""
         self._finished = self._leases.finished
@@ -291,8 +302,8 @@ class Worker:
             return False
         stop = threading.Event()
         batches = self._read(lease, stop)
-        offset = lease.offset  # numbered on from the acknowledged batches
-        row = lease.rows or 0
+        offset = 0 if self.whole_partitions else lease.offset  # after the acknowledged ones
+        row = 0 if self.whole_partitions else lease.rows or 0
         try:
             for batch in _after_rows(batches, row):
                 if not self._may_hand_out(hold):
@@ -340,7 +351,7 @@ class Worker:
         if not hold.taken:
             hold.since = now
         hold.taken.append(delivery)
-        if now - hold.since >= self.ack_interval:
+        if now - hold.since >= self.ack_interval and not self.whole_partitions:
             return self._leases.acknowledge(hold)
         return not hold.lost
 
@@ -350,7 +361,7 @@ class Worker:
         lease = hold.lease
         self._log.ended(lease.epoch, lease.partition, offset)
         if self.on_partition is not None:
-            if not self._leases.acknowledge(hold):
+            if not self.whole_partitions and not self._leases.acknowledge(hold):
                 return False
             self.on_partition(lease, offset)  # an error: given back, not completed
         hold.ended = True

@@ -36,6 +36,7 @@ from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
+from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import schema_sql
 
 __all__ = [
@@ -206,6 +207,10 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
             self._fields[sql] = fields
         return fields
 
+    def write_session(self) -> MysqlSession:
+        """A session writing in strict SQL mode (:class:`MysqlSession`)."""
+        return MysqlSession(self.engine.raw_connection(), self.dialect, self._paramstyle())
+
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         if self.driver != "pymysql":
             return super()._streaming_cursor(connection, batch_rows)
@@ -279,3 +284,21 @@ def mysql_description_schema(cursor: Any) -> pa.Schema | None:
         hint = f"{code},{precision},{scale}".encode()
         fields.append(pa.field(description[0], arrow_type, metadata={MYSQL_HINT: hint}))
     return pa.schema(fields)
+
+
+class MysqlSession(DbapiSession):
+    """A pooled pymysql connection writing with ``executemany`` in strict SQL mode (a value
+    too long or out of range fails instead of being cut to fit); the connection's mode is
+    put back when the session closes."""
+
+    def __init__(self, connection: Any, dialect: Any, paramstyle: str) -> None:
+        super().__init__(connection, dialect, paramstyle)
+        self.mode = self.rows("SELECT @@SESSION.sql_mode")[0][0]
+        self.cursor.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
+
+    def close(self) -> None:
+        try:
+            self.rollback()
+            self.cursor.execute("SET SESSION sql_mode = %s", (self.mode,))
+        finally:
+            super().close()

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.io.writes import WriteSession, retry_busy
-from sqlfeed.sink.columns import IDENTITY, beside, constraint_sql, drop_table, quoted
+from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted
 from sqlfeed.sink.output import run_statements, table_columns
 from sqlfeed.sink.report import WriteReport
 
@@ -155,8 +155,7 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
             "its rows are not replaced"
         )
     name = sink.table.this  # the identifier as written: the engine's case rule kept
-    if sink.spec.get("constraint_at_finish"):  # built once now; a duplicate fails here
-        _add_constraint(sink, session)
+    _add_key(sink, session)  # built once, in bulk; two rows sharing it fail here
     if target is None:
         statements = sink.dialect.rename_sql(sink.staging, name)
     else:
@@ -171,21 +170,23 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
     return True
 
 
-def _add_constraint(sink: Any, session: WriteSession) -> None:
+def _add_key(sink: Any, session: WriteSession) -> None:
     """The staging table's primary key (or row identity's unique constraint), added in
-    the finishing transaction.
+    the finishing transaction (an implicit commit before it where DDL is not
+    transactional: the rename after is then one atomic statement).
 
     Raises:
         EngineError: two rows share the key or the identity (nothing is put in place).
     """
     unique = not sink.spec["unique_key"]
     columns = list(IDENTITY) if unique else list(sink.spec["key"])
-    constraint = constraint_sql(sink.dialect, columns, unique)
-    add = f"ALTER TABLE {_sql(sink, sink.staging)} ADD {constraint}"
+    statement = sink.dialect.add_key_sql(sink.staging, columns, unique)
+    if statement is None:  # made with the table
+        return
     try:
-        session.execute(add)
+        session.execute(statement)
     except Exception as err:
-        if not session.duplicate(err):
+        if not session.duplicate(err) and "duplicate" not in str(err).lower():
             raise
         raise EngineError(
             f"two rows written share {', '.join(columns)} ({err}): a batch was committed "

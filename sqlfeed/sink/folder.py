@@ -1,21 +1,22 @@
 """A job's output as a committed Parquet folder, and that folder loaded into a table.
 
 Several processes cannot write one DuckDB file, so a job whose output ends in DuckDB (or
-that wants files) writes the batch folder of ``sqlfeed worker --out``
-(:class:`~sqlfeed.dispatch.folder.BatchFolder`: a batch file appears whole, under a name
-a late writer never replaces; a partition counts once its manifest is written, before it
-is completed): exactly the committed files make the output. :func:`load_folder` then
-writes those files into a table through the table sink (checked against the job's
-expected rows) in one process.
+that wants files) writes a folder of Parquet files (:mod:`sqlfeed.sink.attempts`: each
+attempt at a partition writes files of its own and commits them with the partition's
+manifest, made once): exactly the committed files make the output, whatever order a
+partition's rows came in on each attempt. :func:`load_folder` then writes those files
+into a table through the table sink (checked against the job's expected rows) in one
+process.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import fcntl
 import json
 import threading
 import time
-from functools import partial
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,10 @@ import pyarrow.parquet as pq
 
 from dialects import EngineError, InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
-from sqlfeed.dispatch.folder import BatchFolder, committed_files
 from sqlfeed.dispatch.queue import Lease, LeaseQueue
 from sqlfeed.io import Source, connect
 from sqlfeed.plans import plan as make_plan
+from sqlfeed.sink.attempts import Attempt, check_folder, committed, sweep
 from sqlfeed.sink.job import Progress, Transform
 from sqlfeed.sink.report import WriteReport
 from sqlfeed.sink.table import TableSink
@@ -109,36 +110,43 @@ def _run(
     transform: Transform | None,
     progress: Progress | None,
 ) -> int:
-    folder = BatchFolder(out, spec)
+    check_folder(out, {"job": spec.name, "fingerprint": spec.plan.fingerprint})
     errors: list[BaseException] = []
     done = [0]
     lock = threading.Lock()
     expected = (spec.sink or {}).get("expected_rows")
 
     def work() -> None:
-        worker = Worker(lease_queue, spec.name, src, batch_size=spec.batch_size)
+        worker = Worker(
+            lease_queue, spec.name, src, batch_size=spec.batch_size, whole_partitions=True
+        )
+        current: list[Attempt] = []
 
         def on_lease(lease: Lease) -> None:
-            folder.on_lease(lease, partial(worker.still_holds, lease.epoch, lease.partition))
+            for stale in current:
+                stale.discard()  # a partition given up: its files are garbage
+            current[:] = [Attempt(out, lease.partition)]
 
-        worker.on_lease = on_lease
-        worker.on_partition = folder.on_partition
+        def on_partition(lease: Lease, batches: int) -> None:
+            attempt = current.pop()
+            rows = sum(int(f["rows"]) for f in attempt.files)
+            if attempt.commit():
+                with lock:
+                    done[0] += rows
+                    if progress is not None:
+                        progress(done[0], expected)
+
+        worker.on_lease, worker.on_partition = on_lease, on_partition
         try:
             for delivery in worker.deliveries():
                 batch = transform(delivery.batch) if transform is not None else delivery.batch
-                scored = dataclasses.replace(delivery, batch=batch)
-                trusted = partial(worker.still_holds, delivery.epoch, delivery.partition)
-                if not folder.write(scored, trusted):
-                    worker.refuse(delivery)
-                    continue
-                with lock:
-                    done[0] += batch.num_rows
-                    if progress is not None:
-                        progress(done[0], expected)
+                current[-1].write(batch)
         except BaseException as err:
             errors.append(err)
         finally:
             worker.close()
+            for stale in current:
+                stale.discard()
 
     pool = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
     for thread in pool:
@@ -147,7 +155,8 @@ def _run(
         thread.join()
     if errors:
         raise errors[0]
-    folder.finish()
+    if lease_queue.status(spec.name).complete:
+        sweep(out)
     return done[0]
 
 
@@ -166,8 +175,8 @@ def load_folder(
     spec = open_queue(queue).job(job)
     if spec.sink is None or "folder" not in spec.sink:
         raise InvalidArgumentError(f"the job {job!r} writes no folder: give the job of --out")
-    files = committed_files(out)
-    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    files = committed(out)
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for _, f in files)
     expected = spec.sink.get("expected_rows")
     if expected is not None and rows != expected:
         raise EngineError(
@@ -176,17 +185,44 @@ def load_folder(
         )
     if table is None:
         return WriteReport(out, rows, "folder", time.monotonic() - start)
-    marker = Path(out) / f"_loaded-{job}.json"
+    with _locked(Path(out) / "_load.lock"):  # loads of one folder take turns
+        return _load(Path(out), job, files, rows, url, table, mode, start)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made if missing) while the block runs."""
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _load(
+    out: Path,
+    job: str,
+    files: list[tuple[int, Path]],
+    rows: int,
+    url: Any,
+    table: str,
+    mode: str,
+    start: float,
+) -> WriteReport:
+    """The folder's committed files into ``table`` unless a ``_loaded`` marker says this
+    load was done (a crash between the load and its marker loads again: an append then
+    repeats, which the table's key refuses where it has one)."""
+    marker = out / f"_loaded-{job}.json"
     if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("table") == table:
         return WriteReport(table, rows, mode, 0.0, "before")
     if not files:
         raise EngineError(f"{out} holds no committed files: nothing to load")
-    schema = pq.read_schema(files[0])
+    schema = pq.read_schema(files[0][1])
     sink = TableSink.create(url, table, schema, mode=mode, expected_rows=rows)
     try:
         offsets: dict[int, int] = {}
-        for path in files:
-            part = int(path.name.split("-")[1])
+        for part, path in files:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
                 first = offsets.get(part, 0)
                 sink.commit(part, first, batch)

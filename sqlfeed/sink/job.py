@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from dialects import InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
-from sqlfeed.dispatch.queue import LeaseQueue
+from sqlfeed.dispatch.queue import Lease, LeaseQueue
 from sqlfeed.io import Source, connect
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.plans.materialize import drop_scratch
@@ -288,34 +288,49 @@ def run_workers(
     transform: Transform | None,
     progress: Progress | None,
 ) -> None:
-    """``threads`` workers of the job, each committing its batches, until the job is done.
+    """``threads`` workers of the job until it is done, each committing whole partitions:
+    a partition's rows stream into the staging table in one transaction of the output
+    database, committed with the partition's record once every row was written; a
+    partition taken again (its worker died, stalled or gave it back) is read again from
+    its first row, and only one attempt's record commits. No resumed read can thus
+    repeat or skip rows, whatever order a partition's rows come back in.
 
     Raises:
         The first error of a worker (the others stop and give their leases back).
     """
     errors: list[BaseException] = []
     workers = [
-        Worker(lease_queue, spec.name, src, batch_size=spec.batch_size) for _ in range(threads)
+        Worker(lease_queue, spec.name, src, batch_size=spec.batch_size, whole_partitions=True)
+        for _ in range(threads)
     ]
     counter = _Counter(progress, (spec.sink or {}).get("expected_rows"))
 
     def work(worker: Worker) -> None:
         own = TableSink.attach(sink.source, sink.spec)
+        written = [0]
+
+        def on_lease(lease: Lease) -> None:
+            own.open_partition(lease.partition)
+            written[0] = 0
+
+        def on_partition(lease: Lease, batches: int) -> None:
+            if own.commit_partition():
+                counter.add(written[0])
+
+        worker.on_lease, worker.on_partition = on_lease, on_partition
         try:
             for delivery in worker.deliveries():
                 if errors:
                     break
                 out = transform(delivery.batch) if transform is not None else delivery.batch
-                if not worker.still_holds(delivery.epoch, delivery.partition):
-                    worker.refuse(delivery)
-                    continue
-                if own.commit(delivery.partition, delivery.row, out):
-                    counter.add(out.num_rows)
+                own.write_rows(delivery.row, out)
+                written[0] += out.num_rows
         except BaseException as err:
             errors.append(err)
             for other in workers:
                 other.request_stop()
         finally:
+            own.rollback_partition()
             worker.close()
             own.close()
 

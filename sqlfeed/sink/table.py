@@ -48,7 +48,11 @@ from sqlfeed.sink.finish import finish_sink
 from sqlfeed.sink.output import connect_output, run_statements, table_columns
 from sqlfeed.sink.report import MODES, WriteReport
 
-__all__ = ["MODES", "TableSink", "WriteReport"]
+__all__ = ["MODES", "PARTITION_BUSY_SECONDS", "TableSink", "WriteReport"]
+
+PARTITION_BUSY_SECONDS = 600.0
+"""How long an attempt waits to begin while the output is busy (SQLite: another
+process's partition holds the write lock)."""
 
 
 class TableSink:
@@ -69,6 +73,8 @@ class TableSink:
         self.commits = beside(self.table, spec["commits"])
         self.columns = [quoted(c).sql(dialect=render) for c in spec["columns"]]
         self._session: WriteSession | None = None
+        self._open: list[int] | None = None
+        """The partition of the attempt open now, and its rows written so far."""
 
     # -- making and joining -------------------------------------------------------------
 
@@ -110,6 +116,12 @@ class TableSink:
             spec |= {"expected_rows": expected_rows, "expected_keys": expected_keys}
             sink = cls(source, spec, owned=not isinstance(target, Source))
             sink._make_tables(schema)
+            if mode == "append":
+                try:
+                    check_append_types(source, sink.table, sink.staging, spec["table"])
+                except InvalidArgumentError:
+                    sink.abort()
+                    raise
         except BaseException:
             if not isinstance(target, Source):
                 source.close()
@@ -127,14 +139,13 @@ class TableSink:
         dialect = self.dialect
         key = list(spec["key"] or ())
         columns = column_definitions(schema, dialect, not_null=key)
-        identity = key if spec["unique_key"] else list(IDENTITY)
         if not spec["unique_key"]:
             id_schema = pa.schema([(name, pa.int64()) for name in IDENTITY])
             columns += column_definitions(id_schema, dialect, not_null=IDENTITY)
-        later = bool(dialect.SINK_KEY_AT_FINISH)
-        spec["constraint_at_finish"] = later
         unique = not spec["unique_key"]
-        staging = create_table_sql(
+        identity = list(IDENTITY) if unique else key
+        later = dialect.add_key_sql(self.staging, identity, unique) is not None
+        staging = create_table_sql(  # the key built when finished, where the engine can
             self.staging, dialect, columns, [] if later else identity, unique=unique
         )
         names = ("part", "first_row", "rows")
@@ -148,7 +159,9 @@ class TableSink:
     def commit(self, partition: int, first_row: int, batch: pa.RecordBatch) -> bool:
         """Write ``batch`` (rows ``first_row``... of ``partition``) in one transaction with
         its commit record. False: another attempt committed this batch already (nothing
-        written now).
+        written now). For producers whose batches are the same on every attempt (one
+        process, a Ray task's blocks); a job's workers commit whole partitions
+        (:meth:`open_partition`), whatever order a partition's rows come in.
 
         Raises:
             EngineError: the output database failed (nothing of the batch committed).
@@ -156,19 +169,8 @@ class TableSink:
         if not self.spec["unique_key"]:
             batch = _with_identity(batch, partition, first_row)
         session = self._writer()
-        render = self.dialect.sqlglot_dialect
-        record = exp.insert(
-            exp.Values(
-                expressions=[
-                    exp.tuple_(
-                        *(exp.Literal.number(v) for v in (partition, first_row, batch.num_rows))
-                    )
-                ]
-            ),
-            self.commits,
-            columns=[quoted("part"), quoted("first_row"), quoted("rows")],
-        ).sql(dialect=render)
-        staging = self.staging.sql(dialect=render)
+        record = self._record(partition, first_row, batch.num_rows)
+        staging = self.staging.sql(dialect=self.dialect.sqlglot_dialect)
 
         def attempt() -> bool:
             session.begin()
@@ -194,6 +196,77 @@ class TableSink:
                     f"alike ({err})"
                 ) from None
             raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+
+    # -- a partition at once (the jobs' workers) ---------------------------------------
+
+    def open_partition(self, partition: int) -> None:
+        """Begin one attempt at ``partition``: its rows go into the staging table in one
+        transaction, committed with the partition's record by :meth:`commit_partition`
+        (an attempt open before is rolled back)."""
+        self.rollback_partition()
+        session = self._writer()
+        retry_busy(session, session.begin, PARTITION_BUSY_SECONDS)
+        self._open = [partition, 0]
+
+    def write_rows(self, first_row: int, batch: pa.RecordBatch) -> None:
+        """Rows ``first_row``... of the open partition (in this read of it).
+
+        Raises:
+            EngineError: the output failed (the attempt is rolled back).
+        """
+        assert self._open is not None, "open_partition first"
+        if not self.spec["unique_key"]:
+            batch = _with_identity(batch, self._open[0], first_row)
+        session = self._writer()
+        try:
+            session.insert(
+                self.staging.sql(dialect=self.dialect.sqlglot_dialect), self.columns, batch
+            )
+        except Exception as err:
+            self.rollback_partition()
+            raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+        self._open[1] += batch.num_rows
+
+    def commit_partition(self) -> bool:
+        """Commit the open attempt with the partition's record. False: another attempt
+        committed the partition first (this one's rows are rolled back).
+
+        Raises:
+            EngineError: the output failed (nothing of the attempt committed).
+        """
+        assert self._open is not None, "open_partition first"
+        partition, rows = self._open
+        session = self._writer()
+        self._open = None
+        try:
+            session.execute(self._record(partition, 0, rows))
+            session.commit()
+            return True
+        except Exception as err:
+            session.rollback()
+            if self._committed(partition):
+                return False  # another attempt's record: this one lost
+            self._drop_session()
+            raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+
+    def rollback_partition(self) -> None:
+        """Give up the open attempt, if any (its rows are never seen)."""
+        if self._open is not None:
+            self._open = None
+            if self._session is not None:
+                self._session.rollback()
+
+    def _committed(self, partition: int) -> bool:
+        part = exp.column("part", quoted=True).eq(exp.Literal.number(partition))
+        sql = exp.select("COUNT(*)").from_(self.commits).where(part)
+        found = self.source.rows(sql.sql(dialect=self.dialect.sqlglot_dialect), what="commit check")
+        return bool(found[0][0])
+
+    def _record(self, partition: int, first_row: int, rows: int) -> str:
+        values = exp.tuple_(*(exp.Literal.number(v) for v in (partition, first_row, rows)))
+        columns = [quoted("part"), quoted("first_row"), quoted("rows")]
+        insert = exp.insert(exp.Values(expressions=[values]), self.commits, columns=columns)
+        return insert.sql(dialect=self.dialect.sqlglot_dialect)
 
     def _writer(self) -> WriteSession:
         if self._session is None:
@@ -349,6 +422,58 @@ def _check_target(
                 f"have {sorted(wanted)}: append needs the same columns (or give --mode "
                 "replace)"
             )
+
+
+def check_append_types(source: Source, target: exp.Table, staging: exp.Table, name: str) -> None:
+    """Every column of the staging table (the rows written, in the engine's types) fits
+    the table's column of that name without a change of value (an INSERT would cast 1.7
+    into an integer column as 2, silently); both read back the same way to compare.
+
+    Raises:
+        InvalidArgumentError: a column whose values the table's type would change.
+    """
+    render = source.dialect.sqlglot_dialect
+    ours, theirs = (
+        source.schema(exp.select("*").from_(t.copy()).where(exp.false()).sql(dialect=render))
+        for t in (staging, target)
+    )
+    for field in ours:
+        if field.name not in theirs.names or field.name in IDENTITY:
+            continue
+        kept = theirs.field(field.name).type
+        if not _holds(kept, field.type):
+            raise InvalidArgumentError(
+                f"column {field.name!r} of {name} is {kept} but the rows written are "
+                f"{field.type}, which appending would change: cast it in the SELECT, or give "
+                "--mode replace"
+            )
+
+
+def _holds(kept: pa.DataType, new: pa.DataType) -> bool:
+    """Whether a column read back as ``kept`` holds every value of type ``new``."""
+    if kept == new or pa.types.is_null(new):
+        return True
+    if pa.types.is_integer(new) and pa.types.is_integer(kept):
+        return bool(kept.bit_width > new.bit_width or kept.bit_width == new.bit_width)
+    if pa.types.is_floating(new) and pa.types.is_floating(kept):
+        return bool(kept.bit_width >= new.bit_width)
+    if pa.types.is_integer(new) and pa.types.is_floating(kept):
+        return bool(new.bit_width <= 32 and kept.bit_width == 64)
+    if pa.types.is_decimal(new) and pa.types.is_decimal(kept):
+        whole = kept.precision - kept.scale >= new.precision - new.scale
+        return bool(kept.scale >= new.scale and whole)
+    if pa.types.is_integer(new) and pa.types.is_decimal(kept):
+        return bool(kept.precision - kept.scale >= 19)
+    families = (
+        (pa.types.is_string, pa.types.is_large_string),
+        (pa.types.is_binary, pa.types.is_large_binary),
+    )
+    for family in families:
+        if any(f(kept) for f in family) and any(f(new) for f in family):
+            return True
+    if pa.types.is_timestamp(new) and pa.types.is_timestamp(kept):
+        return bool((kept.tz is None) == (new.tz is None))
+    return False
 
 
 def _with_identity(batch: pa.RecordBatch, partition: int, first_row: int) -> pa.RecordBatch:

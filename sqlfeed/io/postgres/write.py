@@ -2,7 +2,8 @@
 
 Arrow writes the batch as CSV (NULL an unquoted empty field, the empty string a quoted
 one, floats in their shortest exact form, ``nan`` and ``inf`` as PostgreSQL reads them);
-binary values go as ``\\x`` hex text, zoned timestamps as UTC instants. The ``COPY`` runs
+binary values go as ``\\x`` hex text, zoned timestamps as UTC instants, durations as
+interval text in seconds (a bare number would be read as seconds of another unit). The ``COPY`` runs
 in the session's open transaction, so the rows commit together with the sink's commit
 record, or not at all.
 """
@@ -66,9 +67,19 @@ def _copyable(column: pa.Array) -> pa.Array:
         )
     if pa.types.is_timestamp(kind) and kind.tz is not None:
         return pc.cast(column, pa.timestamp(kind.unit, tz="UTC"))
+    if pa.types.is_duration(kind):  # a bare number would be read as seconds
+        micros = pc.cast(pc.cast(column, pa.duration("us")), pa.int64()).to_pylist()
+        return pa.array([None if v is None else _interval(v) for v in micros], pa.string())
     if pa.types.is_dictionary(kind):
         return pc.cast(column, kind.value_type)
     return column
+
+
+def _interval(micros: int) -> str:
+    """A duration in microseconds as the interval text PostgreSQL reads exactly."""
+    sign = "-" if micros < 0 else ""
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    return f"{sign}{seconds}.{fraction:06d} seconds"
 
 
 def raw_psycopg(connection: Any) -> Any:
