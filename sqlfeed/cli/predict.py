@@ -39,7 +39,9 @@ def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
         ),
     )
     add_target(parser, dialect=False)
-    parser.add_argument("--model", required=True, metavar="DIR", help="the model folder")
+    parser.add_argument(
+        "--model", metavar="DIR", help="the model folder (not needed with --finish)"
+    )
     parser.add_argument("--into", metavar="TABLE", help="the output table (name or schema.name)")
     parser.add_argument(
         "--out",
@@ -110,6 +112,10 @@ def _check(args: argparse.Namespace) -> None:
     for flag, value in (("--readers", args.readers), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:
             raise InvalidArgumentError(f"{flag} must be >= 1, not {value}")
+    if args.finish:
+        return
+    if args.model is None:
+        raise InvalidArgumentError("give the model folder: --model DIR")
     if not Path(args.model, "manifest.json").is_file():
         raise InvalidArgumentError(
             f"--model {args.model} is not a model folder (no manifest.json): give a folder "

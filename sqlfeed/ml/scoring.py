@@ -265,4 +265,4 @@ def finish(
     loaded into that table of ``into_db`` in one process)."""
     if out is not None:
         return load_folder(queue, job, out, into_db, into, mode)
-    return finish_job(queue, job, into_db)
+    return finish_job(queue, job, into_db, into)

@@ -53,19 +53,35 @@ def _finish(sink: Any) -> WriteReport:
     by = "before"
     rows = int(spec.get("expected_rows") or 0)
     if table_columns(source, sink.staging) is not None and not _appended(sink):
-        rows = _check_counts(sink)
-        if _put_in_place(sink):
+        try:
+            rows = _check_counts(sink)
+        except EngineError:
+            if table_columns(source, sink.staging) is not None:
+                raise
+            rows = -1  # another finisher put it in place meanwhile
+        if rows >= 0 and _put_in_place(sink):
             by = "this process"
+        else:
+            rows = _rows_before(sink)
     elif table_columns(source, sink.commits) is None:
         if table_columns(source, sink.table) is None:
             raise EngineError(
                 f"nothing to finish into {spec['table']}: the run's staging table "
                 f"{spec['staging']} is gone and so is the table (dropped?)"
             )
-        return WriteReport(spec["table"], rows, spec["mode"], 0.0, by)
+        return WriteReport(spec["table"], _rows_before(sink), spec["mode"], 0.0, by)
     for table in (sink.staging, sink.commits):
         _drop(source, table)
     return WriteReport(spec["table"], rows, spec["mode"], time.monotonic() - start, by)
+
+
+def _rows_before(sink: Any) -> int:
+    """The rows an earlier finish put in place: the expected ones, else (not an append)
+    the table's."""
+    expected = sink.spec.get("expected_rows")
+    if expected is not None or sink.spec["mode"] == "append":
+        return int(expected or 0)
+    return _scalar(sink, exp.select("COUNT(*)").from_(sink.table), "row count")
 
 
 def _sql(sink: Any, node: exp.Expr) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+from sqlglot import exp
 
 from dialects import InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
@@ -358,11 +359,14 @@ class _Counter:
                 self.progress(self.rows, self.total)
 
 
-def finish_job(queue: str | LeaseQueue, job: str, url: Any) -> WriteReport:
-    """Finish the output of ``job`` by hand (``--finish``): idempotent.
+def finish_job(
+    queue: str | LeaseQueue, job: str, url: Any, table: str | None = None
+) -> WriteReport:
+    """Finish the output of ``job`` by hand (``--finish``): idempotent. ``table``: the
+    output table the caller means (checked against the job's).
 
     Raises:
-        InvalidArgumentError: no such job, or a job that writes no table.
+        InvalidArgumentError: no such job, a job that writes no table, or another table.
         EngineError: the job is not complete (the counts differ), or the output failed.
     """
     lease_queue = open_queue(queue)
@@ -372,4 +376,10 @@ def finish_job(queue: str | LeaseQueue, job: str, url: Any) -> WriteReport:
             f"the job {job!r} writes no table (it is a training job): nothing to finish"
         )
     with TableSink.attach(url, spec.sink) as sink:
+        if table is not None:
+            named = exp.to_table(table, dialect=sink.dialect.sqlglot_dialect)
+            if named.sql(dialect=sink.dialect.sqlglot_dialect) != spec.sink["table"]:
+                raise InvalidArgumentError(
+                    f"the job {job!r} writes {spec.sink['table']}, not {table}: give its table"
+                )
         return sink.finish()

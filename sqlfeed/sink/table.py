@@ -188,6 +188,9 @@ class TableSink:
         try:
             return bool(retry_busy(session, attempt))
         except Exception as err:
+            session.rollback()
+            if self._committed(partition, first_row):
+                return False  # a simultaneous attempt's record won (DuckDB: at COMMIT)
             self._drop_session()
             if session.duplicate(err):
                 raise EngineError(
@@ -256,9 +259,11 @@ class TableSink:
             if self._session is not None:
                 self._session.rollback()
 
-    def _committed(self, partition: int) -> bool:
+    def _committed(self, partition: int, first_row: int = 0) -> bool:
+        """Whether the commit record of ``partition`` (its batch at ``first_row``) is there."""
         part = exp.column("part", quoted=True).eq(exp.Literal.number(partition))
-        sql = exp.select("COUNT(*)").from_(self.commits).where(part)
+        row = exp.column("first_row", quoted=True).eq(exp.Literal.number(first_row))
+        sql = exp.select("COUNT(*)").from_(self.commits).where(exp.and_(part, row))
         found = self.source.rows(sql.sql(dialect=self.dialect.sqlglot_dialect), what="commit check")
         return bool(found[0][0])
 
