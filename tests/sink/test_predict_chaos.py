@@ -5,8 +5,9 @@ Also an atomic ``--mode replace`` (a reader sees the old or the new count only; 
 replace leaves the old table) and forced zombies on the table sink itself.
 
 Row counts: 1 M rows took ~55 s with 4 plain workers on the 2-core development machine
-before any chaos (each worker process loads TensorFlow in ~8 s), so the server engines use
-200,000 rows and SQLite 100,000 (the issue asks for 1 M; set SQLFEED_CHAOS_ROWS to run it).
+before any chaos (each worker process loads TensorFlow in ~8 s), so to keep ``make test``
+in its time the server engines use 100,000 rows and SQLite 100,000 (the issue asks for
+1 M: ``SQLFEED_CHAOS_ROWS=1000000`` runs it, as the #27 note reports).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 PG = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
 MY = MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)
-ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "200000"))
+ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "100000"))
 TTL = 3.0
 ROOT = Path(__file__).resolve().parents[2]
 SELECT = "SELECT id, x1, x2 FROM {table}"
