@@ -30,7 +30,7 @@ from sqlfeed.cli.common import (
     write_json,
 )
 from sqlfeed.cli.jobs import check_queue_url
-from sqlfeed.cli.progress import ProgressBar
+from sqlfeed.cli.progress import ProgressBar, RowsBar
 from sqlfeed.dispatch import open_queue
 from sqlfeed.feed import EXPORT_FORMATS, export
 from sqlfeed.io.arrow import renamed_columns
@@ -280,12 +280,7 @@ def _cmd_into(args: argparse.Namespace, out: TextIO) -> None:
         report = finish_job(args.queue, args.job, into_db)
     else:
         parsed = validated_query(args, dialect_for(args.db))
-        bar = ProgressBar(0, what="rows", show_rows=False)
-
-        def progress(rows: int, expected: int | None) -> None:
-            if expected and not bar.total:
-                bar.total = expected
-            bar.update(rows, rows)
+        bar = progress = RowsBar()
 
         with connect(args.db) as source:
             _check_key(args.key, source.schema(parsed).names)

@@ -9,8 +9,8 @@ from typing import Any, TextIO
 from dialects import InvalidArgumentError, dialect_for
 from sqlfeed.cli.checks import check_output_folder
 from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
-from sqlfeed.cli.progress import ProgressBar
-from sqlfeed.ml.scoring import finish, predict, predict_folder
+from sqlfeed.cli.progress import RowsBar
+from sqlfeed.ml.scoring import finish, predict
 from sqlfeed.sink import WriteReport
 
 __all__ = ["HELP", "register"]
@@ -141,12 +141,7 @@ def _cmd_predict(args: argparse.Namespace, out: TextIO) -> None:
 
 def _run(args: argparse.Namespace, sql: str) -> dict[str, Any] | None:
     dialect_for(args.db)  # a bad URL is refused before anything runs
-    bar = ProgressBar(0, what="rows", show_rows=False)
-
-    def progress(rows: int, expected: int | None) -> None:
-        if expected and not bar.total:
-            bar.total = expected
-        bar.update(rows, rows)
+    bar = progress = RowsBar()
 
     common = dict(
         mode=args.mode,
@@ -164,12 +159,9 @@ def _run(args: argparse.Namespace, sql: str) -> dict[str, Any] | None:
     )
     result: WriteReport | None
     try:
-        if args.out is not None:
-            result = predict_folder(sql, args.db, args.model, out=args.out, **common)
-        else:
-            result = predict(
-                sql, args.db, args.model, into=args.into, into_db=args.into_db, **common
-            )
+        result = predict(
+            sql, args.db, args.model, into=args.into, into_db=args.into_db, out=args.out, **common
+        )
     finally:
         bar.close()
     return None if result is None else result.to_dict()

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from sqlfeed.cli.native import terminal
 
-__all__ = ["PercentBar", "ProgressBar", "human"]
+__all__ = ["PercentBar", "ProgressBar", "RowsBar", "human"]
 
 
 class ProgressBar:
@@ -126,3 +126,16 @@ def human(value: float) -> str:
         if round(value / size, 1) < 1000 or unit == "G":
             return f"{value / size:.1f}{unit}"
     raise AssertionError("unreachable")
+
+
+class RowsBar(ProgressBar):
+    """A bar of rows written, its total set when the first call knows it: the
+    ``progress(rows, expected)`` callback of the table sink's jobs."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(0, what="rows", stream=stream, show_rows=False)
+
+    def __call__(self, rows: int, expected: int | None) -> None:
+        if expected and not self.total:
+            self.total = expected
+        self.update(rows, rows)

@@ -31,7 +31,7 @@ from sqlfeed.sink import WriteReport, copy_into, finish_job
 from sqlfeed.sink.folder import copy_to_folder, load_folder
 from sqlfeed.sink.job import Progress
 
-__all__ = ["Scorer", "finish", "predict", "predict_folder"]
+__all__ = ["Scorer", "finish", "predict"]
 
 
 class Scorer:
@@ -145,8 +145,9 @@ def predict(
     source: Any,
     model: str | Path | Model,
     *,
-    into: str,
+    into: str | None = None,
     into_db: Any = None,
+    out: str | None = None,
     mode: str = "create",
     key: Sequence[str] | None = None,
     keep: Sequence[str] = (),
@@ -170,6 +171,9 @@ def predict(
         model: the model folder (or a loaded :class:`Model`).
         into: the output table (``name`` or ``schema.name``); ``into_db``: its database
             (default: ``source``).
+        out: instead of a table, a folder of Parquet files (:mod:`sqlfeed.sink.folder`:
+            what several processes write for a DuckDB file); load it into a table with
+            :func:`finish` (``into``).
         mode: ``create`` (refused if the table exists), ``replace`` (swapped in
             atomically at the end), ``append``.
         key: columns identifying a row: passed through, the output's primary key when
@@ -182,7 +186,8 @@ def predict(
         progress: called with the rows written by this process and the rows expected.
 
     Returns:
-        The report of the finish (None: ``finish`` False).
+        The report of the finish (None: ``finish`` False); with ``out``, the rows this
+        process wrote.
     """
     output = into_db if into_db is not None else source
     if queue is not None and isinstance(output, str) and dialect_for(output).SINK_ONE_PROCESS:
@@ -193,6 +198,25 @@ def predict(
         )
     loaded = model if isinstance(model, Model) else load(model)
     scorer = Scorer(loaded, key=key or (), keep=keep, keep_all=keep_all, proba=proba, name=name)
+    common: dict[str, Any] = {
+        "queue": queue,
+        "job": job,
+        "readers": readers,
+        "partitions": partitions,
+    }
+    if out is not None:  # Parquet files: the mode and key do not apply to a folder
+        return copy_to_folder(
+            query,
+            source,
+            out,
+            **common,
+            batch_size=batch_size,
+            lease_ttl=lease_ttl,
+            progress=progress,
+            transform=scorer,
+        )
+    if into is None:
+        raise InvalidArgumentError("give the output: into=TABLE, or out=DIR for Parquet files")
     return copy_into(
         query,
         source,
@@ -200,52 +224,10 @@ def predict(
         into,
         mode=mode,
         key=key,
-        queue=queue,
-        job=job,
-        readers=readers,
-        partitions=partitions,
+        **common,
         batch_size=batch_size,
         lease_ttl=lease_ttl,
         finish=finish,
-        progress=progress,
-        transform=scorer,
-    )
-
-
-def predict_folder(
-    query: str,
-    source: Any,
-    model: str | Path | Model,
-    *,
-    out: str,
-    mode: str = "create",
-    key: Sequence[str] | None = None,
-    keep: Sequence[str] = (),
-    keep_all: bool = False,
-    proba: bool = False,
-    queue: str | None = None,
-    job: str | None = None,
-    readers: int | None = None,
-    batch_size: int | None = None,
-    partitions: int | None = None,
-    lease_ttl: float = 60.0,
-    progress: Progress | None = None,
-) -> WriteReport:
-    """:func:`predict` into the Parquet batch folder ``out`` (see
-    :mod:`sqlfeed.sink.folder`); ``mode`` is not used (a folder holds one job's files).
-    Load it into a table with :func:`finish` (``into``)."""
-    loaded = model if isinstance(model, Model) else load(model)
-    scorer = Scorer(loaded, key=key or (), keep=keep, keep_all=keep_all, proba=proba)
-    return copy_to_folder(
-        query,
-        source,
-        out,
-        queue=queue,
-        job=job,
-        readers=readers,
-        partitions=partitions,
-        batch_size=batch_size,
-        lease_ttl=lease_ttl,
         progress=progress,
         transform=scorer,
     )
