@@ -244,7 +244,8 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
 
     @classmethod
     def make_file(cls, url: str) -> None:
-        """Make the SQLite database file ``url`` names, when it does not exist yet."""
+        """Make the SQLite database file ``url`` names, when it does not exist yet (in the
+        default rollback-journal mode: see :class:`SqliteSession`)."""
         try:
             parsed = sqlalchemy.engine.make_url(url)
         except sqlalchemy.exc.ArgumentError:
@@ -394,8 +395,15 @@ def adbc_carries(schema: pa.Schema) -> bool:
 class SqliteSession(DbapiSession):
     """A pooled ``sqlite3`` connection writing in ``BEGIN IMMEDIATE`` transactions: the
     write lock is taken when the transaction starts, so two writers wait for each other
-    (busy retries) instead of one failing at its commit; the file is put in WAL mode, so
-    readers go on while a writer writes."""
+    (busy retries) instead of one failing at its commit. The file's journal mode is left as
+    it is, and sqlfeed makes files in the default rollback-journal mode: switching a file to
+    WAL while another library's connection has it open in this process fails ("disk I/O
+    error"), and in WAL mode a process reading through two SQLite libraries (ADBC's and
+    Python's) was seen to read a stale state of the file. A large page cache keeps a
+    partition's writes from spilling, which would need the exclusive lock while reads of
+    the partition still hold a shared one; a commit waiting for readers is asked again."""
+
+    CACHE_KIB = 262_144
 
     def __init__(self, connection: Any, dialect: Any, paramstyle: str) -> None:
         super().__init__(connection, dialect, paramstyle)
@@ -403,10 +411,9 @@ class SqliteSession(DbapiSession):
         self.raw = raw
         self.isolation = raw.isolation_level
         raw.isolation_level = None  # transactions begun here, not by the module
+        self.cache = self.rows("PRAGMA cache_size")[0][0]
         self.cursor.execute("PRAGMA busy_timeout = 10000")
-        mode = self.rows("PRAGMA journal_mode")[0][0]
-        if str(mode).lower() not in ("wal", "memory"):
-            self.cursor.execute("PRAGMA journal_mode = WAL")
+        self.cursor.execute(f"PRAGMA cache_size = -{self.CACHE_KIB}")
 
     def begin(self) -> None:
         self.cursor.execute("BEGIN IMMEDIATE")
@@ -421,6 +428,8 @@ class SqliteSession(DbapiSession):
 
     def close(self) -> None:
         self.rollback()
+        with contextlib.suppress(sqlite3.Error):
+            self.cursor.execute(f"PRAGMA cache_size = {int(self.cache)}")
         self.raw.isolation_level = self.isolation
         super().close()
 

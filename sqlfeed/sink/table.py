@@ -75,6 +75,8 @@ class TableSink:
         self._session: WriteSession | None = None
         self._open: list[int] | None = None
         """The partition of the attempt open now, and its rows written so far."""
+        self._skip = False
+        """The open partition was committed by an earlier attempt: nothing to write."""
 
     # -- making and joining -------------------------------------------------------------
 
@@ -210,6 +212,9 @@ class TableSink:
         session = self._writer()
         retry_busy(session, session.begin, PARTITION_BUSY_SECONDS)
         self._open = [partition, 0]
+        # committed by an earlier attempt (killed before the queue heard of it): skip it;
+        # asked inside the transaction, where SQLite's write lock already keeps others out
+        self._skip = bool(session.rows(self._committed_sql(partition, 0))[0][0])
 
     def write_rows(self, first_row: int, batch: pa.RecordBatch) -> None:
         """Rows ``first_row``... of the open partition (in this read of it).
@@ -218,6 +223,8 @@ class TableSink:
             EngineError: the output failed (the attempt is rolled back).
         """
         assert self._open is not None, "open_partition first"
+        if self._skip:
+            return
         if not self.spec["unique_key"]:
             batch = _with_identity(batch, self._open[0], first_row)
         session = self._writer()
@@ -241,9 +248,12 @@ class TableSink:
         partition, rows = self._open
         session = self._writer()
         self._open = None
+        if self._skip:
+            session.rollback()
+            return False
         try:
             session.execute(self._record(partition, 0, rows))
-            session.commit()
+            _commit_when_free(session)
             return True
         except Exception as err:
             session.rollback()
@@ -261,11 +271,14 @@ class TableSink:
 
     def _committed(self, partition: int, first_row: int = 0) -> bool:
         """Whether the commit record of ``partition`` (its batch at ``first_row``) is there."""
+        sql = self._committed_sql(partition, first_row)
+        return bool(self.source.rows(sql, what="commit check")[0][0])
+
+    def _committed_sql(self, partition: int, first_row: int) -> str:
         part = exp.column("part", quoted=True).eq(exp.Literal.number(partition))
         row = exp.column("first_row", quoted=True).eq(exp.Literal.number(first_row))
         sql = exp.select("COUNT(*)").from_(self.commits).where(exp.and_(part, row))
-        found = self.source.rows(sql.sql(dialect=self.dialect.sqlglot_dialect), what="commit check")
-        return bool(found[0][0])
+        return sql.sql(dialect=self.dialect.sqlglot_dialect)
 
     def _record(self, partition: int, first_row: int, rows: int) -> str:
         values = exp.tuple_(*(exp.Literal.number(v) for v in (partition, first_row, rows)))
@@ -479,6 +492,22 @@ def _holds(kept: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_timestamp(new) and pa.types.is_timestamp(kept):
         return bool((kept.tz is None) == (new.tz is None))
     return False
+
+
+def _commit_when_free(session: WriteSession) -> None:
+    """Commit, asking again while the engine answers busy (SQLite in rollback-journal
+    mode: the commit waits for other processes' reads to end; the transaction stays)."""
+    deadline = time.monotonic() + PARTITION_BUSY_SECONDS
+    pause = 0.05
+    while True:
+        try:
+            session.commit()
+            return
+        except Exception as err:
+            if not session.busy(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def _with_identity(batch: pa.RecordBatch, partition: int, first_row: int) -> pa.RecordBatch:

@@ -19,6 +19,7 @@ import pytest
 
 import sqlfeed
 from dialects import InvalidArgumentError
+from sqlfeed.plans.materialize import scratch_created
 from tests.helpers.engines import Engine
 from tests.helpers.remote_engines import QUERY, url_engine
 
@@ -45,15 +46,16 @@ def _name(engine: Engine) -> str:
 
 
 def _sqlfeed_tables(engine: Engine) -> int:
-    """Staging and commits tables left in the engine's schema (``sqlfeed_...``)."""
+    """Staging and commits tables left in the engine's schema (``sqlfeed_<time>_<hex>``;
+    not the lease queue's ``sqlfeed_jobs``... another test may have made there)."""
     if engine.name == "sqlite":
-        sql = "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'sqlfeed\\_%' ESCAPE '\\'"
+        sql = "SELECT name FROM sqlite_master WHERE name LIKE 'sqlfeed\\_%' ESCAPE '\\'"
     else:
         sql = (
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = "
             f"'{engine.schema}' AND table_name LIKE 'sqlfeed\\_%'"
         )
-    return int(engine.rows(sql)[0][0])
+    return sum(scratch_created(str(row[0])) is not None for row in engine.rows(sql))
 
 
 def _scaled(factor: float) -> Any:

@@ -6,8 +6,8 @@ replace leaves the old table) and forced zombies on the table sink itself.
 
 Row counts: 1 M rows took ~55 s with 4 plain workers on the 2-core development machine
 before any chaos (each worker process loads TensorFlow in ~8 s), so to keep ``make test``
-in its time the server engines use 100,000 rows and SQLite 100,000 (the issue asks for
-1 M: ``SQLFEED_CHAOS_ROWS=1000000`` runs it, as the #27 note reports).
+in its time the engines use 60,000 rows and 5 kills (the issue asks for 1 M:
+``SQLFEED_CHAOS_ROWS=1000000`` runs it, as the #27 note reports).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 PG = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
 MY = MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)
-ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "100000"))
+ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "60000"))
 TTL = 3.0
 ROOT = Path(__file__).resolve().parents[2]
 SELECT = "SELECT id, x1, x2 FROM {table}"
@@ -118,7 +118,7 @@ def _complete(queue: str, job: str) -> bool:
     return run.code == 0 and bool(json.loads(run.out).get("complete"))
 
 
-def _chaos(args: list[str], queue: str, job: str, log: Path, kills: int = 8) -> dict[str, int]:
+def _chaos(args: list[str], queue: str, job: str, log: Path, kills: int = 5) -> dict[str, int]:
     """4 workers; every ~2 s one SIGKILLed and replaced (``kills`` times at most), one
     SIGSTOPped for 2 TTLs; returns what was done once the workers are gone."""
     procs = [_worker(args, log) for _ in range(4)]
@@ -217,9 +217,7 @@ def _run_chaos(url: str, tmp_path: Path, names: dict[str, str], rows: int, queue
             done = _chaos(args, queue, job, tmp_path / f"{job}.log")
             assert done["killed"] > 0
             assert done["stopped"] == 1
-            # --finish still wants --model and SQL (argparse requires them)
-            finish = ["--queue", queue, "--job", job, "--into", into, "--db", url]
-            _finish([*finish, "--model", model, sql])
+            _finish(["--queue", queue, "--job", job, "--into", into, "--db", url])
         _check_keyed(source, names["input"], names["output"], names["single"], rows)
         _check_unkeyed(source, names["input"], names["nokey"], names["single2"], rows)
     finally:
@@ -422,10 +420,10 @@ def _status(queue: str, job: str) -> dict[str, Any]:
 
 
 def test_atomic_replace(tmp_path: Path, names: dict[str, str]) -> None:
-    """A reader sees 1000 or 50,000 rows, never 0 or an error; a killed replace leaves the
+    """A reader sees 1000 or 20,000 rows, never 0 or an error; a killed replace leaves the
     old table, and a new worker then completes the job."""
     source = _source(PG)
-    old, rows = names["output"], 50_000
+    old, rows = names["output"], 20_000
     try:
         _make_input(source, PG, names["input"], rows)
         model = str(_train(PG, names["input"], tmp_path / "model"))
