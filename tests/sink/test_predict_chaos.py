@@ -5,7 +5,8 @@ Also an atomic ``--mode replace`` (a reader sees the old or the new count only; 
 replace leaves the old table) and forced zombies on the table sink itself.
 
 Row counts: 1 M rows took ~55 s with 4 plain workers on the 2-core development machine
-before any chaos (each worker process loads TensorFlow in ~8 s), so to keep ``make test``
+before any chaos with a Keras model (each worker process loads TensorFlow in ~8 s); the
+tests use boosted trees (XGBoost loads in about a second), and to keep ``make test``
 in its time the engines use 60,000 rows and 5 kills (the issue asks for 1 M:
 ``SQLFEED_CHAOS_ROWS=1000000`` runs it, as the #27 note reports).
 """
@@ -85,7 +86,11 @@ def _make_input(source: Any, url: str, table: str, rows: int) -> None:
 
 def _train(url: str, table: str, out: Path) -> Path:
     sql = f"SELECT id, x1, x2, label FROM {table} WHERE id < 5000"
-    sqlfeed.ml.train(sql, url, label="label", out=str(out), family="linear", key="id", epochs=2)
+    # boosted trees: a worker process loads XGBoost in about a second, TensorFlow in ~8
+    # (every kill starts one); Keras predictions are checked in test_predict.py
+    sqlfeed.ml.train(
+        sql, url, label="label", out=str(out), family="gbdt", key="id", trees=20, max_depth=3
+    )
     return out
 
 
@@ -126,7 +131,7 @@ def _chaos(args: list[str], queue: str, job: str, log: Path, kills: int = 5) -> 
     rng = random.Random(27)
     stopped: tuple[subprocess.Popen[bytes], float] | None = None
     start = time.monotonic()
-    time.sleep(8)  # TensorFlow's import: let the first workers create the job
+    time.sleep(3)  # the imports: let the first workers create the job
     while not _complete(queue, job) and time.monotonic() - start < 400:
         time.sleep(2)
         if stopped and time.monotonic() - stopped[1] > 2 * TTL:
