@@ -63,7 +63,8 @@ def _make_input(source: Any, url: str, table: str, rows: int) -> None:
     label = "CASE WHEN x1 + (id % 7) / 7.0 > 1 THEN 'yes' ELSE 'no' END"
     if url.startswith("postgresql"):
         source.execute(
-            f"CREATE TABLE {table} AS SELECT i AS id, (i * 7919 % 1000) / 1000.0::float8 AS x1,"
+            f"CREATE TABLE {table} AS SELECT i AS id,"
+            " (i::bigint * 7919 % 1000) / 1000.0::float8 AS x1,"
             f" (i % 7) AS x2 FROM generate_series(0, {rows - 1}) i"
         )
         source.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
