@@ -142,6 +142,15 @@ class MySQL(Dialect):
         target = self.sql(_beside(staging, table.this))
         return [f"RENAME TABLE {self.sql(table)} TO {old}, {self.sql(staging)} TO {target}"]
 
+    def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
+        """``ALTER TABLE t ADD PRIMARY KEY (...)``, or ``ADD UNIQUE KEY sqlfeed_key (...)``:
+        named, so a finish run again after one killed between this implicitly committed
+        statement and the rename is told the key is there (MySQL error 1068 or 1061)
+        instead of adding a second index."""
+        names = ", ".join(self.sql(exp.to_identifier(c, quoted=True)) for c in columns)
+        kind = "UNIQUE KEY `sqlfeed_key`" if unique else "PRIMARY KEY"
+        return f"ALTER TABLE {self.sql(table)} ADD {kind} ({names})"
+
     def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
         """``GET_LOCK(name, 60)`` / ``RELEASE_LOCK(name)``: a session's lock (``name`` at
         most 64 characters)."""

@@ -214,7 +214,13 @@ class TableSink:
         self._open = [partition, 0]
         # committed by an earlier attempt (killed before the queue heard of it): skip it;
         # asked inside the transaction, where SQLite's write lock already keeps others out
-        self._skip = bool(session.rows(self._committed_sql(partition, 0))[0][0])
+        try:
+            self._skip = bool(session.rows(self._committed_sql(partition, 0))[0][0])
+        except Exception:
+            session.rollback()
+            if not self._finished_meanwhile():
+                raise
+            self._skip = True  # a late worker (stalled): the run was finished meanwhile
 
     def write_rows(self, first_row: int, batch: pa.RecordBatch) -> None:
         """Rows ``first_row``... of the open partition (in this read of it).
@@ -233,7 +239,11 @@ class TableSink:
                 self.staging.sql(dialect=self.dialect.sqlglot_dialect), self.columns, batch
             )
         except Exception as err:
+            partition = self._open[0]
             self.rollback_partition()
+            if self._finished_meanwhile():  # a stalled worker woke up: nothing to write
+                self._open, self._skip = [partition, 0], True
+                return
             raise EngineError(f"writing into {self.spec['table']}: {err}") from None
         self._open[1] += batch.num_rows
 
@@ -257,8 +267,8 @@ class TableSink:
             return True
         except Exception as err:
             session.rollback()
-            if self._committed(partition):
-                return False  # another attempt's record: this one lost
+            if self._finished_meanwhile() or self._committed(partition):
+                return False  # another attempt's record (or the run finished): this one lost
             self._drop_session()
             raise EngineError(f"writing into {self.spec['table']}: {err}") from None
 
@@ -268,6 +278,11 @@ class TableSink:
             self._open = None
             if self._session is not None:
                 self._session.rollback()
+
+    def _finished_meanwhile(self) -> bool:
+        """Whether the run's commits table is gone: another process finished the run while
+        this one (a stalled worker) still held a partition."""
+        return table_columns(self.source, self.commits) is None
 
     def _committed(self, partition: int, first_row: int = 0) -> bool:
         """Whether the commit record of ``partition`` (its batch at ``first_row``) is there."""

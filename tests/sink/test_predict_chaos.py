@@ -7,7 +7,7 @@ replace leaves the old table) and forced zombies on the table sink itself.
 Row counts: 1 M rows took ~55 s with 4 plain workers on the 2-core development machine
 before any chaos with a Keras model (each worker process loads TensorFlow in ~8 s); the
 tests use boosted trees (XGBoost loads in about a second), and to keep ``make test``
-in its time the engines use 60,000 rows and 5 kills (the issue asks for 1 M:
+in its time the engines use 200,000 rows and 5 kills (the issue asks for 1 M:
 ``SQLFEED_CHAOS_ROWS=1000000`` runs it, as the #27 note reports).
 """
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
 
 PG = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
 MY = MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)
-ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "60000"))
+ROWS = int(os.environ.get("SQLFEED_CHAOS_ROWS", "200000"))
 TTL = 3.0
 ROOT = Path(__file__).resolve().parents[2]
 SELECT = "SELECT id, x1, x2 FROM {table}"
@@ -125,23 +125,28 @@ def _complete(queue: str, job: str) -> bool:
 
 
 def _chaos(args: list[str], queue: str, job: str, log: Path, kills: int = 5) -> dict[str, int]:
-    """4 workers; every ~2 s one SIGKILLed and replaced (``kills`` times at most), one
-    SIGSTOPped for 2 TTLs; returns what was done once the workers are gone."""
+    """4 workers; a SIGKILL (the worker replaced) as soon as the job has begun, then every
+    ~1.5 s (``kills`` times at most), one SIGSTOPped for 2 TTLs; returns what was done
+    once the workers are gone."""
     procs = [_worker(args, log) for _ in range(4)]
     done = {"killed": 0, "stopped": 0}
     rng = random.Random(27)
     stopped: tuple[subprocess.Popen[bytes], float] | None = None
-    start = time.monotonic()
-    time.sleep(3)  # the imports: let the first workers create the job
+    start = last = time.monotonic()
     while not _complete(queue, job) and time.monotonic() - start < 400:
-        time.sleep(2)
+        time.sleep(0.3)
         if stopped and time.monotonic() - stopped[1] > 2 * TTL:
             stopped[0].send_signal(signal.SIGCONT)
             stopped = None
         live = [p for p in procs if p.poll() is None and (not stopped or p is not stopped[0])]
         if not live:
             procs.append(_worker(args, log))
-        elif not done["stopped"]:
+            continue
+        gap = 1.5 if done["stopped"] else 0.3  # the SIGSTOP right after the first kill
+        if (done["killed"] and time.monotonic() - last < gap) or not _begun(queue, job):
+            continue
+        last = time.monotonic()
+        if done["killed"] and not done["stopped"]:
             victim = rng.choice(live)
             victim.send_signal(signal.SIGSTOP)
             stopped, done["stopped"] = (victim, time.monotonic()), 1
@@ -157,6 +162,13 @@ def _chaos(args: list[str], queue: str, job: str, log: Path, kills: int = 5) -> 
     assert not failed, (codes, text[-3000:])
     assert _complete(queue, job), log.read_text()[-3000:]
     return done
+
+
+def _begun(queue: str, job: str) -> bool:
+    """Whether a partition of the job is leased or done."""
+    state = _status(queue, job)
+    epochs = state.get("per_epoch") or [{}]
+    return bool(epochs[0].get("leased") or epochs[0].get("done"))
 
 
 def _finish(args: list[str]) -> None:
