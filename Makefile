@@ -20,7 +20,7 @@ $(STAMP): setup.cfg pyproject.toml
 # make test also installs the test tools and the heavy integrations (PyTorch, Ray, Dask);
 # make demo does not need them.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask,ml]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask,ml,lakehouse]' $(TORCH)
 	touch $(TEST_STAMP)
 
 install: $(TEST_STAMP)

@@ -39,6 +39,8 @@ EXTRAS = {
     "ray": "ray",
     "dask": "dask",
     "xgboost": "ml",
+    "pyiceberg": "lakehouse",
+    "deltalake": "lakehouse",
 }
 """Top-level module -> the ``sqlfeed[extra]`` that installs it."""
 

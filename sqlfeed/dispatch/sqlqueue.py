@@ -171,6 +171,15 @@ class SQLQueue(LeaseQueue):
             return existing
 
     def _insert_job(self, spec: JobSpec) -> None:
+        # Everything is computed before the transaction: a plan of thousands of partitions
+        # takes seconds to encode on a loaded machine, and a session idle that long inside
+        # a transaction is ended by the server (IDLE_TRANSACTION_SECONDS).
+        job = {"n": spec.name, "f": spec.plan.fingerprint, "s": spec.to_json()}
+        rows = [
+            {"j": spec.name, "e": epoch, "p": part, "o": position}
+            for epoch in range(spec.epochs)
+            for part, position in enumerate(spec.positions(epoch))
+        ]
         with self._tx() as c:
             now = self._clock(c)
             c.execute(
@@ -178,13 +187,8 @@ class SQLQueue(LeaseQueue):
                     "INSERT INTO sqlfeed_jobs (name, fingerprint, spec, created) "
                     "VALUES (:n, :f, :s, :t)"
                 ),
-                {"n": spec.name, "f": spec.plan.fingerprint, "s": spec.to_json(), "t": now},
+                {**job, "t": now},
             )
-            rows = [
-                {"j": spec.name, "e": epoch, "p": part, "o": position}
-                for epoch in range(spec.epochs)
-                for part, position in enumerate(spec.positions(epoch))
-            ]
             c.execute(
                 sa.text(
                     "INSERT INTO sqlfeed_tasks (job, epoch, part, position, state, expires, "
