@@ -1,5 +1,7 @@
-"""Feature statistics: specs, aggregate SQL per dialect, mergeable accumulators over Arrow,
-versioned JSON, Keras preprocessing layers and an HTML report.
+"""Feature statistics: specs, aggregate SQL, accumulators, JSON, Keras layers and a report.
+
+Specs, aggregate SQL per dialect, mergeable accumulators over Arrow, versioned JSON, Keras
+preprocessing layers and an HTML report.
 
 Layering: ``stats`` imports ``dialects`` and never ``sqlfeed``; it receives a callable that
 runs a query and returns Arrow (see :func:`stats.pushdown.compute_pushdown`). Users call

@@ -1,5 +1,7 @@
-"""Mergeable statistics over Arrow batches: each worker accumulates its partitions, then
-the accumulators merge into the statistics of the whole query.
+"""Mergeable statistics over Arrow batches.
+
+Each worker accumulates its partitions, then the accumulators merge into the statistics of
+the whole query.
 
 Exact as long as the data fits the sketches (``SKETCH_VALUES`` values per numeric column,
 ``KMV_SIZE`` distinct values, ``VOCABULARY_CAPACITY`` distinct categories); beyond, the
@@ -80,8 +82,9 @@ def _text_hash(value: Any) -> int:
 
 
 class _Moments:
-    """Count, mean and sum of squared deviations of finite values, merged with Chan et
-    al.'s pairwise update.
+    """Count, mean and sum of squared deviations of finite values.
+
+    Merged with Chan et al.'s pairwise update.
 
     Kept as deviations from an ``origin`` (the first value seen) scaled by ``2**-scale``:
     integer ticks are differenced exactly, so a partition's mean is exact to the spread of

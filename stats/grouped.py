@@ -229,8 +229,10 @@ def _squares(
 
 
 def _kept(i: int, column: Grouped, buckets: int, engine: Dialect) -> exp.Expr:
-    """Whether a group of column ``i`` is returned: in its top; or the first by value, or
-    holding a boundary."""
+    """Whether a group of column ``i`` is returned.
+
+    It is when in its top, or the first by value, or holding a boundary.
+    """
     keep: exp.Expr = exp.LTE(this=_plain(_RANK), expression=exp.Literal.number(column.top))
     if not column.top:
         keep = exp.EQ(this=_plain(_CUM), expression=_plain(_N))

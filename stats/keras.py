@@ -127,8 +127,10 @@ def _numeric_layer(
 
 
 def _number(bound: Any, kind: str, time_unit: str) -> float | None:
-    """A boundary as the number fed (dates in days, times in ``time_unit``), or None for
-    a bound that is not finite."""
+    """A boundary as the number fed (dates in days, times in ``time_unit``).
+
+    None for a bound that is not finite.
+    """
     if bound is None or isinstance(bound, bool):
         return None
     if kind in TICK_KINDS:

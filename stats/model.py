@@ -212,8 +212,7 @@ _VALUES = ("min", "max", "boundaries", "vocabulary")
 
 
 def _binary(column: dict[str, Any], code: Callable[[Any], Any]) -> dict[str, Any]:
-    """A binary column's values encoded for JSON, or decoded from it (other columns as
-    they are)."""
+    """A binary column's values encoded for JSON, or decoded from it (other columns as they are)."""
     if fed_kind(str(column.get("arrow_type", "")))[0] != "binary":
         return column
     out = dict(column)
@@ -224,8 +223,10 @@ def _binary(column: dict[str, Any], code: Callable[[Any], Any]) -> dict[str, Any
 
 
 def _jsonable(value: Any) -> Any:
-    """Dates, decimals and numpy scalars as JSON values (dates as ISO text, durations as
-    microseconds)."""
+    """Dates, decimals and numpy scalars as JSON values.
+
+    Dates as ISO text, durations as microseconds.
+    """
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

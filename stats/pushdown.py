@@ -73,8 +73,10 @@ _SCALE_LIMIT = 1000
 
 
 def kinds_of(schema: pa.Schema, spec: StatsSpec) -> dict[str, str]:
-    """Each column's kind: from the spec, else from its Arrow type (a list's: from its
-    elements')."""
+    """Each column's kind: from the spec, else from its Arrow type.
+
+    A list's kind comes from its elements'.
+    """
     kinds = {}
     for field in schema:
         kind = spec.kinds.get(field.name)
@@ -163,8 +165,10 @@ class _Query:
         return _Numeric(field, value, moment, floating)
 
     def scaled(self, column: _Numeric) -> exp.Expr:
-        """``moment * 2**-scale``; values whose product would round to zero count as zero
-        (PostgreSQL raises "underflow" on such a product instead)."""
+        """``moment * 2**-scale``; values whose product would round to zero count as zero.
+
+        PostgreSQL raises "underflow" on such a product instead.
+        """
         assert column.moment is not None
         factor = float_literal(math.ldexp(1.0, -column.scale), self.engine)
         product = exp.Mul(this=exp.paren(column.moment.copy()), expression=factor)
@@ -355,8 +359,10 @@ def _first_scan(
 
 
 def _exact_number(c: _Numeric) -> bool:
-    """An integer or decimal column: its moment values are its values as doubles, so their
-    count, MIN and MAX follow from the column's own (no aggregates over casts)."""
+    """An integer or decimal column: its moment values are its values as doubles.
+
+    So their count, MIN and MAX follow from the column's own (no aggregates over casts).
+    """
     return bool(pa.types.is_integer(c.field.type) or pa.types.is_decimal(c.field.type))
 
 

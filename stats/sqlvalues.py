@@ -68,8 +68,10 @@ class Relation:
         self.node = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
     def render(self, statement: exp.Expr) -> str:
-        """``statement`` (built over :attr:`node`) for the engine, the query's own text
-        in place of the placeholder."""
+        """``statement`` (built over :attr:`node`) for the engine.
+
+        The query's own text is in place of the placeholder.
+        """
         sql = self.engine.sql(statement)
         if self.text is None:
             return sql
@@ -79,8 +81,11 @@ class Relation:
 
 
 def _statement_body(text: str) -> str:
-    """A query's text as a derived table holds it: no trailing semicolons; a line end
-    after a trailing line comment (which would comment out the closing parenthesis)."""
+    """A query's text as a derived table holds it.
+
+    No trailing semicolons; a line end after a trailing line comment (which would comment
+    out the closing parenthesis).
+    """
     body = text.strip()
     while body.endswith(";"):
         body = body[:-1].rstrip()
@@ -91,8 +96,10 @@ def _statement_body(text: str) -> str:
 
 
 def raises_on_underflow(engine: Dialect) -> bool:
-    """Whether a float product that rounds to zero is an error (PostgreSQL's "value out of
-    range: underflow") rather than zero."""
+    """Whether a float product that rounds to zero is an error rather than zero.
+
+    PostgreSQL's "value out of range: underflow" is such an error.
+    """
     return engine.FLOAT_UNDERFLOW_RAISES
 
 
@@ -141,9 +148,11 @@ def finite(column: exp.Expr, engine: Dialect) -> exp.Expr:
 
 
 def epoch_units(column: exp.Expr, arrow_type: pa.DataType, engine: Dialect) -> exp.Expr | None:
-    """A date as days, a timestamp as microseconds since 1970 (an integer or exact number);
-    a time of day as microseconds since midnight, a duration as microseconds (the int64
-    the feeds give with ``time_unit="us"``).
+    """Dates and times as exact numbers: days, or microseconds.
+
+    A date as days, a timestamp as microseconds since 1970 (an integer or exact number); a
+    time of day as microseconds since midnight, a duration as microseconds (the int64 the
+    feeds give with ``time_unit="us"``).
 
     None for other types, and on engines where sqlfeed does not know the arithmetic (the
     statistics then have no mean or variance for the column).
