@@ -312,11 +312,12 @@ class Dialect:
         return exp.Mod(this=exp.paren(shifted, copy=False), expression=modulus.copy())
 
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
-        """The first 7 hex digits of the MD5 of ``text`` as an integer in [0, 2**28), the
-        same number on every engine that has MD5 (of the text's UTF-8 bytes, where the
-        text is UTF-8: a MySQL column in another character set hashes its own bytes);
-        None where the engine has no MD5 (SQLite). The split of :mod:`sqlfeed.ml.split`
-        buckets a text key, or a whole row's text, by it.
+        """The first 7 hex digits of the MD5 of ``text`` as an integer in [0, 2**28).
+
+        The same number on every engine that has MD5 (of the text's UTF-8 bytes, where the
+        text is UTF-8: a MySQL column in another character set hashes its own bytes); None
+        where the engine has no MD5 (SQLite). The split of :mod:`sqlfeed.ml.split` buckets a
+        text key, or a whole row's text, by it.
 
         >>> from sqlglot import exp
         >>> get_dialect("duckdb").md5_head(exp.column("s")).sql("duckdb")
@@ -382,31 +383,43 @@ class Dialect:
         return exp.Literal.number(value)
 
     def catalog_row_estimate(self, source: SqlRunner, table: exp.Table) -> tuple[int, str] | None:
-        """(rows, where the number comes from) of a base table from the catalog, without
-        counting; None: no estimate (see also :attr:`ROWS_FROM_EXTENT`)."""
+        """The catalog's row estimate of a base table, without counting.
+
+        (rows, where the number comes from); None: no estimate (see also
+        :attr:`ROWS_FROM_EXTENT`).
+        """
         return None
 
     def primary_key_sql(self, table: exp.Table, quoted: str) -> str | None:
-        """The catalog query for (column, type) of ``table``'s primary key columns in key
-        order (``quoted``: the table as the engine spells it); None: not known here."""
+        """The catalog query for (column, type) of ``table``'s primary key columns in key order.
+
+        ``quoted``: the table as the engine spells it. None: not known here.
+        """
         return None
 
     def unique_keys_sql(self, table: exp.Table) -> str | None:
-        """The catalog query for (index, column, not null) of ``table``'s primary and unique
-        keys (partial, expression and prefix indexes left out); None: not known here."""
+        """The catalog query for (index, column, not null) of ``table``'s primary and unique keys.
+
+        Partial, expression and prefix indexes are left out. None: not known here.
+        """
         return None
 
     def key_histogram(self, source: SqlRunner, quoted: str, column: str) -> list[int] | None:
-        """The equal-count histogram bounds the catalog keeps of an integer column
-        (PostgreSQL's ``pg_stats.histogram_bounds``); None: none kept."""
+        """The equal-count histogram bounds the catalog keeps of an integer column.
+
+        PostgreSQL's ``pg_stats.histogram_bounds``; None: none kept.
+        """
         return None
 
     # -- scratch tables ---------------------------------------------------------------------
 
     def prepare_scratch_schema(self, source: SqlRunner, schema: str, probe: str) -> str | None:
-        """Create the scratch schema ``schema`` where the user may; None when a table can be
-        made in it, else why not (as the server says it). ``probe``: a free table name a
-        check may create and drop. Only where :attr:`CREATES_SCRATCH_SCHEMA` is set."""
+        """Create the scratch schema ``schema`` where the user may.
+
+        None when a table can be made in it, else why not (as the server says it).
+        ``probe``: a free table name a check may create and drop. Only where
+        :attr:`CREATES_SCRATCH_SCHEMA` is set.
+        """
         return f"{self.name} has no default scratch schema"
 
     def scratch_properties(self) -> list[exp.Expr]:
@@ -414,8 +427,10 @@ class Dialect:
         return []
 
     def scratch_index(self, table: exp.Table, name: str, schema: str, column: str) -> exp.Create:
-        """``CREATE INDEX <name>_rn`` on ``column`` of the scratch table ``table`` (``name``
-        in the schema ``schema``)."""
+        """``CREATE INDEX <name>_rn`` on ``column`` of the scratch table ``table``.
+
+        ``name`` is in the schema ``schema``.
+        """
         return exp.Create(
             kind="INDEX",
             this=exp.Index(
@@ -426,13 +441,17 @@ class Dialect:
         )
 
     def relation_pages_sql(self, quoted: str) -> str:
-        """The query for the number of pages of the table spelled ``quoted``; only where
-        :attr:`SCRATCH_BY_PAGES` is set."""
+        """The query for the number of pages of the table spelled ``quoted``.
+
+        Only where :attr:`SCRATCH_BY_PAGES` is set.
+        """
         raise UnsupportedError(f"{self.name} has no table pages to read ranges of")
 
     def scratch_tables_sql(self, schema: str) -> str:
-        """The catalog query for name, bytes and rows of every table in ``schema`` (NULL
-        where the engine keeps none)."""
+        """The catalog query for name, bytes and rows of every table in ``schema``.
+
+        NULL where the engine keeps none.
+        """
         literal = exp.Literal.string(schema).sql(self.sqlglot_dialect)
         return (
             "SELECT table_name, NULL, NULL FROM information_schema.tables "
@@ -459,8 +478,10 @@ class Dialect:
         return None
 
     def epoch_microseconds(self, column: exp.Expr) -> exp.Expr | None:
-        """A timestamp as microseconds since 1970 (an integer or exact number); None: not
-        known here."""
+        """A timestamp as microseconds since 1970 (an integer or exact number).
+
+        None: not known here.
+        """
         return None
 
     def clock_microseconds(self, column: exp.Expr) -> exp.Expr | None:
@@ -472,8 +493,11 @@ class Dialect:
         return None
 
     def unnest_elements(self, value: exp.Expr, depth: int) -> exp.Expr | None:
-        """What ``UNNEST`` takes to give the innermost values of a list column ``depth``
-        levels deep (the inner levels flattened); None: not in SQL here."""
+        """What ``UNNEST`` takes to give the innermost values of a list column.
+
+        The list is ``depth`` levels deep and its inner levels are flattened; None: not in
+        SQL here.
+        """
         return None
 
     # -- the lease queue ----------------------------------------------------------------
@@ -487,8 +511,10 @@ class Dialect:
         return {}
 
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
-        """Statements run on every new queue connection, so that no queue call waits long
-        on a lock (``version``: what :attr:`SERVER_VERSION_SQL` read, else empty)."""
+        """Statements run on every new queue connection, so that no queue call waits long on a lock.
+
+        ``version``: what :attr:`SERVER_VERSION_SQL` read, else empty.
+        """
         return []
 
     # -- the table sink: column types and the statements that put a table in place -------
@@ -503,8 +529,9 @@ class Dialect:
         tz: str | None = None,
         length: int | None = None,
     ) -> str | None:
-        """The column type (as CREATE TABLE writes it) that holds every Arrow value of
-        ``kind`` exactly, or None where the engine has none (the caller names the column).
+        """The column type (as CREATE TABLE writes it) holding every Arrow value of ``kind``.
+
+        It holds them exactly; None where the engine has none (the caller names the column).
 
         Exact: a value written and read back by sqlfeed's readers is equal to it once cast
         to the written Arrow type (an ``int8`` may read back as ``int64``, a ``uint64`` in
@@ -515,7 +542,8 @@ class Dialect:
 
         Args:
             kind: one of :data:`SINK_KINDS` (the caller maps Arrow types to them).
-            precision: a ``decimal``'s precision; scale: its scale.
+            precision: a ``decimal``'s precision.
+            scale: a ``decimal``'s scale.
             unit: a ``timestamp``'s, ``time``'s or ``duration``'s unit: s, ms, us or ns
                 (None: us).
             tz: a ``timestamp``'s zone name, None for a naive one.
@@ -534,35 +562,43 @@ class Dialect:
         return ANSI_SINK_TYPES.get(kind)
 
     def rename_sql(self, table: exp.Table, new_name: str | exp.Identifier) -> list[str]:
-        """The statements renaming ``table`` (maybe schema-qualified) to ``new_name`` in its
-        own schema: ``ALTER TABLE s.t RENAME TO n``. A string name is quoted; an identifier
-        is used as written (so a name given without quotes keeps the engine's case rule).
+        """The statements renaming ``table`` (maybe schema-qualified) to ``new_name``.
+
+        It stays in its own schema: ``ALTER TABLE s.t RENAME TO n``. A string name is
+        quoted; an identifier is used as written (so a name given without quotes keeps the
+        engine's case rule).
         """
         return [f"ALTER TABLE {self.sql(table)} RENAME TO {self.sql(sink_identifier(new_name))}"]
 
     def swap_sql(
         self, table: exp.Table, staging: exp.Table, old_name: str | exp.Identifier
     ) -> list[str]:
-        """The statements putting ``staging`` (in ``table``'s schema) in place of ``table``,
-        which is renamed to ``old_name`` (the caller drops it after). Where
+        """The statements putting ``staging`` (in ``table``'s schema) in place of ``table``.
+
+        ``table`` is renamed to ``old_name`` (the caller drops it after). Where
         :attr:`TRANSACTIONAL_DDL` is set they run in one transaction; elsewhere the engine
         gives one atomic statement (MySQL's ``RENAME TABLE``). Readers see the old table or
-        the new one, never none."""
+        the new one, never none.
+        """
         return [*self.rename_sql(table, old_name), *self.rename_sql(staging, table.this)]
 
     def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
-        """The statement giving the table sink's finished staging ``table`` its primary key
-        (``unique``: a unique constraint) on ``columns``, built once in bulk; it fails
-        when two rows share them (``ALTER TABLE ... ADD``). None: the engine cannot add
-        one later, and the staging table is made with it."""
+        """The statement giving the table sink's finished staging ``table`` its primary key.
+
+        ``unique``: a unique constraint on ``columns``, built once in bulk; it fails when
+        two rows share them (``ALTER TABLE ... ADD``). None: the engine cannot add one
+        later, and the staging table is made with it.
+        """
         names = ", ".join(self.sql(exp.to_identifier(c, quoted=True)) for c in columns)
         kind = "UNIQUE" if unique else "PRIMARY KEY"
         return f"ALTER TABLE {self.sql(table)} ADD {kind} ({names})"
 
     def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
-        """(take, release) statements of a named lock serialising the finishers of a sink
-        (``release`` empty: the lock ends with the transaction that took it); None where
-        one writer at a time holds the database anyway (SQLite, DuckDB)."""
+        """(take, release) statements of a named lock serialising the finishers of a sink.
+
+        ``release`` empty: the lock ends with the transaction that took it. None where one
+        writer at a time holds the database anyway (SQLite, DuckDB).
+        """
         return None
 
     # -- rendering ----------------------------------------------------------------------
@@ -665,8 +701,10 @@ def md5_hex_head(hex_digest: exp.Expr) -> exp.Expr:
 
 
 def conv_md5_head(text: exp.Expr) -> exp.Expr:
-    """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS BIGINT)``: the MD5 head of engines
-    whose ``CONV`` turns hex text into a number (MySQL/MariaDB, Spark/Hive)."""
+    """The MD5 head of engines whose ``CONV`` turns hex text into a number.
+
+    ``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS BIGINT)`` (MySQL/MariaDB, Spark/Hive).
+    """
     decimal = exp.Anonymous(
         this="CONV",
         expressions=[

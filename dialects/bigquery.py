@@ -25,7 +25,9 @@ class BigQuery(Dialect):
         return exp.Anonymous(this="FARM_FINGERPRINT", expressions=[as_json])
 
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
-        """``CAST(CONCAT('0x', SUBSTRING(TO_HEX(MD5(t)), 1, 7)) AS INT64)``: BigQuery's
-        MD5 is bytes (sqlglot writes the hex form), and it casts 0x hex to INT64."""
+        """BigQuery's MD5 head: ``CAST(CONCAT('0x', SUBSTRING(TO_HEX(MD5(t)), 1, 7)) AS INT64)``.
+
+        BigQuery's MD5 is bytes (sqlglot writes the hex form), and it casts 0x hex to INT64.
+        """
         hexed = exp.Concat(expressions=[exp.Literal.string("0x"), md5_hex_head(exp.MD5(this=text))])
         return exp.cast(hexed, exp.DataType.Type.BIGINT)

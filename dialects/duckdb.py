@@ -168,11 +168,13 @@ class DuckDB(Dialect):
         tz: str | None = None,
         length: int | None = None,
     ) -> str | None:
-        """DuckDB's types (:data:`DUCKDB_SINK_TYPES`), unsigned integers included;
+        """DuckDB's types (:data:`DUCKDB_SINK_TYPES`), unsigned integers included.
+
         ``DECIMAL(p,s)`` up to p 38; a naive timestamp in the type of its unit
-        (:data:`DUCKDB_TIMESTAMPS`), a zone-aware one in ``TIMESTAMPTZ`` (microseconds;
-        its instant, read back in UTC); ``TIME`` (microseconds). No duration: an INTERVAL
-        reads back as Arrow's month-day-nano interval, not a duration."""
+        (:data:`DUCKDB_TIMESTAMPS`), a zone-aware one in ``TIMESTAMPTZ`` (microseconds; its
+        instant, read back in UTC); ``TIME`` (microseconds). No duration: an INTERVAL reads
+        back as Arrow's month-day-nano interval, not a duration.
+        """
         check_sink_kind(kind)
         if kind == "decimal":
             return decimal_type("DECIMAL", precision, scale, 38)

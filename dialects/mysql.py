@@ -91,8 +91,11 @@ class MySQL(Dialect):
         )
 
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
-        """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS SIGNED)``: MD5 of the text's
-        bytes in its character set (UTF-8 for utf8mb4 columns and sqlfeed's connections)."""
+        """``CAST(CONV(SUBSTRING(MD5(t), 1, 7), 16, 10) AS SIGNED)``.
+
+        MD5 of the text's bytes in its character set (UTF-8 for utf8mb4 columns and
+        sqlfeed's connections).
+        """
         return conv_md5_head(text)
 
     # -- the table sink -----------------------------------------------------------------
@@ -107,15 +110,17 @@ class MySQL(Dialect):
         tz: str | None = None,
         length: int | None = None,
     ) -> str | None:
-        """MySQL/MariaDB's types (:data:`MYSQL_SINK_TYPES`); ``DECIMAL(p,s)`` up to p 65
-        and s 30; ``DATETIME(6)`` for every timestamp, a zone-aware one written as the
-        naive UTC time of its instant (:attr:`SINK_TZ_AS_UTC`; TIMESTAMP would shift by
-        the session's zone and ends in 2038); ``TIME(6)`` for a time of day, which reads
-        back as the duration since midnight; microseconds at most (``ns`` units: None); no
-        duration (a TIME spans +-838 hours). Text in utf8mb4 with a binary collation (a
-        key compares like Arrow: 'a' and 'A' apart, though trailing spaces pad). With a
-        ``length`` (a key column: LONGTEXT and LONGBLOB cannot be indexed whole), text is
-        ``VARCHAR(length)`` and binary ``VARBINARY(length)``."""
+        """MySQL/MariaDB's types (:data:`MYSQL_SINK_TYPES`).
+
+        ``DECIMAL(p,s)`` up to p 65 and s 30; ``DATETIME(6)`` for every timestamp, a
+        zone-aware one written as the naive UTC time of its instant (:attr:`SINK_TZ_AS_UTC`;
+        TIMESTAMP would shift by the session's zone and ends in 2038); ``TIME(6)`` for a
+        time of day, which reads back as the duration since midnight; microseconds at most
+        (``ns`` units: None); no duration (a TIME spans +-838 hours). Text in utf8mb4 with a
+        binary collation (a key compares like Arrow: 'a' and 'A' apart, though trailing
+        spaces pad). With a ``length`` (a key column: LONGTEXT and LONGBLOB cannot be
+        indexed whole), text is ``VARCHAR(length)`` and binary ``VARBINARY(length)``.
+        """
         check_sink_kind(kind)
         if length is not None and kind == "string":
             return f"VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -143,25 +148,31 @@ class MySQL(Dialect):
         return [f"RENAME TABLE {self.sql(table)} TO {old}, {self.sql(staging)} TO {target}"]
 
     def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
-        """``ALTER TABLE t ADD PRIMARY KEY (...)``, or ``ADD UNIQUE KEY sqlfeed_key (...)``:
-        named, so a finish run again after one killed between this implicitly committed
-        statement and the rename is told the key is there (MySQL error 1068 or 1061)
-        instead of adding a second index."""
+        """``ALTER TABLE t ADD PRIMARY KEY (...)``, or ``ADD UNIQUE KEY sqlfeed_key (...)``.
+
+        Named, so a finish run again after one killed between this implicitly committed
+        statement and the rename is told the key is there (MySQL error 1068 or 1061) instead
+        of adding a second index.
+        """
         names = ", ".join(self.sql(exp.to_identifier(c, quoted=True)) for c in columns)
         kind = "UNIQUE KEY `sqlfeed_key`" if unique else "PRIMARY KEY"
         return f"ALTER TABLE {self.sql(table)} ADD {kind} ({names})"
 
     def finish_lock_sql(self, name: str) -> tuple[str, str] | None:
-        """``GET_LOCK(name, 60)`` / ``RELEASE_LOCK(name)``: a session's lock (``name`` at
-        most 64 characters)."""
+        """``GET_LOCK(name, 60)`` / ``RELEASE_LOCK(name)``: a session's lock.
+
+        ``name`` is at most 64 characters.
+        """
         literal = _literal(name)
         return f"SELECT GET_LOCK({literal}, 60)", f"SELECT RELEASE_LOCK({literal})"
 
     # -- catalog ------------------------------------------------------------------------
 
     def catalog_row_estimate(self, source: SqlRunner, table: exp.Table) -> tuple[int, str] | None:
-        """``information_schema.tables.table_rows``: exact for MyISAM, an estimate for
-        InnoDB; 0 (maybe stale statistics) is no estimate."""
+        """``information_schema.tables.table_rows``: exact for MyISAM, an estimate for InnoDB.
+
+        0 (maybe stale statistics) is no estimate.
+        """
         schema = _literal(table.db) if table.db else "DATABASE()"
         found = source.rows(
             "SELECT table_rows, engine FROM information_schema.tables WHERE table_schema = "
@@ -194,8 +205,10 @@ class MySQL(Dialect):
     # -- scratch tables -----------------------------------------------------------------
 
     def prepare_scratch_schema(self, source: SqlRunner, schema: str, probe: str) -> str | None:
-        """The database created if missing, then a probe table created and dropped in it:
-        what the server refuses (a read-only server, no privilege) is raised."""
+        """The database created if missing, then a probe table created and dropped in it.
+
+        What the server refuses (a read-only server, no privilege) is raised.
+        """
         name = exp.to_identifier(schema)
         source.execute(f"CREATE DATABASE IF NOT EXISTS {name.sql('mysql')}", what="scratch schema")
         table = exp.table_(probe, db=name)
@@ -249,8 +262,10 @@ class MySQL(Dialect):
         return f"INSERT IGNORE INTO {table} VALUES {values}"
 
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
-        """``innodb_lock_wait_timeout``; MariaDB's ``idle_transaction_timeout``, MySQL (which
-        has none) ends a silent session by ``wait_timeout`` instead."""
+        """``innodb_lock_wait_timeout``; MariaDB's ``idle_transaction_timeout``.
+
+        MySQL (which has none) ends a silent session by ``wait_timeout`` instead.
+        """
         statements = [f"SET SESSION innodb_lock_wait_timeout = {bounds.lock_wait_s}"]
         if "mariadb" in version.lower():
             statements.append(f"SET SESSION idle_transaction_timeout = {bounds.idle_transaction_s}")

@@ -135,8 +135,11 @@ class Postgres(Dialect):
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))
 
     def md5_head(self, text: exp.Expr) -> exp.Expr | None:
-        """``CAST(CAST('x' || LPAD(SUBSTRING(MD5(t) FROM 1 FOR 7), 8, '0') AS BIT(32)) AS
-        INT)``: a hex bit string literal, its leading bit 0, read as an integer."""
+        """A hex bit string literal, its leading bit 0, read as an integer.
+
+        ``CAST(CAST('x' || LPAD(SUBSTRING(MD5(t) FROM 1 FOR 7), 8, '0') AS BIT(32)) AS
+        INT)``.
+        """
         padded = exp.Anonymous(
             this="LPAD",
             expressions=[
@@ -152,8 +155,10 @@ class Postgres(Dialect):
         return exp.cast(bits, exp.DataType.Type.INT)
 
     def whole_row_hash(self, alias: str | exp.Identifier) -> exp.Expr:
-        """``hash_record_extended(q, 0)``: the row of relation ``q`` as a record (every
-        column's type needs a hash function: json, xml, point... fail)."""
+        """``hash_record_extended(q, 0)``: the row of relation ``q`` as a record.
+
+        Every column's type needs a hash function: json, xml, point... fail.
+        """
         ident = exp.to_identifier(alias, quoted=True) if isinstance(alias, str) else alias
         return self._hash_record(exp.column(ident.copy()))
 
@@ -171,8 +176,10 @@ class Postgres(Dialect):
     # -- catalog ------------------------------------------------------------------------
 
     def physical_extent(self, source: SqlRunner, table: exp.Table, quoted: str) -> Extent | str:
-        """Its pages, and ``reltuples`` scaled to its current size as the planner does
-        (None when never analyzed)."""
+        """Its pages, and ``reltuples`` scaled to its current size as the planner does.
+
+        None when never analyzed.
+        """
         name = _literal(quoted)
         rows = source.rows(
             "SELECT c.relkind, pg_relation_size(c.oid) / current_setting('block_size')::int, "
@@ -212,9 +219,11 @@ class Postgres(Dialect):
         )
 
     def key_histogram(self, source: SqlRunner, quoted: str, column: str) -> list[int] | None:
-        """The column's ``pg_stats.histogram_bounds`` (equal-count buckets of a sample), or
+        """The column's ``pg_stats.histogram_bounds`` (equal-count buckets of a sample).
+
         None when ANALYZE left none (a column of few distinct values has its most common
-        values instead)."""
+        values instead).
+        """
         found = source.rows(
             "SELECT s.histogram_bounds::text FROM pg_stats s JOIN pg_namespace n ON n.nspname "
             "= s.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = "
@@ -232,8 +241,11 @@ class Postgres(Dialect):
     # -- scratch tables -----------------------------------------------------------------
 
     def prepare_scratch_schema(self, source: SqlRunner, schema: str, probe: str) -> str | None:
-        """Refused on a standby, in a read-only session, or without the CREATE privilege
-        (on the schema, or on the database to create it); created when missing."""
+        """The scratch schema, created when missing.
+
+        Refused on a standby, in a read-only session, or without the CREATE privilege (on
+        the schema, or on the database to create it).
+        """
         recovery, read_only, exists, allowed, user, database = source.rows(
             "SELECT pg_is_in_recovery(), current_setting('transaction_read_only'), "
             "n.oid IS NOT NULL, CASE WHEN n.oid IS NULL THEN has_database_privilege("
@@ -289,8 +301,10 @@ class Postgres(Dialect):
         return _epoch_microseconds(column)
 
     def duration_microseconds(self, column: exp.Expr) -> exp.Expr | None:
-        """A time or interval as the feeds read it: a year 365 days, a month 30
-        (``EXTRACT(EPOCH ...)`` would count 365.25 and 30)."""
+        """A time or interval as the feeds read it: a year 365 days, a month 30.
+
+        ``EXTRACT(EPOCH ...)`` would count 365.25 and 30.
+        """
 
         def part(field: str, factor: int) -> exp.Expr:
             extract = exp.Extract(this=exp.var(field), expression=column.copy())
@@ -307,8 +321,11 @@ class Postgres(Dialect):
         return exp.Add(this=exp.Mul(this=exp.paren(days), expression=day), expression=total)
 
     def unnest_elements(self, value: exp.Expr, depth: int) -> exp.Expr | None:
-        """The list itself, one level deep: PostgreSQL's unnest flattens every level, so a
-        deeper list (an array of arrays) is refused."""
+        """The list itself, one level deep.
+
+        PostgreSQL's unnest flattens every level, so a deeper list (an array of arrays) is
+        refused.
+        """
         return value if depth <= 1 else None
 
     # -- the lease queue ----------------------------------------------------------------
@@ -317,8 +334,11 @@ class Postgres(Dialect):
         return f"INSERT INTO {table} VALUES {values} ON CONFLICT DO NOTHING"
 
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
-        """``lock_timeout`` (a statement waits that long for a lock, then fails and is
-        retried) and ``idle_in_transaction_session_timeout`` (a frozen session's locks go)."""
+        """``lock_timeout`` and ``idle_in_transaction_session_timeout``.
+
+        With ``lock_timeout`` a statement waits that long for a lock, then fails and is
+        retried; with ``idle_in_transaction_session_timeout`` a frozen session's locks go.
+        """
         return [
             f"SET lock_timeout = '{bounds.lock_wait_s}s'",
             f"SET idle_in_transaction_session_timeout = '{bounds.idle_transaction_s}s'",
@@ -336,10 +356,12 @@ class Postgres(Dialect):
         tz: str | None = None,
         length: int | None = None,
     ) -> str | None:
-        """PostgreSQL's types (:data:`POSTGRES_SINK_TYPES`); ``NUMERIC(p,s)`` up to p 1000;
-        ``TIMESTAMPTZ`` for a zone-aware timestamp (its instant; read back in UTC);
-        ``INTERVAL`` for a duration; microseconds at most (``ns`` units: None). Text
-        cannot hold the character NUL."""
+        """PostgreSQL's types (:data:`POSTGRES_SINK_TYPES`).
+
+        ``NUMERIC(p,s)`` up to p 1000; ``TIMESTAMPTZ`` for a zone-aware timestamp (its
+        instant; read back in UTC); ``INTERVAL`` for a duration; microseconds at most
+        (``ns`` units: None). Text cannot hold the character NUL.
+        """
         check_sink_kind(kind)
         if kind == "decimal":
             return decimal_type("NUMERIC", precision, scale, 1000)

@@ -126,16 +126,19 @@ class SQLite(Dialect):
         tz: str | None = None,
         length: int | None = None,
     ) -> str | None:
-        """SQLite's declared types (:data:`SQLITE_SINK_TYPES`). SQLite types values, not
-        columns, and sqlfeed reads them by their values: a ``bool`` reads back as the
-        integer 0 or 1. Where SQLite has no value of the kind, the column is TEXT (TEXT
-        affinity: a value stays text) and the writer binds the value's text, which keeps
-        it exactly and reads back as a string: a ``decimal``'s digits (``str(Decimal)``;
-        REAL would keep 15 of them); a ``date``, ``timestamp`` or ``time`` in ISO 8601
-        (``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS.ffffff``, ``HH:MM:SS.ffffff``), SQLite's
-        date functions' form, a zone-aware timestamp as its naive UTC time
-        (:attr:`SINK_TZ_AS_UTC`). No ``uint64`` (an integer is 64-bit signed), no
-        duration, microseconds at most (``ns`` units: None). NaN is stored as NULL."""
+        """SQLite's declared types (:data:`SQLITE_SINK_TYPES`).
+
+        SQLite types values, not columns, and sqlfeed reads them by their values: a ``bool``
+        reads back as the integer 0 or 1. Where SQLite has no value of the kind, the column
+        is TEXT (TEXT affinity: a value stays text) and the writer binds the value's text,
+        which keeps it exactly and reads back as a string: a ``decimal``'s digits
+        (``str(Decimal)``; REAL would keep 15 of them); a ``date``, ``timestamp`` or
+        ``time`` in ISO 8601 (``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS.ffffff``,
+        ``HH:MM:SS.ffffff``), SQLite's date functions' form, a zone-aware timestamp as its
+        naive UTC time (:attr:`SINK_TZ_AS_UTC`). No ``uint64`` (an integer is 64-bit
+        signed), no duration, microseconds at most (``ns`` units: None). NaN is stored as
+        NULL.
+        """
         check_sink_kind(kind)
         if kind in ("date", "timestamp", "time"):
             return "TEXT" if unit in EXACT_UNITS else None
@@ -146,14 +149,18 @@ class SQLite(Dialect):
     def swap_sql(
         self, table: exp.Table, staging: exp.Table, old_name: str | exp.Identifier
     ) -> list[str]:
-        """The two renames, with ``legacy_alter_table`` on first: else SQLite rewrites the
-        views and triggers naming the table to name the old one, which is then dropped
-        (they break); so they name the new table."""
+        """The two renames, with ``legacy_alter_table`` on first.
+
+        Else SQLite rewrites the views and triggers naming the table to name the old one,
+        which is then dropped (they break); so they name the new table.
+        """
         return ["PRAGMA legacy_alter_table = ON", *super().swap_sql(table, staging, old_name)]
 
     def add_key_sql(self, table: exp.Table, columns: list[str], unique: bool) -> str | None:
-        """None: SQLite cannot add a key to a table, so the staging table is made with it
-        (its writers take turns anyway: an attempt that loses never commits)."""
+        """None: SQLite cannot add a key to a table, so the staging table is made with it.
+
+        Its writers take turns anyway: an attempt that loses never commits.
+        """
         return None
 
     def physical_extent(self, source: SqlRunner, table: exp.Table, quoted: str) -> Extent | str:
@@ -252,8 +259,10 @@ class SQLite(Dialect):
         return {"timeout": bounds.busy_ms / 1000, "check_same_thread": False}
 
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
-        """A short busy timeout (the queue retries with jittered pauses) and WAL, so that
-        reads never wait for the writer."""
+        """A short busy timeout and WAL, so that reads never wait for the writer.
+
+        The queue retries with jittered pauses.
+        """
         return [f"PRAGMA busy_timeout={bounds.busy_ms}", "PRAGMA journal_mode=WAL"]
 
 

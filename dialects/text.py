@@ -6,9 +6,10 @@ __all__ = ["unused_name"]
 
 
 def unused_name(text: str, stem: str) -> str:
-    """A name that ``text`` does not contain (case-insensitively): ``stem``, else ``stem``
-    followed by the first number that is free. It marks where a query's own text goes
-    in SQL rendered around it.
+    """A name that ``text`` does not contain (case-insensitively).
+
+    ``stem``, else ``stem`` followed by the first number that is free. It marks where a
+    query's own text goes in SQL rendered around it.
 
     >>> unused_name("SELECT 1", "_q")
     '_q'
