@@ -178,10 +178,16 @@ def predict(
             atomically at the end), ``append``.
         key: columns identifying a row: passed through, the output's primary key when
             the catalog proves them unique (else checked by distinct count).
-        keep, keep_all, proba, name: see :class:`Scorer`.
-        queue, job: a lease queue URL and job name every process of the run shares.
-        readers: worker threads here; batch_size: rows per committed batch;
-        partitions: the plan's partitions; lease_ttl: a lease's life without heartbeat.
+        keep: see :class:`Scorer`.
+        keep_all: see :class:`Scorer`.
+        proba: see :class:`Scorer`.
+        name: see :class:`Scorer`.
+        queue: a lease queue URL every process of the run shares.
+        job: the job name every process of the run shares.
+        readers: worker threads here.
+        batch_size: rows per committed batch.
+        partitions: the plan's partitions.
+        lease_ttl: a lease's life without heartbeat.
         finish: finish once the job is complete (see :func:`sqlfeed.sink.copy_into`).
         progress: called with the rows written by this process and the rows expected.
 

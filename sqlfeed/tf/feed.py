@@ -70,7 +70,8 @@ class Feed:
             ``input_pipeline_id``'s static share (or, with ``job``, be worker
             ``<worker_id>/<input_pipeline_id>``, ``replicas`` defaulting to the number of
             pipelines).
-        rank, world_size: a static share without an InputContext.
+        rank: this pipeline's rank in a static share without an InputContext.
+        world_size: the number of ranks of that static share.
         state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
         **options: the option groups every facade shares (:mod:`sqlfeed.feed.options`,
             one default each):
@@ -447,7 +448,8 @@ def distributed_dataset(
 
     Args:
         strategy: a ``tf.distribute.Strategy``.
-        query, source: as for :func:`dataset`.
+        query: as for :func:`dataset`.
+        source: as for :func:`dataset`.
         global_batch_size: rows per step over all replicas (divisible by their number).
         per_replica: one input pipeline per replica (``InputReplicationMode.PER_REPLICA``,
             MirroredStrategy only) instead of one per worker host. With ``job=...`` each

@@ -79,7 +79,8 @@ class SQLDataset(IterableDataset[Any]):
             ``nested`` (a ``torch.nested`` jagged tensor; one level of numbers).
         tokenizer: turns a string column's list of ``str`` into tensors: one callable for
             every string column, or a dict of column name to callable.
-        rank, world_size: this process's DDP rank and the number of ranks.
+        rank: this process's DDP rank.
+        world_size: the number of DDP ranks.
         state: resume from what :meth:`state_dict` returned (see :meth:`load_state_dict`).
         **options: the option groups every facade shares (:mod:`sqlfeed.feed.options`,
             one default each):
