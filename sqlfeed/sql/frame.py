@@ -67,8 +67,10 @@ class Frame:
     """A wrap's placeholder name and the query text it stands for (see :meth:`render`)."""
 
     def render(self, tree: exp.Expr, pretty: bool = False) -> str:
-        """``tree`` (the frame's SELECT, or one built from it) for the engine, with the
-        user's query text in place of a wrap's placeholder."""
+        """``tree`` (the frame's SELECT, or one built from it) for the engine.
+
+        The user's query text is in place of a wrap's placeholder.
+        """
         text = self.dialect.sql(tree, pretty=pretty)
         if self.embedded is None:
             return text
@@ -129,8 +131,10 @@ class Frame:
 
     @classmethod
     def plain(cls, parsed: ParsedQuery) -> Frame:
-        """``SELECT * FROM (query) AS _sqlfeed_q``: the query as written, its output names
-        as the engine gives them (unknown to the frame)."""
+        """``SELECT * FROM (query) AS _sqlfeed_q``: the query as written.
+
+        Its output names are as the engine gives them (unknown to the frame).
+        """
         alias = free_alias(parsed.tree)
         body, ctes, embedded = wrap_body(parsed)
         subquery = exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias)))
@@ -392,9 +396,12 @@ def pushdown_blocker(select: exp.Select) -> str | None:
 
 
 def output_alias_referenced(tree: exp.Expr) -> bool:
-    """Whether the SELECT's WHERE names one of its output aliases (DuckDB and SQLite allow
-    ``SELECT x > 5 AS big ... WHERE big``): its select list cannot then be replaced (a
-    count, bounds) where the WHERE stays, without breaking that reference."""
+    """Whether the SELECT's WHERE names one of its output aliases.
+
+    DuckDB and SQLite allow ``SELECT x > 5 AS big ... WHERE big``: its select list cannot
+    then be replaced (a count, bounds) where the WHERE stays, without breaking that
+    reference.
+    """
     where = tree.args.get("where") if isinstance(tree, exp.Select) else None
     if where is None:
         return False

@@ -65,9 +65,11 @@ _GROUP_ARGS = frozenset({"expressions", "all"})
 
 
 def grouped_blocker(select: exp.Select) -> str | None:
-    """Why a range of a grouping column may not join this SELECT's WHERE (None: it may,
-    for a column :func:`grouping_column` accepts): it must be a plain GROUP BY over one
-    table, as the module docstring says."""
+    """Why a range of a grouping column may not join this SELECT's WHERE.
+
+    None: it may, for a column :func:`grouping_column` accepts. It must be a plain GROUP BY
+    over one table, as the module docstring says.
+    """
     for arg in _REFUSED_ARGS:
         if select.args.get(arg):
             return arg
@@ -112,8 +114,9 @@ def grouped_table(query: str | ParsedQuery, dialect: str | Dialect = "duckdb") -
 
 
 def grouping_column(select: exp.Select, position: int) -> exp.Column | None:
-    """The table column output ``position`` (from 0) shows, when a range of it may join
-    the WHERE of ``select`` (see the module docstring), else None.
+    """The table column output ``position`` (from 0) shows, when a range of it may join the WHERE.
+
+    The WHERE is the one of ``select`` (see the module docstring); else None.
 
     The output item must be the column itself (``k``, ``t.k``, ``k AS name``), one of the
     GROUP BY items must be that column (or the output position), and no other output
@@ -143,8 +146,10 @@ def grouping_column(select: exp.Select, position: int) -> exp.Column | None:
 
 
 def grouped_output(select: exp.Select, column: str) -> int | None:
-    """The output position (from 0) of table column ``column`` (named as the catalog
-    names it, matched case-insensitively) as :func:`grouping_column` accepts it, or None."""
+    """The output position (from 0) of table column ``column``, as :func:`grouping_column` takes it.
+
+    ``column`` is named as the catalog names it, matched case-insensitively; else None.
+    """
     for position, item in enumerate(select.expressions):
         found = item.unalias()
         named = isinstance(found, exp.Column) and found.name.casefold() == column.casefold()
@@ -156,9 +161,11 @@ def grouped_output(select: exp.Select, column: str) -> int | None:
 def grouped_frame(
     parsed: ParsedQuery, key: str, engine_columns: Sequence[str] | None
 ) -> Frame | None:
-    """A frame over the query itself whose one column is output ``key``'s table column,
-    for range predicates (and only those: see the module docstring) that join the WHERE
-    before the GROUP BY; None when :func:`grouping_column` refuses it."""
+    """A frame over the query itself whose one column is output ``key``'s table column.
+
+    For range predicates (and only those: see the module docstring) that join the WHERE
+    before the GROUP BY; None when :func:`grouping_column` refuses it.
+    """
     tree = parsed.tree
     if not isinstance(tree, exp.Select) or grouped_blocker(tree) is not None:
         return None
@@ -190,8 +197,11 @@ def _table_column(expr: exp.Expr, table: exp.Table) -> bool:
 
 
 def _same_column(a: exp.Expr, b: exp.Column, table: exp.Table) -> bool:
-    """Whether ``a`` certainly names the same column of ``table`` as ``b``: identifiers
-    quoted alike and equal (case-insensitively when unquoted; a quoted name is exact)."""
+    """Whether ``a`` certainly names the same column of ``table`` as ``b``.
+
+    Identifiers quoted alike and equal (case-insensitively when unquoted; a quoted name is
+    exact).
+    """
     if not _table_column(a, table):
         return False
     assert isinstance(a, exp.Column)

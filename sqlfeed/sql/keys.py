@@ -85,8 +85,11 @@ def cte_definitions(tree: exp.Expr) -> dict[str, exp.Expr]:
 
 
 def group_expressions(select: exp.Select) -> list[exp.Expr] | None:
-    """The GROUP BY expressions (positions and aliases resolved to the items), or None when
-    the SELECT does not group plainly (ROLLUP, CUBE, GROUPING SETS, or no GROUP BY)."""
+    """The GROUP BY expressions (positions and aliases resolved to the items).
+
+    None when the SELECT does not group plainly (ROLLUP, CUBE, GROUPING SETS, or no GROUP
+    BY).
+    """
     group = select.args.get("group")
     if group is None:
         return None
@@ -105,8 +108,11 @@ def group_expressions(select: exp.Select) -> list[exp.Expr] | None:
 
 
 def resolve_output(select: exp.Select, expr: exp.Expr) -> exp.Expr:
-    """What an ORDER BY or GROUP BY item means in ``select``: a position or an output alias
-    stands for that output item's expression; anything else for itself."""
+    """What an ORDER BY or GROUP BY item means in ``select``.
+
+    A position or an output alias stands for that output item's expression; anything else
+    for itself.
+    """
     items = select.expressions
     if isinstance(expr, exp.Literal) and not expr.is_string and expr.name.isdigit():
         position = int(expr.name)
@@ -202,8 +208,11 @@ def _order_by_all(ordered: exp.Expr) -> bool:
 
 
 def _row_keys(select: exp.Select, table_keys: TableKeys | None, output_level: bool) -> list[Key]:
-    """Keys of the rows of ``select``: its output rows (``output_level``, for a LIMIT) or
-    the rows its windows see (after WHERE, GROUP BY and HAVING)."""
+    """Keys of the rows of ``select``.
+
+    Its output rows (``output_level``, for a LIMIT) or the rows its windows see (after
+    WHERE, GROUP BY and HAVING).
+    """
     keys: list[Key] = []
     groups = group_expressions(select)
     if groups is not None:
@@ -300,8 +309,11 @@ def _query_keys(query: exp.Expr, table_keys: TableKeys | None) -> list[set[str]]
 
 
 def _norm(expr: exp.Expr, select: exp.Select) -> str:
-    """A comparable text for an expression in ``select``: a column of its only relation
-    without its qualifier, anything else as rendered, lower-cased."""
+    """A comparable text for an expression in ``select``.
+
+    A column of its only relation without its qualifier, anything else as rendered,
+    lower-cased.
+    """
     if isinstance(expr, exp.Column) and isinstance(expr.this, exp.Identifier):
         relation = _single_relation(select)
         alias = relation.alias_or_name if relation is not None else None

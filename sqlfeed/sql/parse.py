@@ -179,11 +179,14 @@ def _refuse_unsafe_nodes(tree: exp.Expr) -> None:
 
 
 def _refuse_lost_with_ties(tree: exp.Expr, engine: Dialect) -> None:
-    """``FETCH ... WITH TIES`` on an engine that has none (sqlglot would silently read it as
-    a plain LIMIT, which drops the rows tied with the last one): see
-    :attr:`~dialects.Dialect.FETCH_WITH_TIES`. (For MySQL/MariaDB, whose SQL sqlglot also
-    writes as a LIMIT, a partition embeds the user's own text, and a rewrite that would lose
-    it is refused when rendered: see :func:`sqlfeed.sql.render.render_problem`.)"""
+    """Refuse ``FETCH ... WITH TIES`` on an engine that has none.
+
+    sqlglot would silently read it as a plain LIMIT, which drops the rows tied with the last
+    one: see :attr:`~dialects.Dialect.FETCH_WITH_TIES`. (For MySQL/MariaDB, whose SQL
+    sqlglot also writes as a LIMIT, a partition embeds the user's own text, and a rewrite
+    that would lose it is refused when rendered: see
+    :func:`sqlfeed.sql.render.render_problem`.)
+    """
     if engine.FETCH_WITH_TIES:
         return
     for fetch in tree.find_all(exp.Fetch):

@@ -288,10 +288,11 @@ def range_pushdown(
     dialect: str | Dialect = "duckdb",
     columns: Sequence[str] | None = None,
 ) -> str:
-    """Where :func:`range_partition_sqls` puts the range of ``key``: ``query`` (the
-    query's own WHERE: a plain filter over one table, ``key`` a plain column), ``groups``
-    (the WHERE of a GROUP BY, before it groups: see :mod:`sqlfeed.sql.grouped`), or an
-    empty string (a wrap around the query).
+    """Where :func:`range_partition_sqls` puts the range of ``key``.
+
+    ``query`` (the query's own WHERE: a plain filter over one table, ``key`` a plain
+    column), ``groups`` (the WHERE of a GROUP BY, before it groups: see
+    :mod:`sqlfeed.sql.grouped`), or an empty string (a wrap around the query).
 
     >>> range_pushdown("SELECT g, COUNT(*) AS n FROM t WHERE x > 0 GROUP BY g", "g")
     'groups'
@@ -304,8 +305,10 @@ def range_pushdown(
 def _range_frame(
     parsed: ParsedQuery, key: str, columns: Sequence[str] | None, ordered: bool = False
 ) -> tuple[Frame, str]:
-    """The frame a range of ``key`` filters, and :func:`range_pushdown`'s answer; with
-    ``ordered``, checked to be a plain filter over one table without an ORDER BY."""
+    """The frame a range of ``key`` filters, and :func:`range_pushdown`'s answer.
+
+    With ``ordered``, checked to be a plain filter over one table without an ORDER BY.
+    """
     keys = normalize_key(key)
     assert keys is not None
     if len(keys) != 1:
@@ -424,8 +427,9 @@ def numbered_sql(
     columns: Sequence[str] | None = None,
     number: bool = True,
 ) -> str:
-    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize
-    (without the number when not ``number``: PostgreSQL reads its scratch table by pages).
+    """``SELECT ROW_NUMBER() OVER () AS row_number, <columns> FROM (query)``, to materialize.
+
+    Without the number when not ``number``: PostgreSQL reads its scratch table by pages.
 
     The numbering is arbitrary but fixed once stored; the output names must be distinct.
     The query is embedded as the user wrote it (see :class:`Frame`).

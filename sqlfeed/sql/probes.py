@@ -79,8 +79,10 @@ def count_sql(
 
 
 def _star_count(tree: exp.Expr) -> exp.Select | None:
-    """``SELECT *`` over joins and filters counts its rows without the ``*`` (which always
-    binds), so repeated names (MySQL refuses them in a derived table) need no renaming."""
+    """``SELECT *`` over joins and filters counts its rows without the ``*`` (which always binds).
+
+    So repeated names (MySQL refuses them in a derived table) need no renaming.
+    """
     if not isinstance(tree, exp.Select) or not tree.expressions:
         return None
     if not all(isinstance(item, exp.Star) for item in tree.expressions):

@@ -1,5 +1,7 @@
-"""Render many queries that differ only in a few values (:class:`Template`), and render
-the user's own query without changing what it means.
+"""Render many queries that differ only in a few values, and the user's own query faithfully.
+
+:class:`Template` renders the many queries; the user's own query is rendered without
+changing what it means.
 
 Where a query wraps the user's (``SELECT * FROM (q) AS _sqlfeed_q WHERE ...``) it embeds
 the user's text itself (:func:`statement_text`, :func:`without_order`), so the engine
@@ -165,15 +167,16 @@ def _tokens(text: str, engine: Dialect) -> list[Token] | None:
 
 
 def statement_text(sql: str, engine: Dialect) -> str:
-    """The user's query text as it can be embedded in another query: without its trailing
-    semicolon(s) (and what follows them), on lines of its own (a trailing ``--`` comment
-    cannot swallow what follows it).
+    r"""The user's query text as it can be embedded in another query.
+
+    Without its trailing semicolon(s) (and what follows them), on lines of its own (a
+    trailing ``--`` comment cannot swallow what follows it).
 
     >>> from dialects import get_dialect
     >>> statement_text("SELECT 1; -- done", get_dialect("duckdb"))
     'SELECT 1'
     >>> statement_text("SELECT 1 -- one", get_dialect("duckdb"))
-    '\\nSELECT 1 -- one\\n'
+    '\nSELECT 1 -- one\n'
     """
     tokens = _tokens(sql, engine) or []
     end = len(sql)
@@ -185,8 +188,10 @@ def statement_text(sql: str, engine: Dialect) -> str:
 
 
 def reparse(text: str, engine: Dialect) -> exp.Expr | None:
-    """``text`` parsed as one statement in the engine's dialect, outer parentheses removed
-    (as :func:`sqlfeed.sql.parse` does); None when it does not parse as one."""
+    """``text`` parsed as one statement in the engine's dialect, outer parentheses removed.
+
+    As :func:`sqlfeed.sql.parse` does; None when it does not parse as one.
+    """
     logger = logging.getLogger("sqlglot")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -209,8 +214,11 @@ def _only_this(node: exp.Expr) -> bool:
 
 
 def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
-    """``text`` with its outermost ORDER BY (the last clause) cut off, when what is left
-    parses as exactly ``expected`` (the query's tree without its ORDER BY); else None."""
+    """``text`` with its outermost ORDER BY (the last clause) cut off.
+
+    When what is left parses as exactly ``expected`` (the query's tree without its ORDER
+    BY); else None.
+    """
     tokens = _tokens(text, engine)
     if tokens is None:
         return None
@@ -231,10 +239,12 @@ def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
 
 
 def with_order(text: str, engine: Dialect, original: exp.Expr, rewritten: exp.Expr) -> str | None:
-    """``text`` (which parses as ``original``) with its outermost ORDER BY replaced by
-    ``rewritten``'s, when that is the only difference (tie-breakers added to the ORDER BY
-    of its LIMIT) and the result parses as exactly ``rewritten``; else None. Only sqlfeed's
-    ORDER BY is rendered: the rest of the query stays as the user wrote it."""
+    """``text`` (which parses as ``original``) with ``rewritten``'s outermost ORDER BY.
+
+    It replaces the outermost ORDER BY when that is the only difference (tie-breakers added
+    to the ORDER BY of its LIMIT) and the result parses as exactly ``rewritten``; else None.
+    Only sqlfeed's ORDER BY is rendered: the rest of the query stays as the user wrote it.
+    """
     old, new = original.args.get("order"), rewritten.args.get("order")
     if old is None or new is None:
         return None
@@ -271,9 +281,11 @@ _AFTER_ORDER = (TokenType.LIMIT, TokenType.OFFSET, TokenType.FETCH)
 def without_modifiers(
     text: str, engine: Dialect, names: frozenset[str], expected: exp.Expr
 ) -> str | None:
-    """``text`` without the words ``names`` (upper case) right after its outermost SELECT
-    (MySQL's ``SQL_NO_CACHE``, which no derived table may have), when what is left parses
-    as exactly ``expected``; else None."""
+    """``text`` without the words ``names`` (upper case) right after its outermost SELECT.
+
+    Such as MySQL's ``SQL_NO_CACHE``, which no derived table may have; when what is left
+    parses as exactly ``expected``; else None.
+    """
     tokens = _tokens(text, engine)
     if tokens is None:
         return None
@@ -309,9 +321,12 @@ _NOT_WORDS = (TokenType.STRING, TokenType.NUMBER, TokenType.IDENTIFIER, TokenTyp
 
 
 def _words(tokens: list[Token]) -> set[str]:
-    """The keywords and function names of a token list (not its column names, and not its
-    type names: sqlglot writes INT for INTEGER, and a type it changes, such as SQLite's
-    NUMERIC into REAL, reads back as another type, which the round trip catches)."""
+    """The keywords and function names of a token list.
+
+    Not its column names, and not its type names: sqlglot writes INT for INTEGER, and a type
+    it changes, such as SQLite's NUMERIC into REAL, reads back as another type, which the
+    round trip catches.
+    """
     words: set[str] = set()
     for index, token in enumerate(tokens):
         parts = token.text.split()  # a keyword may be several words (ORDER BY)
@@ -328,8 +343,9 @@ def _words(tokens: list[Token]) -> set[str]:
 
 
 def render_problem(engine: Dialect, tree: exp.Expr, text: str) -> str | None:
-    """Why rendering ``tree`` (the query the user wrote as ``text``, or sqlfeed's rewrite
-    of it) may not mean what the user wrote; None when it is faithful.
+    """Why rendering ``tree`` may not mean what the user wrote; None when it is faithful.
+
+    ``tree`` is the query the user wrote as ``text``, or sqlfeed's rewrite of it.
 
     Faithful: the rendering of ``tree`` parses back as the same tree (sqlglot renders
     SQLite's ``CAST(x AS NUMERIC)`` as ``CAST(x AS REAL)``, which does not), and the
@@ -368,8 +384,10 @@ def checked_render(engine: Dialect, tree: exp.Expr, text: str) -> tuple[str, str
 
 
 def new_words(engine: Dialect, rendered: str, text: str) -> list[str] | None:
-    """The keywords and function names ``rendered`` uses that the user's ``text`` does not
-    (nor a synonym of them); None when either does not tokenize."""
+    """The keywords and function names ``rendered`` uses that the user's ``text`` does not.
+
+    Nor a synonym of them; None when either does not tokenize.
+    """
     written, ours = _tokens(text, engine), _tokens(rendered, engine)
     if written is None or ours is None:
         return None

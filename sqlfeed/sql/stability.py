@@ -148,8 +148,10 @@ _PICKING_AGGREGATES = frozenset({"any_value", "first", "last", "arbitrary"})
 
 
 def _is_order_sensitive_aggregate(node: exp.Expr) -> bool:
-    """An aggregate whose value depends on the order rows arrive in, without an ORDER BY of
-    its own (one with an ORDER BY is completed or judged by ``complete_orders``)."""
+    """An aggregate whose value depends on the order rows arrive in, without an ORDER BY of its own.
+
+    One with an ORDER BY is completed or judged by ``complete_orders``.
+    """
     name = function_name(node)
     if not (
         isinstance(node, ORDER_SENSITIVE_AGGREGATE_CLASSES) or name in ORDER_SENSITIVE_AGGREGATES
@@ -199,8 +201,11 @@ def _display_function(node: exp.Expr, parsed: ParsedQuery | None = None) -> str:
 
 
 def _written_name(node: exp.Expr, parsed: ParsedQuery) -> str | None:
-    """The name of a function call in the user's text: where the parser saw it, else the
-    first name called in the text that the dialect reads as the same function."""
+    """The name of a function call in the user's text.
+
+    Where the parser saw it, else the first name called in the text that the dialect reads
+    as the same function.
+    """
     sql = parsed.sql
     start, end = node.meta.get("start"), node.meta.get("end")
     if isinstance(start, int) and isinstance(end, int) and _NAME.fullmatch(sql[start : end + 1]):

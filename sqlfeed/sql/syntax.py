@@ -49,8 +49,11 @@ def projection(tree: exp.Expr) -> list[exp.Expr] | None:
 
 
 def is_star(item: exp.Expr) -> bool:
-    """Whether an output item is ``*`` or ``t.*``, or DuckDB's ``COLUMNS(...)`` anywhere in
-    it (one output column per column it matches): either hides the column names."""
+    """Whether an output item is ``*`` or ``t.*``, or DuckDB's ``COLUMNS(...)`` anywhere in it.
+
+    ``COLUMNS(...)`` gives one output column per column it matches: either hides the column
+    names.
+    """
     if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star):
         return True
     nested = (exp.Query, exp.Subquery)
@@ -61,8 +64,10 @@ def is_star(item: exp.Expr) -> bool:
 
 
 def _expands(node: exp.Columns) -> bool:
-    """Whether a ``COLUMNS(...)`` makes output columns (not ``*COLUMNS(...)`` unpacked
-    into a function's arguments)."""
+    """Whether a ``COLUMNS(...)`` makes output columns.
+
+    Not ``*COLUMNS(...)`` unpacked into a function's arguments.
+    """
     return not (node.args.get("unpack") and isinstance(node.parent, exp.Func))
 
 

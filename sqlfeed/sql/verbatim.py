@@ -51,23 +51,29 @@ dialects' :attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT`)."""
 
 
 def faithful(parsed: ParsedQuery) -> bool:
-    """Whether sqlglot renders the query for its engine without changing what it means
-    (see :func:`sqlfeed.sql.render.render_problem`): only then is it rewritten inside."""
+    """Whether sqlglot renders the query for its engine without changing what it means.
+
+    Only then is it rewritten inside (see :func:`sqlfeed.sql.render.render_problem`).
+    """
     return rendering_problem(parsed) is None
 
 
 def rendering_problem(parsed: ParsedQuery) -> str | None:
-    """Why sqlglot cannot render the query for its engine without changing what it
-    means (None: it can), for a refusal; see :func:`sqlfeed.sql.render.render_problem`."""
+    """Why sqlglot cannot render the query for its engine without changing what it means.
+
+    None: it can. For a refusal; see :func:`sqlfeed.sql.render.render_problem`.
+    """
     if not parsed.dialect.EMBEDS_QUERY_TEXT:
         return None  # not checked: rendered from the tree, as sqlglot writes it
     return render_problem(parsed.dialect, parsed.tree, parsed.sql)
 
 
 def droppable_order(tree: exp.Expr) -> bool:
-    """Whether the query's outermost ORDER BY may be left out where its rows are only
-    filtered or counted: it has one, and it decides no rows (no LIMIT/OFFSET/FETCH, no
-    DISTINCT ON, which keeps the first row of each group in that order)."""
+    """Whether the outermost ORDER BY may be dropped where the rows are only filtered or counted.
+
+    It may when the query has one and it decides no rows (no LIMIT/OFFSET/FETCH, no DISTINCT
+    ON, which keeps the first row of each group in that order).
+    """
     if not tree.args.get("order") or has_limit(tree):
         return False
     distinct = tree.args.get("distinct")
@@ -75,10 +81,12 @@ def droppable_order(tree: exp.Expr) -> bool:
 
 
 def embedded_text(parsed: ParsedQuery) -> str:
-    """The query's text for a wrap to embed: the user's own text (its outermost ORDER BY
-    cut off where :func:`droppable_order`, and the cut is provably exact), so the engine
-    parses what the user wrote; a query sqlfeed rewrote inside (tie-breakers) is rendered
-    from its tree, checked not to change what the user wrote.
+    """The query's text for a wrap to embed.
+
+    The user's own text (its outermost ORDER BY cut off where :func:`droppable_order`, and
+    the cut is provably exact), so the engine parses what the user wrote; a query sqlfeed
+    rewrote inside (tie-breakers) is rendered from its tree, checked not to change what the
+    user wrote.
 
     Raises:
         UnsupportedError: the rewritten query cannot be rendered without changing it.
@@ -122,9 +130,11 @@ def _without_order(tree: exp.Expr) -> exp.Expr:
 
 
 def _without_outer_modifiers(tree: exp.Expr, engine: Dialect) -> exp.Expr:
-    """The SELECT without the modifiers the engine takes only in the outermost SELECT
-    (:attr:`~dialects.Dialect.OUTER_MODIFIERS`, MySQL's ``SQL_NO_CACHE``...: they change no
-    row, so a derived table leaves them out); a copy, ``tree`` itself when it has none."""
+    """The SELECT without the modifiers the engine takes only in the outermost SELECT.
+
+    :attr:`~dialects.Dialect.OUTER_MODIFIERS`, MySQL's ``SQL_NO_CACHE``...: they change no
+    row, so a derived table leaves them out. A copy, ``tree`` itself when it has none.
+    """
     if not engine.OUTER_MODIFIERS:
         return tree
     modifiers = tree.args.get("operation_modifiers") or []
@@ -160,8 +170,10 @@ def _pushdown_fence(parsed: ParsedQuery) -> bool:
 
 
 def _fenced(text: str, engine: Dialect, tree: exp.Expr) -> str | None:
-    """``text`` with ``LIMIT <all rows>`` appended, when it provably reads as ``tree``
-    with that LIMIT; else None."""
+    """``text`` with ``LIMIT <all rows>`` appended.
+
+    When it provably reads as ``tree`` with that LIMIT; else None.
+    """
     fenced = f"{text.rstrip()}\nLIMIT {_NO_LIMIT}"
     expected = tree.copy()
     if not isinstance(expected, (exp.Select, exp.SetOperation)):
@@ -170,8 +182,10 @@ def _fenced(text: str, engine: Dialect, tree: exp.Expr) -> str | None:
 
 
 def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
-    """The whole query as it runs alone (one partition): the user's own text, or the
-    checked rendering of what sqlfeed rewrote inside (see :func:`embedded_text`).
+    """The whole query as it runs alone (one partition).
+
+    The user's own text, or the checked rendering of what sqlfeed rewrote inside (see
+    :func:`embedded_text`).
 
     Raises:
         UnsupportedError: the rewritten query cannot be rendered without changing it.
@@ -186,9 +200,11 @@ def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
 
 
 def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str:
-    """``tree``, a rewrite of the user's query: the user's text with only its outermost
-    ORDER BY rendered (tie-breakers for its LIMIT), or the whole tree rendered once checked
-    to be faithful."""
+    """``tree``, a rewrite of the user's query, as text.
+
+    The user's text with only its outermost ORDER BY rendered (tie-breakers for its LIMIT),
+    or the whole tree rendered once checked to be faithful.
+    """
     engine = parsed.dialect
     text = statement_text(parsed.sql, engine)
     original = reparse(text, engine)
@@ -209,8 +225,10 @@ def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str
 
 
 def _order_words_written(parsed: ParsedQuery, original: exp.Expr) -> bool:
-    """Whether sqlglot writes the user's own ORDER BY with the user's words only (the
-    ORDER BY is the part :func:`with_order` renders)."""
+    """Whether sqlglot writes the user's own ORDER BY with the user's words only.
+
+    The ORDER BY is the part :func:`with_order` renders.
+    """
     order = original.args.get("order")
     if order is None:
         return False
@@ -222,9 +240,11 @@ def _order_words_written(parsed: ParsedQuery, original: exp.Expr) -> bool:
 
 
 def wrap_body(parsed: ParsedQuery) -> tuple[exp.Expr, exp.With | None, tuple[str, str] | None]:
-    """What a wrap (:class:`sqlfeed.sql.frame.Frame`) puts in its derived table: a
-    placeholder for the embedded text (and the placeholder's name and text), or, on other
-    engines, the query's tree and the CTEs to hoist above the wrap."""
+    """What a wrap (:class:`sqlfeed.sql.frame.Frame`) puts in its derived table.
+
+    A placeholder for the embedded text (and the placeholder's name and text), or, on other
+    engines, the query's tree and the CTEs to hoist above the wrap.
+    """
     if parsed.dialect.EMBEDS_QUERY_TEXT:
         placeholder = unused_name(parsed.sql, "_sqlfeed_query_7c1e")
         return exp.var(placeholder), None, (placeholder, embedded_text(parsed))

@@ -73,8 +73,11 @@ def order_sensitive_aggregate(node: exp.Expr | None) -> bool:
 
 
 def window_kind(function: exp.Expr, spec: exp.Expr | None) -> str | None:
-    """``rows`` (numbers rows, ignores the frame), ``value`` (picks from its frame), or None
-    when ties in the window order cannot change the function's result."""
+    """The window function's kind: ``rows``, ``value``, or None.
+
+    ``rows`` (numbers rows, ignores the frame), ``value`` (picks from its frame), or None
+    when ties in the window order cannot change the function's result.
+    """
     if isinstance(function, _ROW_FUNCTIONS) or function_name(function) in {
         "row_number",
         "lag",
@@ -171,8 +174,11 @@ def spec_only(window: exp.Window, engine: Dialect) -> str:
 
 
 def window_candidates(select: exp.Select) -> list[exp.Expr]:
-    """What tells the rows of a non-grouped SELECT apart for its windows: its output
-    expressions (window results aside), then what every window reads or orders by."""
+    """What tells the rows of a non-grouped SELECT apart for its windows.
+
+    Its output expressions (window results aside), then what every window reads or orders
+    by.
+    """
     candidates = [
         item.unalias().copy() for item in select.expressions if item.find(exp.Window) is None
     ]

@@ -119,7 +119,7 @@ _TOKEN = re.compile(r"<Token token_type: [\w.]+, text: (.*?), line: .*?>")
 
 
 def syntax_problem(description: str) -> str:
-    """sqlglot's description of a syntax error, in SQL terms.
+    """The sqlglot description of a syntax error, in SQL terms.
 
     >>> syntax_problem("Required keyword: 'expression' missing for <class 'x.core.Mul'>")
     "'*' has no right-hand operand"
@@ -157,7 +157,7 @@ def syntax_problem(description: str) -> str:
 def misspelt_keyword(
     sql: str, read: str | None, line: int | None, col: int | None
 ) -> tuple[str, int, int] | None:
-    """A misspelt keyword where a query failed to parse: what, its line and column.
+    r"""A misspelt keyword where a query failed to parse: what, its line and column.
 
     The query's first word when it is no keyword (``SELEC``), else the plain word right
     before the parser stopped at ``line``/``col`` (``FORM`` in ``SELECT a FORM t``), when
@@ -165,7 +165,7 @@ def misspelt_keyword(
 
     >>> misspelt_keyword("SELEC * FROM t", "duckdb", 1, 12)
     ("'SELEC' is not a keyword: did you mean SELECT?", 1, 1)
-    >>> misspelt_keyword("SELECT a\\nFORM t", "duckdb", 2, 6)
+    >>> misspelt_keyword("SELECT a\nFORM t", "duckdb", 2, 6)
     ("'FORM' is not a keyword: did you mean FROM?", 2, 1)
     """
     try:
@@ -194,11 +194,11 @@ def _near_keyword(token: Token, keywords: tuple[str, ...]) -> tuple[str, int, in
 
 
 def unclosed(sql: str) -> tuple[str, int, int] | None:
-    """The string, quoted name or comment that ``sql`` leaves open: what, line, column.
+    r"""The string, quoted name or comment that ``sql`` leaves open: what, line, column.
 
     None when every one is closed (the tokenizer failed for another reason).
 
-    >>> unclosed("SELECT a\\nFROM t WHERE b = 'x")
+    >>> unclosed("SELECT a\nFROM t WHERE b = 'x")
     ("a string (') is not closed", 2, 18)
     """
     closers = {
