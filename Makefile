@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TORCH := torch==2.13.0 torchdata==0.11.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck layers pytest bench-smoke fast bench clean
+.PHONY: install demo test lint typecheck layers pytest bench-smoke docs fast bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(STAMP): setup.cfg pyproject.toml
 # make test also installs the test tools and the heavy integrations (PyTorch, Ray, Dask);
 # make demo does not need them.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask,ml,lakehouse]' $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask,ml,lakehouse,docs]' $(TORCH)
 	touch $(TEST_STAMP)
 
 install: $(TEST_STAMP)
@@ -46,7 +46,12 @@ pytest: $(TEST_STAMP)
 bench-smoke: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.smoke
 
-test: lint typecheck layers pytest bench-smoke
+# The documentation site (docs/, mkdocs.yml) into build/site: strict, so a broken link, a missing
+# reference or a docstring warning fails the build.
+docs: $(TEST_STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+test: lint typecheck layers pytest bench-smoke docs
 
 # Local loop: everything but the slow multi-process / large-data tests.
 fast: lint typecheck layers
