@@ -63,8 +63,11 @@ class BatchBuilder:
 
 
 def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """``values`` as an Arrow array of ``arrow_type`` (decimals to floats where asked; a
-    float in an integer column only when it is whole: ``4.5`` raises, never becomes 4)."""
+    """``values`` as an Arrow array of ``arrow_type``.
+
+    Decimals become floats where asked; a float in an integer column only when it is whole:
+    ``4.5`` raises, never becomes 4.
+    """
     if pa.types.is_null(arrow_type):
         return pa.nulls(len(values))
     if pa.types.is_integer(arrow_type) and any(type(v) is float for v in values):
@@ -178,10 +181,12 @@ def without_hints(schema: pa.Schema) -> pa.Schema:
 
 
 def unique_names(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every repeated column name made unique as DuckDB does: the first
-    ``id`` keeps its name, the next ones become ``id_1``, ``id_2``... (skipping names the
-    query already has). A ``SELECT *`` over a join repeats names, and a file, a data frame
-    or a dict of features cannot hold two columns of one name."""
+    """``schema`` with every repeated column name made unique as DuckDB does.
+
+    The first ``id`` keeps its name, the next ones become ``id_1``, ``id_2``... (skipping
+    names the query already has). A ``SELECT *`` over a join repeats names, and a file, a
+    data frame or a dict of features cannot hold two columns of one name.
+    """
     names = schema.names
     if len(set(names)) == len(names):
         return schema
@@ -203,8 +208,10 @@ def unique_names(schema: pa.Schema) -> pa.Schema:
 
 
 def renamed_columns(names: Sequence[str | None] | None, schema: pa.Schema | None) -> str:
-    """One line saying which of the query's output ``names`` :func:`unique_names` renamed
-    in ``schema`` (empty when none was), with the fix."""
+    """One line saying which of the query's output ``names`` :func:`unique_names` renamed.
+
+    It names the columns renamed in ``schema`` (empty when none was), with the fix.
+    """
     if names is None or schema is None:
         return ""
     pairs = [

@@ -76,8 +76,9 @@ carry only text; a reader that words an error itself keeps the driver's phrase).
 
 
 def connection_lost(err: BaseException) -> bool:
-    """Whether ``err`` (or an error it was raised from) says the connection was lost or
-    the server cannot be reached right now, rather than that the query failed.
+    """Whether ``err`` (or an error it was raised from) says the connection was lost.
+
+    Or that the server cannot be reached right now, rather than that the query failed.
 
     Args:
         err: any error a read raised: a driver's, SQLAlchemy's (its ``orig``), a
@@ -157,8 +158,11 @@ class Reconnect:
         return cls(tries=int(tries), seconds=float(seconds))
 
     def pause(self, attempt: int) -> float:
-        """The pause before reconnection ``attempt`` (1, 2, ...): half of the doubled
-        pause fixed, half at random, so workers that lost the server together spread out."""
+        """The pause before reconnection ``attempt`` (1, 2, ...).
+
+        Half of the doubled pause fixed, half at random, so workers that lost the server
+        together spread out.
+        """
         step = min(self.max_pause, self.first_pause * 2.0 ** min(attempt - 1, 60))
         return step / 2 + random.uniform(0.0, step / 2)
 
@@ -191,8 +195,7 @@ class Losses:
         self.count = 0
 
     def next_pause(self) -> float | None:
-        """Count one more loss: the pause before reconnecting, or None when the budget is
-        spent."""
+        """Count one more loss: the pause before reconnecting, or None when the budget is spent."""
         now = time.monotonic()
         if self.count == 0:
             self.since = now

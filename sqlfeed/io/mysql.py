@@ -108,9 +108,11 @@ _MYSQL_UNSIGNED_FLAG = 32
 
 
 class MySQLConnectorx(ConnectorxReader):
-    """connectorx, for the column types it returns exactly (:data:`CONNECTORX_TYPES`, as
-    the plan's schema hints say), on a plain ``host:port`` URL; :data:`MYSQL_SESSION` runs
-    first on its session."""
+    """connectorx, for the column types it returns exactly, on a plain ``host:port`` URL.
+
+    The types are :data:`CONNECTORX_TYPES`, as the plan's schema hints say;
+    :data:`MYSQL_SESSION` runs first on its session.
+    """
 
     source: MySQLSource
 
@@ -132,8 +134,7 @@ class MySQLConnectorx(ConnectorxReader):
 
 
 class PymysqlReader(CursorReader):
-    """pymysql's unbuffered ``SSCursor`` (another driver's own cursor), which carries every
-    type."""
+    """pymysql's unbuffered ``SSCursor`` (another driver's own cursor), which carries every type."""
 
     name = "pymysql"
 
@@ -160,9 +161,11 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
     READERS_VARIABLE = READERS_VARIABLE
 
     def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
-        """A consistent read session (:mod:`sqlfeed.io.pinned`): a pooled connection (its
-        session settings ran) in ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, read by
-        the driver's unbuffered cursor."""
+        """A consistent read session (:mod:`sqlfeed.io.pinned`).
+
+        A pooled connection (its session settings ran) in ``START TRANSACTION WITH
+        CONSISTENT SNAPSHOT``, read by the driver's unbuffered cursor.
+        """
         return (
             self.engine.raw_connection(),
             MYSQL_CONSISTENT,
@@ -181,9 +184,11 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
     def column_fields(
         self, sql: str, schema: pa.Schema | None = None
     ) -> tuple[tuple[int, int, int], ...]:
-        """(type code, precision, scale) of each output column of ``sql``: from ``schema``'s
-        hints (:func:`mysql_hints`) when it has them, else one ``LIMIT 0`` query through
-        pymysql, remembered per SQL text."""
+        """(type code, precision, scale) of each output column of ``sql``.
+
+        From ``schema``'s hints (:func:`mysql_hints`) when it has them, else one ``LIMIT 0``
+        query through pymysql, remembered per SQL text.
+        """
         hinted = mysql_hints(schema)
         if hinted is not None:
             return hinted
@@ -239,8 +244,11 @@ def _decimal_digits(meta: Any, description: Sequence[Any]) -> tuple[int, int]:
 
 
 def mysql_hints(schema: pa.Schema | None) -> tuple[tuple[int, int, int], ...] | None:
-    """(type code, precision, scale) of every column from ``schema``'s :data:`MYSQL_HINT`
-    field metadata, or None when a column has none (not a schema a MySQL source derived)."""
+    """(type code, precision, scale) of every column from ``schema``'s field metadata.
+
+    From its :data:`MYSQL_HINT` field metadata, or None when a column has none (not a schema
+    a MySQL source derived).
+    """
     if schema is None:
         return None
     fields = []
@@ -287,9 +295,11 @@ def mysql_description_schema(cursor: Any) -> pa.Schema | None:
 
 
 class MysqlSession(DbapiSession):
-    """A pooled pymysql connection writing with ``executemany`` in strict SQL mode (a value
-    too long or out of range fails instead of being cut to fit); the connection's mode is
-    put back when the session closes."""
+    """A pooled pymysql connection writing with ``executemany`` in strict SQL mode.
+
+    A value too long or out of range fails instead of being cut to fit; the connection's
+    mode is put back when the session closes.
+    """
 
     def __init__(self, connection: Any, dialect: Any, paramstyle: str) -> None:
         super().__init__(connection, dialect, paramstyle)

@@ -1,6 +1,7 @@
 """Deprecated: :mod:`sqlfeed.io.postgres.copy` (the PostgreSQL copy reader).
 
-This module name goes in the next release."""
+This module name goes in the next release.
+"""
 
 from __future__ import annotations
 

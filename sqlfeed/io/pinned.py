@@ -109,7 +109,8 @@ class PinnedSession:
     def close(self) -> None:
         """End the transaction (rolled back: it only read) and close the connection.
 
-        Waits for a read still running to stop (at most :data:`CLOSE_WAIT` seconds)."""
+        Waits for a read still running to stop (at most :data:`CLOSE_WAIT` seconds).
+        """
         locked = self._lock.acquire(timeout=CLOSE_WAIT)
         try:
             connection, self._connection = self._connection, None
@@ -127,8 +128,10 @@ class PinnedSession:
 
 
 def cursor_batches(cursor_for: Callable[[Any, int], Any]) -> Batches:
-    """A session's reads through a DB-API cursor (``cursor_for(connection, batch_rows)``,
-    the source's streaming one) and ``fetchmany``."""
+    """A session's reads through a DB-API cursor and ``fetchmany``.
+
+    The cursor is ``cursor_for(connection, batch_rows)``, the source's streaming one.
+    """
 
     def batches(
         connection: Any, sql: str, schema: pa.Schema, batch_rows: int, stop: threading.Event | None
@@ -150,8 +153,10 @@ class SessionRegistry:
         self._lock = threading.Lock()
 
     def open(self, connection: Any, begin: Sequence[str], batches: Batches) -> PinnedSession:
-        """A session on ``connection`` (handed over: the session closes it), begun with
-        ``begin``, reading by ``batches``; registered until it closes."""
+        """A session on ``connection``, begun with ``begin``, reading by ``batches``.
+
+        The connection is handed over: the session closes it. Registered until it closes.
+        """
         try:
             session = PinnedSession(connection, begin, batches, self._forget)
         except BaseException:
@@ -183,7 +188,8 @@ class SessionRegistry:
 
 
 class PinnedReads:
-    """What a source (a :class:`~sqlfeed.io.Source` subclass) gets from pinned sessions:
+    """What a source (a :class:`~sqlfeed.io.Source` subclass) gets from pinned sessions.
+
     :meth:`pin_session`, and :meth:`read` of a session's token on its connection.
 
     The source provides ``_session_for()`` (a new connection, its session set up; the
@@ -192,8 +198,9 @@ class PinnedReads:
     """
 
     def pin_session(self) -> PinnedSession:
-        """A transaction on a connection of its own whose reads (``read(snapshot=its
-        token)``) all see one state of the database; close it when done.
+        """A transaction on a connection of its own whose reads all see one state of the database.
+
+        Its reads are ``read(snapshot=its token)``; close it when done.
 
         Raises:
             EngineError: the transaction cannot begin.
@@ -220,8 +227,11 @@ class PinnedReads:
         snapshot: str | None = None,
         rows: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """:meth:`sqlfeed.io.Source.read`; with a pinned session's token as ``snapshot``, the
-        rows are read on that session's connection, inside its transaction."""
+        """Read as :meth:`sqlfeed.io.Source.read` does, or on a pinned session.
+
+        With a pinned session's token as ``snapshot``, the rows are read on that session's
+        connection, inside its transaction.
+        """
         if snapshot is None or not snapshot.startswith(SESSION_PREFIX):
             reads: Iterator[pa.RecordBatch] = super().read(  # type: ignore[misc]
                 sql,

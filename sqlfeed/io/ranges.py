@@ -165,8 +165,11 @@ def orc_reader(
     only: Sequence[str] | None = None,
     stripes: tuple[int, int] | None = None,
 ) -> pa.RecordBatchReader:
-    """The rows of ORC ``files`` (of ``only`` those of them; of stripes ``[a, b)``), in file
-    and stripe order, with the columns of :func:`orc_schema` over all ``files``."""
+    """The rows of ORC ``files``, in file and stripe order.
+
+    Of ``only`` those of them; of stripes ``[a, b)``; with the columns of :func:`orc_schema`
+    over all ``files``.
+    """
     schema = orc_schema(files)
     chosen = [path for path in files if only is None or path in set(only)]
 

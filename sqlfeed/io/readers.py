@@ -86,9 +86,11 @@ class ReadRequest:
 
 
 class StaleConnection(Exception):
-    """A connection a reader kept from an earlier read proved broken before this read's
-    first row (the server restarted, the session was ended meanwhile): the chain tries
-    the reader once more, on a fresh connection; a second one raises :attr:`error`."""
+    """A connection a reader kept from an earlier read proved broken before this read's first row.
+
+    The server restarted, or the session was ended meanwhile: the chain tries the reader
+    once more, on a fresh connection; a second one raises :attr:`error`.
+    """
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
@@ -117,21 +119,27 @@ class Reader(ABC):
 
     @abstractmethod
     def carries(self, request: ReadRequest) -> bool:
-        """Whether this reader is installed, can open the source, and returns every column
-        of ``request`` exactly (its type check)."""
+        """Whether this reader is installed, can open the source, and carries ``request``.
+
+        It carries it when it returns every column of ``request`` exactly (its type check).
+        """
 
     @abstractmethod
     def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
         """The rows of ``request.sql``, as record batches (cast to the plan's types later)."""
 
     def failure(self, err: BaseException) -> bool:
-        """Whether ``err`` is this reader failing where the next reader may read instead
-        (before its first batch), rather than the query's or the caller's error."""
+        """Whether ``err`` is this reader failing where the next reader may read instead.
+
+        Before its first batch, rather than the query's or the caller's error.
+        """
         return False
 
     def hides(self, err: BaseException) -> bool:
-        """Whether ``err``, after a batch was delivered, may hide the database's own error
-        (a panic's text): the chain then asks the next reader for it."""
+        """Whether ``err``, after a batch was delivered, may hide the database's own error.
+
+        Such as a panic's text: the chain then asks the next reader for it.
+        """
         return False
 
     def database_message(self, err: BaseException) -> str | None:
@@ -200,9 +208,12 @@ def _raise_hidden(
     err: BaseException,
     rest: Callable[[], Iterator[pa.RecordBatch]],
 ) -> None:
-    """The engine's one-line error for a failure after delivery. Unless the failure names
-    the database's message, or is a lost connection (which hides nothing), the next reader
-    runs the query to the end, its rows dropped: its own error, if any, is raised."""
+    """The engine's one-line error for a failure after delivery.
+
+    Unless the failure names the database's message, or is a lost connection (which hides
+    nothing), the next reader runs the query to the end, its rows dropped: its own error, if
+    any, is raised.
+    """
     message = reader.database_message(err)
     if message is None and not connection_lost(err):
         for _ in rest():

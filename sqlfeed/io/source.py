@@ -234,8 +234,10 @@ class Source:
     def _reconnect(
         self, err: Exception, losses: Losses, resume: _Resume, stop: threading.Event | None
     ) -> bool:
-        """After a lost connection: wait the pause before reconnecting (False: a stop came
-        meanwhile), or raise the one-line error that gives up."""
+        """After a lost connection: wait the pause before reconnecting.
+
+        False: a stop came meanwhile. Or raise the one-line error that gives up.
+        """
         engine, why = self.dialect.name, driver_message(err)
         if resume.delivered and not resume.resumable:
             raise EngineError(
@@ -303,8 +305,10 @@ class Source:
     # -- readers --------------------------------------------------------------------------
 
     def reader_table(self) -> dict[str, Reader]:
-        """This source's readers by name, in its engine's order of preference; the last one
-        carries every type (see :mod:`sqlfeed.io.readers`)."""
+        """This source's readers by name, in its engine's order of preference.
+
+        The last one carries every type (see :mod:`sqlfeed.io.readers`).
+        """
         raise NotImplementedError
 
     def use_readers(self, names: Sequence[str]) -> None:
@@ -316,9 +320,12 @@ class Source:
         self.readers = chosen_readers(self.dialect.name, names, tuple(self.reader_table()))
 
     def candidates(self, request: ReadRequest, *, after: str = "") -> Iterator[Reader]:
-        """The readers a read of ``request`` tries, in order: those of :attr:`readers`
-        (after ``after``) that carry it, then the table's last reader (lazily: a type check
-        may cost a query, run only when the readers before could not serve)."""
+        """The readers a read of ``request`` tries, in order.
+
+        Those of :attr:`readers` (after ``after``) that carry it, then the table's last
+        reader (lazily: a type check may cost a query, run only when the readers before
+        could not serve).
+        """
         table = self.reader_table()
         last = next(reversed(table))
         for name in dict.fromkeys((*readers_after(self.readers, after), last)):
@@ -334,8 +341,10 @@ class Source:
         after: str = "",
         snapshot: str | None = None,
     ) -> str:
-        """The reader a read of ``sql`` takes first: the first of :attr:`readers` (after
-        ``after``) that carries every column of it, else the table's last.
+        """The reader a read of ``sql`` takes first.
+
+        The first of :attr:`readers` (after ``after``) that carries every column of it, else
+        the table's last.
 
         Args:
             sql: the query.
@@ -351,13 +360,19 @@ class Source:
         return next(self.candidates(request, after=after)).name
 
     def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
-        """The batches of one read, before they are cast to the plan's types: the first
-        reader of :meth:`candidates` that serves it (:func:`~sqlfeed.io.readers.read_in_order`)."""
+        """The batches of one read, before they are cast to the plan's types.
+
+        From the first reader of :meth:`candidates` that serves it
+        (:func:`~sqlfeed.io.readers.read_in_order`).
+        """
         return read_in_order(self.dialect.name, self.candidates(request), request)
 
     def reading_beside(self, output: Source) -> None:
-        """This source is read while ``output`` is written in the same process: readers
-        that could not share the file with the writer are set aside (SQLite: see there)."""
+        """This source is read while ``output`` is written in the same process.
+
+        Readers that could not share the file with the writer are set aside (SQLite: see
+        there).
+        """
 
     def write_session(self) -> Any:
         """A :class:`sqlfeed.io.writes.WriteSession` on this database.
@@ -379,8 +394,10 @@ class Source:
         raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
 
     def _retried(self, what: str, call: Callable[[], _T]) -> _T:
-        """``call()``, a read-only query, its driver errors worded (:meth:`_errors`); after
-        a lost connection it runs again, as a partition read does (:attr:`reconnect`)."""
+        """``call()``, a read-only query, its driver errors worded (:meth:`_errors`).
+
+        After a lost connection it runs again, as a partition read does (:attr:`reconnect`).
+        """
         losses: Losses | None = None
         while True:
             try:
@@ -488,7 +505,8 @@ class SnapshotHolder:
         """End the transaction: readers can no longer start inside the snapshot.
 
         A connection lost meanwhile (a server restart) is discarded quietly: closing never
-        replaces the error of the read that found the snapshot gone."""
+        replaces the error of the read that found the snapshot gone.
+        """
         connection, self._connection = self._connection, None
         if connection is None:
             return

@@ -38,9 +38,11 @@ __all__ = [
 
 
 class CursorReader(Reader):
-    """The DB-API driver's cursor on one of the engine's pooled connections, its rows
-    fetched with ``fetchmany`` and built into batches of the plan's types: it carries
-    every type, so it ends every engine's reader table."""
+    """The DB-API driver's cursor on one of the engine's pooled connections.
+
+    Its rows are fetched with ``fetchmany`` and built into batches of the plan's types: it
+    carries every type, so it ends every engine's reader table.
+    """
 
     name = "dbapi"
     source: SQLAlchemySource
@@ -138,8 +140,10 @@ class SQLAlchemySource(Source):
 
     @contextlib.contextmanager
     def _raw(self) -> Iterator[Any]:
-        """A pooled DB-API connection, back to the pool after use; a dead one (lost
-        mid-use) is invalidated instead (:func:`release`)."""
+        """A pooled DB-API connection, back to the pool after use.
+
+        A dead one (lost mid-use) is invalidated instead (:func:`release`).
+        """
         connection = self.engine.raw_connection()
         failed: BaseException | None = None
         try:
@@ -152,9 +156,11 @@ class SQLAlchemySource(Source):
 
     @contextlib.contextmanager
     def _query(self) -> Iterator[Any]:
-        """A cursor on a pooled connection (:meth:`_raw`); its transaction committed at
-        the end, or, after an error, the cursor discarded (:func:`discard`) and the error
-        raised as it is."""
+        """A cursor on a pooled connection (:meth:`_raw`); its transaction committed at the end.
+
+        After an error, the cursor is discarded (:func:`discard`) and the error raised as it
+        is.
+        """
         with self._raw() as connection, statement(connection) as cursor:
             yield cursor
 
@@ -194,8 +200,10 @@ class SQLAlchemySource(Source):
         return connection.cursor()
 
     def write_session(self) -> WriteSession:
-        """A session writing into this database (:mod:`sqlfeed.io.writes`): a pooled
-        DB-API connection, rows inserted with ``executemany``."""
+        """A session writing into this database (:mod:`sqlfeed.io.writes`).
+
+        A pooled DB-API connection, rows inserted with ``executemany``.
+        """
         return DbapiSession(self.engine.raw_connection(), self.dialect, self._paramstyle())
 
     def _paramstyle(self) -> str:
@@ -204,11 +212,13 @@ class SQLAlchemySource(Source):
 
 @contextlib.contextmanager
 def statement(connection: Any, cursor: Any = None, *, commit: bool = True) -> Iterator[Any]:
-    """``cursor`` (default: a new one) of the pooled ``connection``, closed at the end and
-    the transaction committed (with ``commit``). After an error (a consumer closing a
-    read early included) the cursor is discarded (:func:`discard`) and nothing is
-    committed: the error raised is the one the body raised, never a failure to clean up
-    after it on a connection that is gone."""
+    """``cursor`` (default: a new one) of the pooled ``connection``.
+
+    Closed at the end and the transaction committed (with ``commit``). After an error (a
+    consumer closing a read early included) the cursor is discarded (:func:`discard`) and
+    nothing is committed: the error raised is the one the body raised, never a failure to
+    clean up after it on a connection that is gone.
+    """
     cursor = connection.cursor() if cursor is None else cursor
     try:
         yield cursor
@@ -221,10 +231,13 @@ def statement(connection: Any, cursor: Any = None, *, commit: bool = True) -> It
 
 
 def discard(cursor: Any, connection: Any) -> None:
-    """Close ``cursor`` after a failure, quietly. On a live connection it is closed as
-    usual (pymysql's unbuffered cursor reads the rest of its rows); where that fails, or
-    the connection is gone, nothing is read from it any more (pymysql would raise, also
-    later from its finalizers) and the connection is invalidated."""
+    """Close ``cursor`` after a failure, quietly.
+
+    On a live connection it is closed as usual (pymysql's unbuffered cursor reads the rest
+    of its rows); where that fails, or the connection is gone, nothing is read from it any
+    more (pymysql would raise, also later from its finalizers) and the connection is
+    invalidated.
+    """
     if not dead(connection):
         try:
             cursor.close()
@@ -241,8 +254,10 @@ def discard(cursor: Any, connection: Any) -> None:
 
 
 def dead(connection: Any) -> bool:
-    """Whether a pooled connection's DB-API connection (or a DB-API connection) was closed
-    or lost (psycopg: ``closed``, pymysql: not ``open``), or invalidated already."""
+    """Whether a pooled connection's DB-API connection was closed or lost, or invalidated already.
+
+    Also for a DB-API connection itself (psycopg: ``closed``, pymysql: not ``open``).
+    """
     driver = getattr(connection, "driver_connection", connection)  # or a DB-API one
     if driver is None:
         return True
@@ -253,9 +268,11 @@ def dead(connection: Any) -> bool:
 
 
 def release(connection: Any, failed: BaseException | None = None) -> None:
-    """Give a pooled connection back: to the pool (its transaction rolled back), or, when
-    it is gone (``failed`` by a lost connection, or :func:`dead`), invalidated without
-    that rollback, which would fail and log a traceback ("Exception during reset")."""
+    """Give a pooled connection back: to the pool (its transaction rolled back), or invalidated.
+
+    It is invalidated when it is gone (``failed`` by a lost connection, or :func:`dead`),
+    without that rollback, which would fail and log a traceback ("Exception during reset").
+    """
     if hasattr(connection, "dbapi_connection") and connection.dbapi_connection is None:
         return  # invalidated already (:func:`discard`): back in the pool
     if (failed is not None and connection_lost(failed)) or dead(connection):
@@ -293,9 +310,11 @@ _DRIVERS = {
 
 
 def driver_hint(url: str, dialect_name: str) -> str:
-    """What to do when the driver a URL names is missing: name the installed driver's
-    URL scheme (``mysql://`` asks for MySQLdb; ``mysql+pymysql://`` is what the ``mysql``
-    extra installs), or the extra to install."""
+    """What to do when the driver a URL names is missing.
+
+    Name the installed driver's URL scheme (``mysql://`` asks for MySQLdb;
+    ``mysql+pymysql://`` is what the ``mysql`` extra installs), or the extra to install.
+    """
     known = _DRIVERS.get(dialect_name)
     if known is None:
         return "install the driver the URL names"

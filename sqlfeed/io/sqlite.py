@@ -86,10 +86,12 @@ _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
 
 
 class SqliteAdbcReader(Reader):
-    """ADBC's SQLite driver on this thread's kept read-only connection, where the plan's
-    schema says it returns every column exactly (:func:`adbc_carries`); its text checked
-    to be UTF-8. It types a column by the values of its first batch, which the chain
-    checks against the plan's schema."""
+    """ADBC's SQLite driver on this thread's kept read-only connection.
+
+    Where the plan's schema says it returns every column exactly (:func:`adbc_carries`); its
+    text checked to be UTF-8. It types a column by the values of its first batch, which the
+    chain checks against the plan's schema.
+    """
 
     name = "adbc"
     typed_by_values = True
@@ -141,8 +143,11 @@ class SqliteAdbcReader(Reader):
             cursor.close()
 
     def failure(self, err: BaseException) -> bool:
-        """An error of an ADBC read (the driver's, its stream's, the text check's; a source
-        closed meanwhile, whose connections are gone), not ours nor the caller's."""
+        """An error of an ADBC read, not ours nor the caller's.
+
+        The driver's, its stream's, the text check's; or a source closed meanwhile, whose
+        connections are gone.
+        """
         if not isinstance(err, Exception) or isinstance(err, SqlfeedError):
             return False
         module = type(err).__module__ or ""
@@ -154,8 +159,11 @@ class SqliteAdbcReader(Reader):
 
 
 class SqliteConnectorx(ConnectorxReader):
-    """connectorx on the database file (a plain path), for a query that calls none of
-    sqlfeed's own SQL functions; its first batch is checked against the plan's schema."""
+    """connectorx on the database file (a plain path).
+
+    For a query that calls none of sqlfeed's own SQL functions; its first batch is checked
+    against the plan's schema.
+    """
 
     source: SQLiteSource
 
@@ -197,13 +205,15 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
     READERS_VARIABLE = READERS_VARIABLE
 
     def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
-        """A consistent read session's connection (:mod:`sqlfeed.io.pinned`): a pooled
-        ``sqlite3`` one (sqlfeed's functions in it), not ADBC's, whose driver has a SQLite
-        library of its own (two in one process break each other's POSIX locks, see
-        https://www.sqlite.org/howtocorrupt.html 2.2.1, while a read holds its
-        transaction). ``BEGIN`` is deferred: the read of the schema starts the read
-        transaction, which fixes the state every later read of the session sees (WAL) or
-        holds the shared lock (rollback journal)."""
+        """A consistent read session's connection (:mod:`sqlfeed.io.pinned`).
+
+        A pooled ``sqlite3`` one (sqlfeed's functions in it), not ADBC's, whose driver has a
+        SQLite library of its own (two in one process break each other's POSIX locks, see
+        https://www.sqlite.org/howtocorrupt.html 2.2.1, while a read holds its transaction).
+        ``BEGIN`` is deferred: the read of the schema starts the read transaction, which
+        fixes the state every later read of the session sees (WAL) or holds the shared lock
+        (rollback journal).
+        """
         begin = ("BEGIN", "SELECT count(*) FROM sqlite_master")
         return self.engine.raw_connection(), begin, cursor_batches(self._streaming_cursor)
 
@@ -233,10 +243,13 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         super().close()
 
     def reading_beside(self, output: Source) -> None:
-        """Reads of the file ``output`` writes go through ``sqlite3`` only: ADBC's driver
-        has a SQLite library of its own, and two libraries with one file open in one
-        process break each other's POSIX locks (https://www.sqlite.org/howtocorrupt.html
-        2.2.1); the writer's WAL switch fails ("disk I/O error") while ADBC has it open."""
+        """Reads of the file ``output`` writes go through ``sqlite3`` only.
+
+        ADBC's driver has a SQLite library of its own, and two libraries with one file open
+        in one process break each other's POSIX locks
+        (https://www.sqlite.org/howtocorrupt.html 2.2.1); the writer's WAL switch fails
+        ("disk I/O error") while ADBC has it open.
+        """
         mine, theirs = _file_of(self), _file_of(output)
         if mine is not None and mine == theirs:
             self.use_readers(["sqlite3"])
@@ -244,8 +257,10 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
 
     @classmethod
     def make_file(cls, url: str) -> None:
-        """Make the SQLite database file ``url`` names, when it does not exist yet (in the
-        default rollback-journal mode: see :class:`SqliteSession`)."""
+        """Make the SQLite database file ``url`` names, when it does not exist yet.
+
+        In the default rollback-journal mode: see :class:`SqliteSession`.
+        """
         try:
             parsed = sqlalchemy.engine.make_url(url)
         except sqlalchemy.exc.ArgumentError:
@@ -259,8 +274,11 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         return SqliteSession(self.engine.raw_connection(), self.dialect, "qmark")
 
     def schema(self, query: str | ParsedQuery) -> pa.Schema:
-        """The query's Arrow schema; each column that is a plain table column carries that
-        column's affinity as its :data:`SQLITE_HINT` (what lets ADBC read it)."""
+        """The query's Arrow schema, with each plain table column's affinity.
+
+        Each column that is a plain table column carries that column's affinity as its
+        :data:`SQLITE_HINT` (what lets ADBC read it).
+        """
         schema = super().schema(query)
         affinities = self._affinities(self.parse(query))
         if affinities is None or len(affinities) != len(schema):
@@ -272,8 +290,10 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         return pa.schema(fields, metadata=schema.metadata)
 
     def _affinities(self, parsed: ParsedQuery) -> list[str] | None:
-        """Per output column, the affinity of the table column it is ("" for an expression);
-        None unless the query is a plain select-project-filter of one table of ``main``."""
+        """Per output column, the affinity of the table column it is ("" for an expression).
+
+        None unless the query is a plain select-project-filter of one table of ``main``.
+        """
         table = single_table(parsed, self.dialect)
         if table is None or table.db not in ("", "main") or table.catalog:
             return None
@@ -300,11 +320,13 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         return out
 
     def _declared_types(self, table: str) -> list[tuple[str, str, int]] | None:
-        """(name, declared type, hidden) of the columns of the ordinary table ``table`` of
-        the main database (None for a view, a virtual table or no such table); ``hidden``:
-        not stored as declared (generated columns). None too where the catalog cannot
-        tell (another driver; a SQLite without pragma functions): the schema is the same,
-        only without hints."""
+        """(name, declared type, hidden) of the columns of the ordinary table ``table``.
+
+        Of the main database (None for a view, a virtual table or no such table);
+        ``hidden``: not stored as declared (generated columns). None too where the catalog
+        cannot tell (another driver; a SQLite without pragma functions): the schema is the
+        same, only without hints.
+        """
         if self.driver != "pysqlite":
             return None
         with self._raw() as connection:
@@ -331,8 +353,11 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
                 connection.commit()
 
     def calls_own_functions(self, sql: str) -> bool:
-        """Whether ``sql`` calls sqlfeed's own SQL functions (hash partitions call
-        ``sqlfeed_hash``), which only sqlfeed's ``sqlite3`` connections have."""
+        """Whether ``sql`` calls sqlfeed's own SQL functions.
+
+        Hash partitions call ``sqlfeed_hash``; only sqlfeed's ``sqlite3`` connections have
+        them.
+        """
         own = self.dialect.HASH_FUNCTION.lower()
         return bool(own) and own in sql.lower()
 
@@ -352,8 +377,9 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
 
 
 def affinity(declared: str) -> str:
-    """The affinity SQLite gives a column of the declared type ``declared`` (its rules, in
-    their order): ``INTEGER``, ``TEXT``, ``BLOB``, ``REAL`` or ``NUMERIC``.
+    """The affinity SQLite gives a column of the declared type ``declared``.
+
+    By its rules, in their order: ``INTEGER``, ``TEXT``, ``BLOB``, ``REAL`` or ``NUMERIC``.
 
     >>> [affinity(t) for t in ("BIGINT", "VARCHAR(10)", "", "DOUBLE", "DECIMAL(15,2)")]
     ['INTEGER', 'TEXT', 'BLOB', 'REAL', 'NUMERIC']
@@ -393,15 +419,17 @@ def adbc_carries(schema: pa.Schema) -> bool:
 
 
 class SqliteSession(DbapiSession):
-    """A pooled ``sqlite3`` connection writing in ``BEGIN IMMEDIATE`` transactions: the
-    write lock is taken when the transaction starts, so two writers wait for each other
+    """A pooled ``sqlite3`` connection writing in ``BEGIN IMMEDIATE`` transactions.
+
+    The write lock is taken when the transaction starts, so two writers wait for each other
     (busy retries) instead of one failing at its commit. The file's journal mode is left as
     it is, and sqlfeed makes files in the default rollback-journal mode: switching a file to
     WAL while another library's connection has it open in this process fails ("disk I/O
     error"), and in WAL mode a process reading through two SQLite libraries (ADBC's and
     Python's) was seen to read a stale state of the file. A large page cache keeps a
-    partition's writes from spilling, which would need the exclusive lock while reads of
-    the partition still hold a shared one; a commit waiting for readers is asked again."""
+    partition's writes from spilling, which would need the exclusive lock while reads of the
+    partition still hold a shared one; a commit waiting for readers is asked again.
+    """
 
     CACHE_KIB = 262_144
 

@@ -39,7 +39,8 @@ _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
 
 
 def scheme_hint(url: str) -> str | None:
-    """What to write or install when SQLAlchemy has no dialect for ``url``'s scheme;
+    """What to write or install when SQLAlchemy has no dialect for ``url``'s scheme.
+
     None when it has one, or when nothing better can be said (the URL's own error then).
 
     >>> scheme_hint("postgres://me:pw@db/x")

@@ -1,5 +1,7 @@
-"""Arrow's view types as their plain forms: ``string_view`` as ``string``, ``binary_view`` as
-``binary``, ``list_view`` as ``list`` (also nested in lists, structs, maps and dictionaries).
+"""Arrow's view types as their plain forms.
+
+``string_view`` as ``string``, ``binary_view`` as ``binary``, ``list_view`` as ``list``
+(also nested in lists, structs, maps and dictionaries).
 
 Readers accept view types (Parquet files written by current tools carry ``string_view``),
 but many Arrow kernels have none for them (``take``, ``filter``, joins, CSV and ORC
@@ -79,8 +81,10 @@ def has_views(arrow_type: pa.DataType | pa.Schema) -> bool:
 
 
 def plain(data: Data) -> Data:
-    """A table, batch or array with its view types cast to their plain forms (the same
-    object when it has none)."""
+    """A table, batch or array with its view types cast to their plain forms.
+
+    The same object when it has none.
+    """
     if isinstance(data, pa.Table):
         if not has_views(data.schema):
             return data
@@ -99,8 +103,11 @@ def plain(data: Data) -> Data:
 
 
 def _plain_array(array: pa.Array) -> pa.Array:
-    """One array in plain types. List views are rebuilt here: Arrow's own cast from a
-    list view to a list makes an invalid array when it holds NULLs (pyarrow 23)."""
+    """One array in plain types.
+
+    List views are rebuilt here: Arrow's own cast from a list view to a list makes an
+    invalid array when it holds NULLs (pyarrow 23).
+    """
     if not has_views(array.type):
         return array
     kind, t = array.type, pa.types

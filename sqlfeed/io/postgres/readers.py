@@ -123,9 +123,11 @@ class CopyReader(Reader):
 
 
 class PostgresConnectorx(ConnectorxReader):
-    """connectorx's Arrow reads, for the type OIDs it returns exactly
-    (:func:`~sqlfeed.io.postgres.types.connectorx_carries`). A partition estimated small
-    is read whole, as on MySQL/MariaDB and SQLite."""
+    """connectorx's Arrow reads, for the type OIDs it returns exactly.
+
+    See :func:`~sqlfeed.io.postgres.types.connectorx_carries`. A partition estimated small
+    is read whole, as on MySQL/MariaDB and SQLite.
+    """
 
     source: PostgresReading
     typed_by_values = False  # it types a column by its type OID, which carries() checked
@@ -147,8 +149,10 @@ class PostgresConnectorx(ConnectorxReader):
 
 
 class AdbcReader(Reader):
-    """ADBC's binary COPY on this thread's kept connection, for the type OIDs it returns
-    exactly (:data:`~sqlfeed.io.postgres.types.ADBC_TYPES`)."""
+    """ADBC's binary COPY on this thread's kept connection, for the type OIDs it returns exactly.
+
+    See :data:`~sqlfeed.io.postgres.types.ADBC_TYPES`.
+    """
 
     name = "adbc"
     source: PostgresReading
@@ -191,8 +195,10 @@ class AdbcReader(Reader):
 
 
 class PsycopgReader(CursorReader):
-    """psycopg's server-side cursor on a pooled connection: it carries every type (the
-    types without an Arrow form as the text PostgreSQL prints for them)."""
+    """psycopg's server-side cursor on a pooled connection: it carries every type.
+
+    The types without an Arrow form come as the text PostgreSQL prints for them.
+    """
 
     name = "psycopg"
 
@@ -233,8 +239,10 @@ READERS = tuple(reader.name for reader in READER_TABLE)
 def _adbc_batches(
     connection: Any, sql: str, batch_rows: int, stop: threading.Event | None, local: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    """The batches of ``sql`` on an ADBC connection; its transaction committed at the end
-    (left open when ``stop`` ends the read early)."""
+    """The batches of ``sql`` on an ADBC connection; its transaction committed at the end.
+
+    Left open when ``stop`` ends the read early.
+    """
     with connection.cursor() as cursor:
         for setting in local:
             cursor.execute(setting)
@@ -275,8 +283,10 @@ def _alive(connection: Any) -> bool:
 
 
 def _settle(kept: KeptConnection, connections: ThreadConnections) -> None:
-    """After a ``copy`` read: keep the connection when its transaction is over (or can be
-    rolled back), else drop it (broken, or a ``COPY`` still sending rows)."""
+    """After a ``copy`` read: keep the connection when its transaction is over.
+
+    Or when it can be rolled back; else drop it (broken, or a ``COPY`` still sending rows).
+    """
     pq = require("psycopg.pq", "the PostgreSQL copy reader")
     connection = kept.connection
     if connection is None:  # closed with the source meanwhile

@@ -53,8 +53,10 @@ def snapshot_statements(snapshot: str | None, *, begin: bool = False) -> list[st
 
 
 def local_settings(request: ReadRequest) -> list[str]:
-    """The statements that begin a read's transaction on a kept connection: its snapshot,
-    then, for an ``ordered`` read, :data:`POSTGRES_ORDERED` as ``SET LOCAL``."""
+    """The statements that begin a read's transaction on a kept connection.
+
+    Its snapshot, then, for an ``ordered`` read, :data:`POSTGRES_ORDERED` as ``SET LOCAL``.
+    """
     ordered = POSTGRES_ORDERED if request.ordered else ()
     local = [s.replace("SET ", "SET LOCAL ", 1) for s in ordered]
     return [*snapshot_statements(request.snapshot), *local]

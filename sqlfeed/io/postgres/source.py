@@ -73,8 +73,10 @@ class PostgresSource(SQLAlchemySource):
         return None
 
     def text_columns(self, query: str | ParsedQuery) -> list[str]:
-        """Output columns whose type PostgreSQL cannot hash (json, xml, point, money, ...),
-        to hash through their text."""
+        """Output columns whose type PostgreSQL cannot hash, to hash through their text.
+
+        Such as json, xml, point, money, ...
+        """
         sql = schema_sql(self.parse(query))
         return self._retried("schema query", lambda: self._unhashable(sql))
 
@@ -130,8 +132,10 @@ class PostgresSource(SQLAlchemySource):
         return PostgresSession(self.engine.raw_connection(), self.dialect, "format")
 
     def export_snapshot(self) -> SnapshotHolder:
-        """A snapshot exported by a REPEATABLE READ transaction on a connection of its own,
-        held open (no idle-in-transaction time-out) until the holder is closed."""
+        """A snapshot exported by a REPEATABLE READ transaction on a connection of its own.
+
+        Held open (no idle-in-transaction time-out) until the holder is closed.
+        """
         connection = None
         try:
             with self._errors("snapshot export"):

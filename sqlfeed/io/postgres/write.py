@@ -1,8 +1,8 @@
-"""The PostgreSQL write session: a batch's rows sent with ``COPY ... FROM STDIN``.
+r"""The PostgreSQL write session: a batch's rows sent with ``COPY ... FROM STDIN``.
 
 Arrow writes the batch as CSV (NULL an unquoted empty field, the empty string a quoted
 one, floats in their shortest exact form, ``nan`` and ``inf`` as PostgreSQL reads them);
-binary values go as ``\\x`` hex text, zoned timestamps as UTC instants, durations as
+binary values go as ``\x`` hex text, zoned timestamps as UTC instants, durations as
 interval text in seconds (a bare number would be read as seconds of another unit). The ``COPY`` runs
 in the session's open transaction, so the rows commit together with the sink's commit
 record, or not at all.
