@@ -137,8 +137,11 @@ def read_ahead(
 
 
 class _Lane:
-    """What the consumer and one reader thread exchange: the queue of each partition the
-    thread reads (in its order), and the go-ahead to start the next one."""
+    """What the consumer and one reader thread exchange.
+
+    The queue of each partition the thread reads (in its order), and the go-ahead to start
+    the next one.
+    """
 
     def __init__(self) -> None:
         self.slots: queue.Queue[queue.Queue[Any]] = queue.Queue()

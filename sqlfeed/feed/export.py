@@ -126,8 +126,10 @@ def _write_folder(
     readers: int,
     on_partition: Callable[[int, int], None] | None,
 ) -> int:
-    """One file per partition, every partition read inside one snapshot (see
-    :mod:`sqlfeed.feed.snapshots`), held until the last is written."""
+    """One file per partition, every partition read inside one snapshot.
+
+    See :mod:`sqlfeed.feed.snapshots`; the snapshot is held until the last file is written.
+    """
     with consistent_reads(source, plan, plan.num_partitions) as reading:
         return _write_parts(
             plan, reading.source, folder, fmt, schema, reading.cap(readers), on_partition
@@ -174,8 +176,10 @@ def _write_parts(
 
 
 def check_writable(schema: pa.Schema, fmt: str) -> None:
-    """Refuse, before anything runs, a column the format cannot hold (naming it, and the
-    formats that can): an empty file of each column is written in memory.
+    """Refuse, before anything runs, a column the format cannot hold.
+
+    The error names it, and the formats that can: an empty file of each column is written in
+    memory.
 
     Raises:
         InvalidArgumentError: a column ``fmt`` cannot hold.
@@ -204,9 +208,11 @@ def _writes(schema: pa.Schema, fmt: str) -> bool:
 
 
 class _writer:
-    """A context manager yielding ``write(batch)`` for one output file (``schema``'s
-    reader hints left out; CSV and JSONL values shown as :mod:`sqlfeed.feed.textout`
-    says)."""
+    """A context manager yielding ``write(batch)`` for one output file.
+
+    ``schema``'s reader hints are left out; CSV and JSONL values are shown as
+    :mod:`sqlfeed.feed.textout` says.
+    """
 
     def __init__(self, path: Path | io.BytesIO, fmt: str, schema: pa.Schema) -> None:
         self.path, self.fmt, self.schema = path, fmt, without_hints(schema)

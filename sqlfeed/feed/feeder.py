@@ -64,8 +64,10 @@ __all__ = [
 
 
 def unequal_shares(partitions: int, world_size: int) -> str:
-    """How ``partitions`` split over ``world_size`` ranks, e.g. ``7 partitions over 3
-    ranks are unequal shares (3/2/2)``, and what evens them."""
+    """How ``partitions`` split over ``world_size`` ranks, and what evens them.
+
+    E.g. ``7 partitions over 3 ranks are unequal shares (3/2/2)``.
+    """
     shares = "/".join(str(len(range(r, partitions, world_size))) for r in range(world_size))
     lower = partitions // world_size * world_size
     multiples = " or ".join(str(m) for m in (lower, lower + world_size) if m > 0)
@@ -260,8 +262,11 @@ class PartitionFeeder:
         rest: Sequence[Partition],
         reading: ConsistentRead,
     ) -> Iterator[Any]:
-        """The batches of ``rest`` (the epoch's partitions after ``start``) read inside
-        ``reading``'s snapshot; the read-ahead stops before the snapshot is let go."""
+        """The batches of ``rest`` read inside ``reading``'s snapshot.
+
+        ``rest``: the epoch's partitions after ``start``. The read-ahead stops before the
+        snapshot is let go.
+        """
         readers = reading.cap(self.read.readers)
         units = self._units(rest, readers)
 

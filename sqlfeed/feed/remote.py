@@ -97,8 +97,11 @@ def check_source_url(source_url: object, what: str) -> str:
 
 
 def _memory_urls(url: str) -> bool:
-    """Whether the engine of ``url``'s scheme opens a database in this process's memory for
-    a URL naming no file (DuckDB: :attr:`~dialects.Dialect.MEMORY_URLS`)."""
+    """Whether the engine of ``url``'s scheme opens an in-memory database for a URL naming no file.
+
+    The database is in this process's memory (DuckDB:
+    :attr:`~dialects.Dialect.MEMORY_URLS`).
+    """
     try:
         return get_dialect(url.partition(":")[0]).MEMORY_URLS
     except UnknownDialectError:
@@ -210,8 +213,9 @@ class PartitionReader:
         return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     def batches(self, partitions: Sequence[Partition]) -> Iterator[pa.RecordBatch]:
-        """The rows of ``partitions``, one after the other, on this process's source for
-        the URL (:func:`reading_source`: a server's connections are reused across tasks).
+        """The rows of ``partitions``, one after the other, on this process's source for the URL.
+
+        See :func:`reading_source`: a server's connections are reused across tasks.
 
         An empty partition yields one empty batch (of the schema).
         """

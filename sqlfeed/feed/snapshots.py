@@ -54,9 +54,12 @@ __all__ = [
 
 
 def needs_snapshot(plan: Plan, reads: int | None = None) -> bool:
-    """Whether reading ``plan`` by ``reads`` queries (default: one per partition) could mix
-    states of tables written meanwhile: several queries over live tables of a server or
-    SQLite database. (DuckDB: a file sqlfeed opens read-only cannot be written meanwhile.)"""
+    """Whether reading ``plan`` by ``reads`` queries could mix states of tables written meanwhile.
+
+    ``reads`` defaults to one query per partition. Several queries over live tables of a
+    server or SQLite database could. (DuckDB: a file sqlfeed opens read-only cannot be
+    written meanwhile.)
+    """
     count = plan.num_partitions if reads is None else reads
     return count > 1 and plan.strategy in LIVE_STRATEGIES and plan.dialect in SNAPSHOT_ENGINES
 

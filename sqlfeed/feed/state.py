@@ -73,10 +73,13 @@ class Cursor:
         self.finished = False
 
     def partition_read(self, rows: int, partitions: int = 1) -> None:
-        """One more unit was read in full: ``partitions`` partitions of the order (more
-        than one when adjacent ones were merged into one query); ``rows`` read since
-        ``first`` began. A position inside a merged unit is told from its first
-        partition: a resumed read merges from there on (the rows are the same)."""
+        """One more unit was read in full.
+
+        ``partitions`` partitions of the order (more than one when adjacent ones were merged
+        into one query); ``rows`` read since ``first`` began. A position inside a merged
+        unit is told from its first partition: a resumed read merges from there on (the rows
+        are the same).
+        """
         self.ends.append(self.base + rows)
         self.counts.append((self.counts[-1] if self.counts else 0) + partitions)
 

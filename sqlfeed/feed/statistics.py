@@ -120,22 +120,27 @@ _STRING_ARRAYS = frozenset({1009, 1014, 1015})
 
 
 def _embedded(src: Source, relation: str) -> str | exp.Expr:
-    """The relation as the statistics statements hold it: its text, embedded as written
-    (the user's own text inside it, as partitions embed it: sqlglot never re-renders a
-    query it might change), or, on the engines whose queries sqlfeed renders from their
-    tree anyway (:attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT` aside), that tree,
-    which sqlglot writes with each statement (T-SQL's CTEs hoisted above it)."""
+    """The relation as the statistics statements hold it.
+
+    Its text, embedded as written (the user's own text inside it, as partitions embed it:
+    sqlglot never re-renders a query it might change), or, on the engines whose queries
+    sqlfeed renders from their tree anyway (:attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT`
+    aside), that tree, which sqlglot writes with each statement (T-SQL's CTEs hoisted above
+    it).
+    """
     if src.dialect.EMBEDS_QUERY_TEXT:
         return relation
     return exp.maybe_parse(relation, dialect=src.dialect.sqlglot_dialect)
 
 
 def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
-    """The relation with each PostgreSQL column the feeds read as its text (``json``,
-    ``xml``, ``money``, ``inet``, ``uuid``, ...: an Arrow string that is no string type)
-    as the text PostgreSQL prints for it (``format('%s', x)``), and each such array as
-    ``text[]``: what the feeds give, and what can be grouped where the type itself cannot
-    (``json`` and ``xml`` have no equality)."""
+    """The relation with the PostgreSQL columns the feeds read as text given as that text.
+
+    Such columns (``json``, ``xml``, ``money``, ``inet``, ``uuid``, ...: an Arrow string
+    that is no string type) become the text PostgreSQL prints for them (``format('%s',
+    x)``), and each such array becomes ``text[]``: what the feeds give, and what can be
+    grouped where the type itself cannot (``json`` and ``xml`` have no equality).
+    """
     column_types = getattr(src, "column_types", None)  # PostgreSQL's sources: type OIDs
     if column_types is None:
         return relation
@@ -167,9 +172,11 @@ def _as_text(src: Source, relation: str, schema: pa.Schema) -> str:
 
 
 def _read_values(src: Source, sql: str) -> pa.Table:
-    """The rows of a statistics query read as the feeds read a query's rows (the same
-    readers and conversions), so that its values are the values fed: a PostgreSQL
-    ``jsonb`` as its JSON text, a ``uuid`` as text, an ``interval`` as a duration."""
+    """The rows of a statistics query read as the feeds read a query's rows.
+
+    The same readers and conversions, so that its values are the values fed: a PostgreSQL
+    ``jsonb`` as its JSON text, a ``uuid`` as text, an ``interval`` as a duration.
+    """
     schema = src.schema(sql)
     batches = list(src.read(sql, schema=schema))
     return pa.Table.from_batches(batches, schema=without_hints(schema))

@@ -247,8 +247,13 @@ def check_options(
     """The checks of the mapping options that need no schema (made before connecting).
 
     Args:
-        label, features, fill, fill_nulls, masks, float_dtype, time_unit: as for
-            :func:`column_mappings`.
+        label: as for :func:`column_mappings`.
+        features: as for :func:`column_mappings`.
+        fill: as for :func:`column_mappings`.
+        fill_nulls: as for :func:`column_mappings`.
+        masks: as for :func:`column_mappings`.
+        float_dtype: as for :func:`column_mappings`.
+        time_unit: as for :func:`column_mappings`.
 
     Raises:
         InvalidArgumentError: an option of the wrong type or an unknown dtype or unit.

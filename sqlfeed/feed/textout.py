@@ -1,4 +1,4 @@
-"""How the text outputs show values: CSV and JSONL exports, ``sqlfeed sample``.
+r"""How the text outputs show values: CSV and JSONL exports, ``sqlfeed sample``.
 
 A text cell must carry its value's meaning on its own (a reader of the CSV file has no
 Arrow schema), so before writing text every column whose Arrow form would be lost or
@@ -13,7 +13,7 @@ intervals (months,       ISO 8601 with years and months:             the same
 days, nanoseconds)       ``P1Y2M3DT4H``; components of mixed signs
                          each carry their own (``P1M-2D``, as
                          PostgreSQL's ``intervalstyle iso_8601``)
-binary                   ``\\x`` and hex digits (PostgreSQL's          the same
+binary                   ``\x`` and hex digits (PostgreSQL's          the same
                          ``bytea`` text)
 lists, structs, maps     JSON text in one cell (a map: an object)    JSON arrays / objects
 =======================  ==========================================  =====================
@@ -46,8 +46,11 @@ def iso_duration(ticks: int, unit: str) -> str:
 
 
 def iso_interval(months: int, days: int, nanoseconds: int) -> str:
-    """An interval of months, days and nanoseconds as ISO 8601 text: one leading ``-``
-    when every part is negative, else each part with its own sign (as PostgreSQL)."""
+    """An interval of months, days and nanoseconds as ISO 8601 text.
+
+    One leading ``-`` when every part is negative, else each part with its own sign (as
+    PostgreSQL).
+    """
     parts = (months, days, nanoseconds)
     if all(p <= 0 for p in parts) and any(parts):
         return "-" + iso_interval(-months, -days, -nanoseconds)
@@ -152,9 +155,11 @@ def shown_schema(schema: pa.Schema, *, csv: bool) -> pa.Schema:
 
 
 def shown(batch: pa.RecordBatch | pa.Table, *, csv: bool) -> pa.RecordBatch | pa.Table:
-    """``batch`` with the columns a text output shows as text converted (see the module):
-    durations, intervals and binary values as text, anywhere; with ``csv``, lists,
-    structs and maps as JSON text. The other columns are the same arrays."""
+    """``batch`` with the columns a text output shows as text converted (see the module).
+
+    Durations, intervals and binary values as text, anywhere; with ``csv``, lists, structs
+    and maps as JSON text. The other columns are the same arrays.
+    """
     if not any(_changes(f.type, csv) for f in batch.schema):
         return batch
     columns = []
@@ -207,8 +212,10 @@ def _json(value: Any, t: pa.DataType) -> Any:
 
 
 def _ticks(value: Any, unit: str) -> int:
-    """A duration value from ``to_pylist`` (a timedelta; pandas' Timedelta for ns) in
-    ticks of ``unit``."""
+    """A duration value from ``to_pylist`` in ticks of ``unit``.
+
+    The value is a timedelta (pandas' Timedelta for ns).
+    """
     if isinstance(value, int):
         return value
     if unit == "ns" and hasattr(value, "value"):
