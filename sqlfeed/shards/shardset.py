@@ -76,8 +76,9 @@ class Shardset:
 
 
 def load_layout(folder: Path) -> tuple[Path, str, list[Shardset]]:
-    """(dataset folder, UID column, shardsets) of a dataset folder or of a lone shardset
-    folder (a dataset of one shardset); reads the manifests only.
+    """(dataset folder, UID column, shardsets) of a dataset folder or of a lone shardset folder.
+
+    A lone shardset is a dataset of one shardset. Reads the manifests only.
 
     Raises:
         ShardsetError: the folder is not a dataset.

@@ -89,9 +89,11 @@ class Fragment:
 
 
 class JoinedShardsets(Protocol):
-    """What :class:`DatasetSource` reads of a dataset (a
-    :class:`~sqlfeed.shards.datasets.Dataset`, which makes its source with this module:
-    a protocol here, not an import of it)."""
+    """What :class:`DatasetSource` reads of a dataset.
+
+    A :class:`~sqlfeed.shards.datasets.Dataset`, which makes its source with this module: a
+    protocol here, not an import of it.
+    """
 
     @property
     def path(self) -> Path:
@@ -228,9 +230,11 @@ class DatasetSource(DuckDBSource):
     # -- the native (all Parquet) view ------------------------------------------------------
 
     def _aligned(self, shard: int | None) -> bool:
-        """Whether the other shardsets' shard ``shard`` (None: every shard) holds the main
-        shard's uids in the same order (equal uid digests in the manifests), so rows pair
-        up by position: a POSITIONAL JOIN, no hash join and no sort."""
+        """Whether the other shardsets' shard ``shard`` holds the main shard's uids in its order.
+
+        ``shard`` None: every shard. Equal uid digests in the manifests say so, and rows
+        then pair up by position: a POSITIONAL JOIN, no hash join and no sort.
+        """
         indices = self._main.shard_indices if shard is None else [shard]
         for other in self._others:
             if shard is None and other.shard_indices != indices:
@@ -353,13 +357,18 @@ class DatasetSource(DuckDBSource):
     # -- fragments (the sqlfeed.plans.fragments.FragmentSource capability) -------------------
 
     def stored_rows(self) -> int:
-        """Rows of the main shardset, from the manifest (no scan): fragment plans are
-        sized by it."""
+        """Rows of the main shardset, from the manifest (no scan).
+
+        Fragment plans are sized by it.
+        """
         return self.dataset.main.rows
 
     def fragments(self, target_rows: int) -> list[Fragment]:
-        """The dataset's fragments in storage order: shard by shard, a main shard file of
-        more than ``target_rows`` rows cut at row groups, stripes or line starts."""
+        """The dataset's fragments in storage order.
+
+        Shard by shard, a main shard file of more than ``target_rows`` rows cut at row
+        groups, stripes or line starts.
+        """
         out: list[Fragment] = []
         for entry in self._main.manifest.shards:
             file = self._main.path / entry.file
@@ -375,8 +384,10 @@ class DatasetSource(DuckDBSource):
     def fragment_partitions(
         self, parsed: ParsedQuery, target_rows: int
     ) -> list[tuple[str, Fragment]]:
-        """``(partition SQL, fragment)`` for every fragment: the query with the view
-        replaced by the fragment."""
+        """``(partition SQL, fragment)`` for every fragment.
+
+        The partition SQL is the query with the view replaced by the fragment.
+        """
         problem = fragment_problem(parsed, self.view)
         if problem:
             raise InvalidArgumentError(f"strategy fragments: {problem}")

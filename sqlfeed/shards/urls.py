@@ -19,8 +19,11 @@ SCHEME = "dataset"
 
 
 def open_dataset_url(url: str) -> Source:
-    """``dataset:///relative/folder`` or ``dataset:////absolute/folder`` (SQLAlchemy's slash
-    convention, as ``duckdb:`` and ``sqlite:`` URLs), with ``?view=NAME&trace=true``."""
+    """Open a ``dataset:///relative/folder`` or ``dataset:////absolute/folder`` URL.
+
+    SQLAlchemy's slash convention, as ``duckdb:`` and ``sqlite:`` URLs, with
+    ``?view=NAME&trace=true``.
+    """
     path = url_path(url, SCHEME)
     query = url.partition("?")[2]
     options = {key: values[-1] for key, values in parse_qs(query).items()}

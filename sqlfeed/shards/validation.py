@@ -228,9 +228,11 @@ def _check_files(shardset: Shardset, deep: bool) -> list[Problem]:
 
 
 def _check_digests(shardsets: Sequence[Shardset]) -> list[Problem]:
-    """Shards whose uids are not the ones, in the order, their manifest's digest says
-    (aligned shards are joined by position: a shard rewritten behind the manifest's back
-    would pair the wrong rows)."""
+    """Shards whose uids are not the ones, in the order, their manifest's digest says.
+
+    Aligned shards are joined by position: a shard rewritten behind the manifest's back
+    would pair the wrong rows.
+    """
     problems = []
     for shardset in shardsets:
         uid = shardset.manifest.uid

@@ -48,8 +48,10 @@ be cut into several ``fragments`` partitions."""
 
 
 def file_schema(schema: pa.Schema, fmt: str, uid: str) -> pa.Schema:
-    """The schema a shardset of ``fmt`` records for rows of ``schema``: view types plain;
-    tar: see :func:`tar_schema`; CSV: binary columns marked as base64 text.
+    """The schema a shardset of ``fmt`` records for rows of ``schema``.
+
+    View types plain; tar: see :func:`tar_schema`; CSV: binary columns marked as base64
+    text.
 
     Raises:
         InvalidArgumentError: a column the format cannot hold.
@@ -81,8 +83,11 @@ def file_schema(schema: pa.Schema, fmt: str, uid: str) -> pa.Schema:
 
 
 def _jsonl_problem(arrow_type: pa.DataType, nested: bool = False) -> str | None:
-    """What JSONL cannot hold exactly in ``arrow_type``: maps and unions; binary values,
-    times and durations inside lists or structs (their JSON forms would not be cast back)."""
+    """What JSONL cannot hold exactly in ``arrow_type``.
+
+    Maps and unions; binary values, times and durations inside lists or structs (their JSON
+    forms would not be cast back).
+    """
     t = pa.types
     if t.is_dictionary(arrow_type):
         return _jsonl_problem(arrow_type.value_type, nested)
@@ -99,8 +104,11 @@ def _jsonl_problem(arrow_type: pa.DataType, nested: bool = False) -> str | None:
 
 
 def tar_schema(schema: pa.Schema, uid: str) -> pa.Schema:
-    """The schema of a tar shardset written from ``schema``: the uid (written as the key
-    text, cast back on reading), then one binary column per member."""
+    """The schema of a tar shardset written from ``schema``.
+
+    The uid (written as the key text, cast back on reading), then one binary column per
+    member.
+    """
     if uid not in schema.names:
         raise InvalidArgumentError(f"the uid column {uid!r} is not in the columns")
     for name in schema.names:
@@ -135,8 +143,11 @@ class ShardWriter:
         uid: str | None = None,
         row_group_rows: int | None = None,
     ) -> None:
-        """Open ``path`` for writing; ``row_group_rows`` sets Parquet row groups and ORC
-        stripes (default: the writer's own sizes); ``uid`` is a tar shard's key column."""
+        """Open ``path`` for writing.
+
+        ``row_group_rows`` sets Parquet row groups and ORC stripes (default: the writer's
+        own sizes); ``uid`` is a tar shard's key column.
+        """
         check_format(fmt)
         schema = plain_schema(schema)
         self.path, self.format, self.schema = Path(path), fmt, schema
@@ -242,8 +253,10 @@ class ShardWriter:
 
     @property
     def uid_digest(self) -> str | None:
-        """The digest of the uid values written so far, in order (see
-        :class:`~sqlfeed.shards.manifest.UidDigest`); None without a uid column."""
+        """The digest of the uid values written so far, in order.
+
+        See :class:`~sqlfeed.shards.manifest.UidDigest`; None without a uid column.
+        """
         return self._digest.hexdigest() if self._uid_column in self.schema.names else None
 
     def close(self) -> int:

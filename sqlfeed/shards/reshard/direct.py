@@ -29,9 +29,11 @@ _FILE, _NUMBER = "_sqlfeed_f", "_sqlfeed_r"
 
 
 def direct_relation(parsed: ParsedQuery, source: Source, width: int) -> tuple[exp.Expr, int] | None:
-    """The query's rows as a relation of columns ``c0..c{width-1}`` and ``rowid``, read
-    straight from its Parquet files, and the files' bytes; None when the query is not a
-    row-by-row query over local Parquet files (it is then extracted as before)."""
+    """The query's rows as a relation read straight from its Parquet files, and the files' bytes.
+
+    The relation has columns ``c0..c{width-1}`` and ``rowid``. None when the query is not a
+    row-by-row query over local Parquet files (it is then extracted as before).
+    """
     if not isinstance(source, DuckDBSource):
         return None
     table, _why = chosen_table(parsed)
