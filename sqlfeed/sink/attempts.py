@@ -70,8 +70,10 @@ class Attempt:
         self.files.append({"name": name, "rows": batch.num_rows})
 
     def commit(self) -> bool:
-        """Make the partition's manifest; False: another attempt made it first (this
-        attempt's files are removed)."""
+        """Make the partition's manifest.
+
+        False: another attempt made it first (this attempt's files are removed).
+        """
         manifest = {
             "partition": self.partition,
             "attempt": self.name,
@@ -101,8 +103,7 @@ def committed(root: str | os.PathLike[str]) -> list[tuple[int, Path]]:
 
 
 def sweep(root: str | os.PathLike[str]) -> None:
-    """Remove the files no manifest lists (lost attempts, temporaries): once the job is
-    complete."""
+    """Remove the files no manifest lists (lost attempts, temporaries): once the job is complete."""
     keep = {path.name for _, path in committed(root)}
     for path in Path(root).iterdir():
         if path.name.startswith((".part-", "part-")) and path.name not in keep:
@@ -110,8 +111,10 @@ def sweep(root: str | os.PathLike[str]) -> None:
 
 
 def _publish(path: Path, text: str, *, replace: bool) -> bool:
-    """Write ``text`` to ``path`` whole (aside, then linked or renamed into place);
-    without ``replace``, only if ``path`` does not exist (False then)."""
+    """Write ``text`` to ``path`` whole (aside, then linked or renamed into place).
+
+    Without ``replace``, only if ``path`` does not exist (False then).
+    """
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     with open(temporary, "w", encoding="utf-8") as handle:
         handle.write(text)

@@ -72,8 +72,9 @@ def arrow_kind(arrow_type: pa.DataType) -> tuple[str, dict[str, object]]:
 def column_definitions(
     schema: pa.Schema, dialect: Dialect, *, not_null: Sequence[str] = ()
 ) -> list[str]:
-    """A ``CREATE TABLE`` column definition per field of ``schema``, in the engine's types
-    (the type's text kept as the dialect declares it: a collation included).
+    """A ``CREATE TABLE`` column definition per field of ``schema``, in the engine's types.
+
+    The type's text is kept as the dialect declares it: a collation included.
 
     Raises:
         InvalidArgumentError: a column of a type the engine cannot hold exactly.
@@ -105,8 +106,10 @@ def create_table_sql(
     *,
     unique: bool = False,
 ) -> str:
-    """``CREATE TABLE table (columns..., PRIMARY KEY|UNIQUE (constraint...))`` (no
-    constraint when ``constraint`` is empty)."""
+    """``CREATE TABLE table (columns..., PRIMARY KEY|UNIQUE (constraint...))``.
+
+    No constraint when ``constraint`` is empty.
+    """
     render = dialect.sqlglot_dialect
     body = ", ".join(
         [*columns, *([constraint_sql(dialect, constraint, unique)] if constraint else [])]

@@ -33,8 +33,11 @@ FINISHED_PART = -1
 
 
 def finish_sink(sink: Any, keep: bool = True) -> WriteReport:
-    """:meth:`sqlfeed.sink.TableSink.finish` (see there); ``keep``: a finish that fails
-    keeps the staging table (a run others may finish later), else drops it."""
+    """:meth:`sqlfeed.sink.TableSink.finish` (see there).
+
+    ``keep``: a finish that fails keeps the staging table (a run others may finish later),
+    else drops it.
+    """
     try:
         return _finish(sink)
     except EngineError as err:
@@ -76,8 +79,10 @@ def _finish(sink: Any) -> WriteReport:
 
 
 def _rows_before(sink: Any) -> int:
-    """The rows an earlier finish put in place: the expected ones, else (not an append)
-    the table's."""
+    """The rows an earlier finish put in place.
+
+    The expected ones, else (not an append) the table's.
+    """
     expected = sink.spec.get("expected_rows")
     if expected is not None or sink.spec["mode"] == "append":
         return int(expected or 0)
@@ -187,8 +192,9 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
 
 
 def _add_key(sink: Any, session: WriteSession) -> None:
-    """The staging table's primary key (or row identity's unique constraint), added in
-    the finishing transaction (an implicit commit before it where DDL is not
+    """The staging table's primary key (or row identity's unique constraint).
+
+    Added in the finishing transaction (an implicit commit before it where DDL is not
     transactional: the rename after is then one atomic statement).
 
     Raises:
@@ -231,7 +237,8 @@ def _append(sink: Any, session: WriteSession, target: list[str]) -> None:
     """The staging rows into the table, and the ``finished`` record, in one transaction.
 
     A table with sqlfeed's row identity (made by an earlier run) gets it for the new
-    rows too, their partition numbers after its last, so rows stay unique across runs."""
+    rows too, their partition numbers after its last, so rows stay unique across runs.
+    """
     data = list(sink.spec["data_columns"])
     values: list[exp.Expr] = [quoted(c) for c in data]
     columns = list(data)

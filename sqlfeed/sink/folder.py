@@ -49,8 +49,9 @@ def copy_to_folder(
     progress: Progress | None = None,
     transform: Transform | None = None,
 ) -> WriteReport:
-    """Write ``query``'s result (``transform``-ed) into the batch folder ``out`` as a job
-    (processes sharing ``queue`` and ``job`` each work on it).
+    """Write ``query``'s result (``transform``-ed) into the batch folder ``out`` as a job.
+
+    Processes sharing ``queue`` and ``job`` each work on it.
 
     Returns:
         The rows this process committed, and the folder.
@@ -163,10 +164,11 @@ def _run(
 def load_folder(
     queue: str | LeaseQueue, job: str, out: str, url: Any, table: str | None, mode: str = "create"
 ) -> WriteReport:
-    """Check the job's committed folder against its expected rows, and with ``table``
-    write its files into that table of ``url`` (the table sink: all or nothing); a
-    ``_loaded-<job>.json`` file in the folder then says so, and a finish run again
-    does nothing.
+    """Check the job's committed folder against its expected rows, and maybe load it into a table.
+
+    With ``table``, its files are written into that table of ``url`` (the table sink: all or
+    nothing); a ``_loaded-<job>.json`` file in the folder then says so, and a finish run
+    again does nothing.
 
     Raises:
         EngineError: the folder does not hold the expected rows (the job is not done).
@@ -210,9 +212,11 @@ def _load(
     mode: str,
     start: float,
 ) -> WriteReport:
-    """The folder's committed files into ``table`` unless a ``_loaded`` marker says this
-    load was done (a crash between the load and its marker loads again: an append then
-    repeats, which the table's key refuses where it has one)."""
+    """The folder's committed files into ``table`` unless a ``_loaded`` marker says this was done.
+
+    A crash between the load and its marker loads again: an append then repeats, which the
+    table's key refuses where it has one.
+    """
     marker = out / f"_loaded-{job}.json"
     if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("table") == table:
         return WriteReport(table, rows, mode, 0.0, "before")

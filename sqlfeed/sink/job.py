@@ -78,8 +78,9 @@ def copy_into(
         mode: ``create``, ``replace`` or ``append`` (see :class:`TableSink`).
         key: columns identifying a row (the output's primary key when the catalog proves
             them unique; else checked by their distinct count when finishing).
-        queue, job: a lease queue URL and a job name shared by every process writing
-            (None: an in-memory queue of this process).
+        queue: a lease queue URL shared by every process writing (None: an in-memory queue
+            of this process).
+        job: a job name shared by every process writing.
         readers: worker threads in this process (default 1; 4 without a queue).
         partitions: the number of partitions (default: the planner's).
         batch_size: rows per committed batch (every worker batches alike).
@@ -186,8 +187,10 @@ def job_sink(
     lease_ttl: float,
     transform: Transform | None,
 ) -> tuple[JobSpec, TableSink]:
-    """The job ``name`` and its sink: joined when it exists (checked to be the same
-    output), else created with a new staging table.
+    """The job ``name`` and its sink.
+
+    Joined when it exists (checked to be the same output), else created with a new staging
+    table.
 
     Raises:
         InvalidArgumentError: the job writes elsewhere or with another transform.
@@ -289,12 +292,13 @@ def run_workers(
     transform: Transform | None,
     progress: Progress | None,
 ) -> None:
-    """``threads`` workers of the job until it is done, each committing whole partitions:
-    a partition's rows stream into the staging table in one transaction of the output
-    database, committed with the partition's record once every row was written; a
-    partition taken again (its worker died, stalled or gave it back) is read again from
-    its first row, and only one attempt's record commits. No resumed read can thus
-    repeat or skip rows, whatever order a partition's rows come back in.
+    """``threads`` workers of the job until it is done, each committing whole partitions.
+
+    A partition's rows stream into the staging table in one transaction of the output
+    database, committed with the partition's record once every row was written; a partition
+    taken again (its worker died, stalled or gave it back) is read again from its first row,
+    and only one attempt's record commits. No resumed read can thus repeat or skip rows,
+    whatever order a partition's rows come back in.
 
     Raises:
         The first error of a worker (the others stop and give their leases back).
@@ -362,8 +366,9 @@ class _Counter:
 def finish_job(
     queue: str | LeaseQueue, job: str, url: Any, table: str | None = None
 ) -> WriteReport:
-    """Finish the output of ``job`` by hand (``--finish``): idempotent. ``table``: the
-    output table the caller means (checked against the job's).
+    """Finish the output of ``job`` by hand (``--finish``): idempotent.
+
+    ``table``: the output table the caller means (checked against the job's).
 
     Raises:
         InvalidArgumentError: no such job, a job that writes no table, or another table.

@@ -15,9 +15,11 @@ __all__ = ["distinct_keys", "key_is_unique"]
 
 
 def key_is_unique(source: Source, parsed: ParsedQuery, key: Sequence[str]) -> bool:
-    """Whether the catalog proves ``key`` (output columns) unique in the SELECT's rows:
-    a primary or unique NOT NULL key of its only base table among them, kept one row per
-    key by the query (no join fanning it out, no UNION ALL)."""
+    """Whether the catalog proves ``key`` (output columns) unique in the SELECT's rows.
+
+    A primary or unique NOT NULL key of its only base table among them, kept one row per key
+    by the query (no join fanning it out, no UNION ALL).
+    """
     tree = parsed.tree
     if not isinstance(tree, exp.Select) or not key or not all(_plain(tree, k) for k in key):
         return False
@@ -43,8 +45,10 @@ def distinct_keys(source: Source, parsed: ParsedQuery, key: Sequence[str]) -> in
 
 
 def _plain(select: exp.Select, name: str) -> bool:
-    """Whether output column ``name`` is the base column of that name (not an alias of
-    another expression)."""
+    """Whether output column ``name`` is the base column of that name.
+
+    Not an alias of another expression.
+    """
     for item in select.expressions:
         if item.alias_or_name.casefold() == name.casefold():
             inner = item.unalias()

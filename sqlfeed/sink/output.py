@@ -26,8 +26,10 @@ def table_columns(source: Source, table: exp.Table) -> list[str] | None:
 
 
 def run_statements(source: Source, statements: list[str]) -> None:
-    """Run DDL ``statements`` in one transaction of a write session (one for each, where
-    DDL commits implicitly)."""
+    """Run DDL ``statements`` in one transaction of a write session.
+
+    One for each, where DDL commits implicitly.
+    """
     session: WriteSession = source.write_session()
     try:
         session.begin()

@@ -101,10 +101,11 @@ class TableSink:
             table: ``name`` or ``schema.name``.
             schema: the Arrow schema of the rows written (without identity columns).
             mode: ``create``, ``replace`` or ``append``.
-            key: columns identifying a row; ``unique_key``: proven unique (by the
-                catalog): the output's primary key. Otherwise rows are identified by
+            key: columns identifying a row. Otherwise rows are identified by
                 ``_sqlfeed_partition, _sqlfeed_row``, which :meth:`commit` fills.
-            expected_rows, expected_keys: what :meth:`finish` checks (None: not checked).
+            unique_key: ``key`` is proven unique (by the catalog): the output's primary key.
+            expected_rows: the rows :meth:`finish` checks (None: not checked).
+            expected_keys: the distinct keys :meth:`finish` checks (None: not checked).
             what: what else identifies the job (e.g. the model): part of the spec.
 
         Raises:
@@ -159,10 +160,11 @@ class TableSink:
     # -- writing ------------------------------------------------------------------------
 
     def commit(self, partition: int, first_row: int, batch: pa.RecordBatch) -> bool:
-        """Write ``batch`` (rows ``first_row``... of ``partition``) in one transaction with
-        its commit record. False: another attempt committed this batch already (nothing
-        written now). For producers whose batches are the same on every attempt (one
-        process, a Ray task's blocks); a job's workers commit whole partitions
+        """Write ``batch`` (rows ``first_row``... of ``partition``) in one transaction.
+
+        It is written with its commit record. False: another attempt committed this batch
+        already (nothing written now). For producers whose batches are the same on every
+        attempt (one process, a Ray task's blocks); a job's workers commit whole partitions
         (:meth:`open_partition`), whatever order a partition's rows come in.
 
         Raises:
@@ -205,9 +207,12 @@ class TableSink:
     # -- a partition at once (the jobs' workers) ---------------------------------------
 
     def open_partition(self, partition: int) -> None:
-        """Begin one attempt at ``partition``: its rows go into the staging table in one
-        transaction, committed with the partition's record by :meth:`commit_partition`
-        (an attempt open before is rolled back)."""
+        """Begin one attempt at ``partition``.
+
+        Its rows go into the staging table in one transaction, committed with the
+        partition's record by :meth:`commit_partition` (an attempt open before is rolled
+        back).
+        """
         self.rollback_partition()
         session = self._writer()
         retry_busy(session, session.begin, PARTITION_BUSY_SECONDS)
@@ -248,8 +253,10 @@ class TableSink:
         self._open[1] += batch.num_rows
 
     def commit_partition(self) -> bool:
-        """Commit the open attempt with the partition's record. False: another attempt
-        committed the partition first (this one's rows are rolled back).
+        """Commit the open attempt with the partition's record.
+
+        False: another attempt committed the partition first (this one's rows are rolled
+        back).
 
         Raises:
             EngineError: the output failed (nothing of the attempt committed).
@@ -280,8 +287,11 @@ class TableSink:
                 self._session.rollback()
 
     def _finished_meanwhile(self) -> bool:
-        """Whether the run's commits table is gone: another process finished the run while
-        this one (a stalled worker) still held a partition."""
+        """Whether the run's commits table is gone.
+
+        Another process finished the run while this one (a stalled worker) still held a
+        partition.
+        """
         return table_columns(self.source, self.commits) is None
 
     def _committed(self, partition: int, first_row: int = 0) -> bool:
@@ -315,8 +325,10 @@ class TableSink:
     # -- finishing ----------------------------------------------------------------------
 
     def committed(self) -> tuple[int, int]:
-        """``(batches, rows)`` committed so far; (-1, -1) when the commits table is gone
-        (the sink was finished or dropped)."""
+        """``(batches, rows)`` committed so far.
+
+        (-1, -1) when the commits table is gone (the sink was finished or dropped).
+        """
         render = self.dialect.sqlglot_dialect
         sql = (
             exp.select(
@@ -458,9 +470,10 @@ def _check_target(
 
 
 def check_append_types(source: Source, target: exp.Table, staging: exp.Table, name: str) -> None:
-    """Every column of the staging table (the rows written, in the engine's types) fits
-    the table's column of that name without a change of value (an INSERT would cast 1.7
-    into an integer column as 2, silently); both read back the same way to compare.
+    """Every column of the staging table fits the table's column of that name, value unchanged.
+
+    The staging table holds the rows written, in the engine's types; an INSERT would cast
+    1.7 into an integer column as 2, silently. Both read back the same way to compare.
 
     Raises:
         InvalidArgumentError: a column whose values the table's type would change.
@@ -510,8 +523,11 @@ def _holds(kept: pa.DataType, new: pa.DataType) -> bool:
 
 
 def _commit_when_free(session: WriteSession) -> None:
-    """Commit, asking again while the engine answers busy (SQLite in rollback-journal
-    mode: the commit waits for other processes' reads to end; the transaction stays)."""
+    """Commit, asking again while the engine answers busy.
+
+    SQLite in rollback-journal mode: the commit waits for other processes' reads to end; the
+    transaction stays.
+    """
     deadline = time.monotonic() + PARTITION_BUSY_SECONDS
     pause = 0.05
     while True:
