@@ -85,9 +85,11 @@ def FeedCheckpoint(
 
 
 def BackupAndRestore(backup_dir: str | os.PathLike[str], **options: Any) -> Any:
-    """``keras.callbacks.BackupAndRestore(backup_dir, **options)`` that records, in every
-    checkpoint, the epoch that is running (Keras 3 records 0 for the rest of a restored
-    epoch k >= 1; see the module docstring). List it after :func:`FeedCheckpoint`.
+    """``keras.callbacks.BackupAndRestore(backup_dir, **options)`` that records the running epoch.
+
+    It records, in every checkpoint, the epoch that is running (Keras 3 records 0 for the
+    rest of a restored epoch k >= 1; see the module docstring). List it after
+    :func:`FeedCheckpoint`.
 
     Raises:
         MissingDependencyError: Keras is not installed.

@@ -184,10 +184,13 @@ class Feed:
         return self.feeder.epoch(next(self._iterations))
 
     def _failing(self, elements: Callable[[], Iterator[Any]]) -> Callable[[], Iterator[Any]]:
-        """``elements`` ending, on sqlfeed's own error (a NULL label, a value out of range,
-        the database's error), with the error noted for :meth:`_raise_failure` instead of
-        raised: tf.data would log the Python traceback of an exception raised in the
-        generator twice (at WARNING level) before the iterator raises it."""
+        """``elements`` ending, on sqlfeed's own error, with the error noted instead of raised.
+
+        sqlfeed's own errors: a NULL label, a value out of range, the database's error. The
+        error is noted for :meth:`_raise_failure`: tf.data would log the Python traceback of
+        an exception raised in the generator twice (at WARNING level) before the iterator
+        raises it.
+        """
 
         def run() -> Iterator[Any]:
             self._failure = None
@@ -199,8 +202,10 @@ class Feed:
         return run
 
     def _raise_failure(self, ds: Any, signature: Any) -> Any:
-        """``ds`` followed by the noted failure, if any, raised by a TensorFlow assertion
-        (one line, the error's message: no Python traceback logged)."""
+        """``ds`` followed by the noted failure, if any, raised by a TensorFlow assertion.
+
+        One line, the error's message: no Python traceback logged.
+        """
         tf = self.tf
 
         def failures() -> Iterator[str]:
@@ -236,9 +241,11 @@ class Feed:
         return {"feeder": self.feeder.state_at(rows, epoch)}
 
     def checkpoint_job(self, step: int) -> dict[str, Any]:
-        """Job mode: record checkpoint ``step`` in the job's ledger (the batches the model
-        took: a batch read ahead to find an epoch's end is left out); returns the state
-        that :meth:`load_state_dict` rewinds the job with."""
+        """Job mode: record checkpoint ``step`` in the job's ledger.
+
+        It records the batches the model took: a batch read ahead to find an epoch's end is
+        left out. Returns the state that :meth:`load_state_dict` rewinds the job with.
+        """
         worker = self.feeder.worker
         if self._job is None or not isinstance(worker, Worker):
             raise InvalidArgumentError("checkpoint_job needs a job's feed (job=...)")
@@ -362,8 +369,10 @@ def _feeder_options(read: ReadOptions, job: JobOptions) -> dict[str, Any]:
 
 
 class FeedArguments(TensorKeywords, total=False):
-    """Every keyword of :class:`Feed` but ``batch_size``: what :func:`dataset`,
-    :func:`input_fn` and :func:`distributed_dataset` forward."""
+    """Every keyword of :class:`Feed` but ``batch_size``.
+
+    What :func:`dataset`, :func:`input_fn` and :func:`distributed_dataset` forward.
+    """
 
     prefetch: int | None
     input_context: Any
