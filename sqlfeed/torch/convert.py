@@ -55,7 +55,8 @@ class BatchConverter:
     def convert(self, batch: pa.RecordBatch) -> dict[str, Any]:
         """The batch as a dict of column name (and lengths, masks) to tensor or list.
 
-        The tensors of numbers are views of one buffer (see :func:`pack`)."""
+        The tensors of numbers are views of one buffer (see :func:`pack`).
+        """
         arrays: dict[str, np.ndarray] = {}
         out: dict[str, Any] = {}
         flat = iter(self._numbers.arrays(batch))

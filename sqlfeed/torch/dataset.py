@@ -249,8 +249,10 @@ class SQLDataset(IterableDataset[Any]):
     def _begin(
         self, worker: int, workers: int, epoch: int, resume: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The state this worker's iteration of ``epoch`` starts from (checked), set now:
-        a ``state_dict()`` taken before its first batch resumes the same point."""
+        """The state this worker's iteration of ``epoch`` starts from (checked), set now.
+
+        A ``state_dict()`` taken before its first batch resumes the same point.
+        """
         shard, shards = shard_of(self.rank, self.world_size, worker, workers)
         start: dict[str, Any] = {
             "epoch": epoch,
@@ -427,8 +429,11 @@ class SQLDataset(IterableDataset[Any]):
                 queue.close()
 
     def note(self, item: Any) -> Any:
-        """The batch of ``item`` (a :class:`Tagged` one, from a worker process), noting its
-        delivery for :meth:`checkpoint`: the loader of :func:`dataloader` calls it."""
+        """The batch of ``item`` (a :class:`Tagged` one, from a worker process).
+
+        Its delivery is noted for :meth:`checkpoint`: the loader of :func:`dataloader` calls
+        it.
+        """
         if not isinstance(item, Tagged):
             return item
         log = self._consumed.setdefault(item.worker, DeliveryLog())
@@ -476,8 +481,10 @@ class SQLDataset(IterableDataset[Any]):
 
 @dataclasses.dataclass(frozen=True)
 class Tagged:
-    """A job's batch from a DataLoader worker process, with the delivery it is: the loader
-    of :func:`dataloader` hands the training loop the element and notes the rest."""
+    """A job's batch from a DataLoader worker process, with the delivery it is.
+
+    The loader of :func:`dataloader` hands the training loop the element and notes the rest.
+    """
 
     element: Any
     worker: str
@@ -519,9 +526,11 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
 
 
 def _refuse_collation(dataset: SQLDataset, frame: Any) -> None:
-    """Refuse a DataLoader that would batch the items again (``batch_size`` not None): it
-    would stack whole batches (e.g. shape ``[4, 1024]``) without a word. ``iter(dataset)``
-    is called by the loader's fetcher, which says whether it collates."""
+    """Refuse a DataLoader that would batch the items again (``batch_size`` not None).
+
+    It would stack whole batches (e.g. shape ``[4, 1024]``) without a word.
+    ``iter(dataset)`` is called by the loader's fetcher, which says whether it collates.
+    """
     caller = frame.f_back if frame is not None else None
     fetcher = caller.f_locals.get("self") if caller is not None else None
     del frame, caller

@@ -21,8 +21,11 @@ __all__ = ["LoadedDataset", "check_loader_state", "dataloader"]
 
 
 class LoadedDataset(Protocol):
-    """What the loader needs of a :class:`~sqlfeed.torch.dataset.SQLDataset` (a protocol,
-    so this module never imports the dataset's, which re-exports :func:`dataloader`)."""
+    """What the loader needs of a :class:`~sqlfeed.torch.dataset.SQLDataset`.
+
+    A protocol, so this module never imports the dataset's, which re-exports
+    :func:`dataloader`.
+    """
 
     job: str | None
     rank: int
@@ -35,13 +38,14 @@ class LoadedDataset(Protocol):
 
 
 def dataloader(dataset: LoadedDataset, **options: Any) -> Any:
-    """A DataLoader of ``dataset``'s batches: ``torchdata``'s ``StatefulDataLoader`` when
-    installed (``stateful=False``: torch's), with ``batch_size=None`` (batches are built
-    already). With a job and several workers, ``in_order=False``: a worker waiting for the
-    job's epoch to end must not hold back the batches of the others. With a job and worker
-    processes, the loader notes the delivery of each batch it hands out, for
-    :meth:`SQLDataset.checkpoint`. Its ``load_state_dict`` refuses (one line) a state of
-    another ``num_workers``, world size or rank.
+    """A DataLoader of ``dataset``'s batches.
+
+    ``torchdata``'s ``StatefulDataLoader`` when installed (``stateful=False``: torch's),
+    with ``batch_size=None`` (batches are built already). With a job and several workers,
+    ``in_order=False``: a worker waiting for the job's epoch to end must not hold back the
+    batches of the others. With a job and worker processes, the loader notes the delivery of
+    each batch it hands out, for :meth:`SQLDataset.checkpoint`. Its ``load_state_dict``
+    refuses (one line) a state of another ``num_workers``, world size or rank.
 
     Args:
         dataset: the :class:`~sqlfeed.torch.dataset.SQLDataset`.
@@ -70,8 +74,11 @@ def dataloader(dataset: LoadedDataset, **options: Any) -> Any:
 
 
 class _Noting:
-    """Mixin of a job's DataLoader with worker processes: each batch is handed to the
-    training loop untagged and noted (:meth:`SQLDataset.note`) for checkpoints."""
+    """Mixin of a job's DataLoader with worker processes.
+
+    Each batch is handed to the training loop untagged and noted (:meth:`SQLDataset.note`)
+    for checkpoints.
+    """
 
     dataset: Any
 
@@ -82,8 +89,11 @@ class _Noting:
 
 
 class _Checked:
-    """Mixin of a stateful DataLoader: a state is checked (:func:`check_loader_state`)
-    before the loader takes it, so a mismatch is sqlfeed's one line, not an assertion."""
+    """Mixin of a stateful DataLoader: a state is checked before the loader takes it.
+
+    Checked by :func:`check_loader_state`, so a mismatch is sqlfeed's one line, not an
+    assertion.
+    """
 
     dataset: Any
     num_workers: int
@@ -97,8 +107,10 @@ _CLASSES: dict[tuple[type, bool], type] = {}
 
 
 def _subclass(loader_class: type, noting: bool) -> type:
-    """``loader_class`` with :class:`_Checked` (if stateful) and :class:`_Noting` (one
-    class per combination)."""
+    """``loader_class`` with :class:`_Checked` (if stateful) and :class:`_Noting`.
+
+    One class per combination.
+    """
     key = (loader_class, noting)
     if key not in _CLASSES:
         mixins: tuple[type, ...] = (_Noting,) if noting else ()
