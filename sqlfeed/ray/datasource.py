@@ -27,8 +27,10 @@ _VARIABLE_WIDTH_BYTES = 32
 
 
 def _ray_datasource_api() -> tuple[Any, Any, Any]:
-    """Ray's ``Datasource``, ``ReadTask`` and ``BlockMetadata`` (MissingDependencyError
-    without Ray)."""
+    """Ray's ``Datasource``, ``ReadTask`` and ``BlockMetadata``.
+
+    MissingDependencyError without Ray.
+    """
     block = require("ray.data.block", "Ray Data datasets")
     datasource = require("ray.data.datasource", "Ray Data datasets")
     return datasource.Datasource, datasource.ReadTask, block.BlockMetadata
@@ -105,9 +107,10 @@ def _row_bytes(schema: pa.Schema) -> int:
 def group_partitions(
     partitions: Sequence[Partition], groups: int | None
 ) -> list[tuple[Partition, ...]]:
-    """``partitions`` in ``groups`` read tasks: one each when ``groups`` is None or not
-    fewer than the partitions; else balanced by estimated rows (largest first onto the
-    lightest group), each group in partition order.
+    """``partitions`` in ``groups`` read tasks.
+
+    One each when ``groups`` is None or not fewer than the partitions; else balanced by
+    estimated rows (largest first onto the lightest group), each group in partition order.
 
     >>> parts = [Partition(i, "", estimated_rows=r) for i, r in enumerate([5, 1, 4, 2])]
     >>> [[p.index for p in g] for g in group_partitions(parts, 2)]

@@ -104,10 +104,12 @@ def _datasink_class() -> Any:
 def write_blocks(
     url: str, spec: dict[str, Any], schema: pa.Schema, blocks: Iterable[Any], partition: int
 ) -> int:
-    """Commit ``blocks`` (one write task's) into the sink of ``spec`` as partition
-    ``partition``: each record batch under its row offset among the task's rows, a batch
-    committed before (by an earlier attempt at the task) skipped. Returns the task's rows,
-    committed now or before."""
+    """Commit ``blocks`` (one write task's) into the sink of ``spec`` as partition ``partition``.
+
+    Each record batch under its row offset among the task's rows, a batch committed before
+    (by an earlier attempt at the task) skipped. Returns the task's rows, committed now or
+    before.
+    """
     _, accessor = _ray_datasink_api()
     rows = 0
     with TableSink.attach(url, spec) as sink:
@@ -133,8 +135,9 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def dataset_schema(dataset: Any) -> pa.Schema:
-    """The Arrow schema of a Ray dataset (runs its pipeline on a first block if Ray does
-    not know it).
+    """The Arrow schema of a Ray dataset.
+
+    Runs its pipeline on a first block if Ray does not know it.
 
     Raises:
         InvalidArgumentError: the schema is unknown (an empty dataset) or has a column no
@@ -168,8 +171,10 @@ def dataset_schema(dataset: Any) -> pa.Schema:
 
 
 def _one_writing_process(dialect: Dialect) -> bool:
-    """Whether only one process at a time may write the engine's database
-    (``SINK_ONE_PROCESS``: DuckDB, where one process writes a file or many read it)."""
+    """Whether only one process at a time may write the engine's database.
+
+    ``SINK_ONE_PROCESS``: DuckDB, where one process writes a file or many read it.
+    """
     return bool(dialect.SINK_ONE_PROCESS)
 
 
@@ -231,8 +236,9 @@ def write_table(
     concurrency: int | None = None,
     ray_options: Mapping[str, Any] | None = None,
 ) -> WriteReport:
-    """Write a Ray dataset into ``table`` of the database ``url``: every row exactly once,
-    all of them or none.
+    """Write a Ray dataset into ``table`` of the database ``url``.
+
+    Every row exactly once, all of them or none.
 
     Each write task commits its blocks' batches in transactions of the output database
     under the table sink's protocol (:class:`~sqlfeed.sink.TableSink`), so a task Ray
