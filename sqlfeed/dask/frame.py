@@ -45,16 +45,19 @@ _NULLABLE: dict[pa.DataType, Any] = {
 
 
 def _nullable_dtype(arrow_type: pa.DataType) -> Any:
-    """``numpy_nullable``'s dtype for ``arrow_type``: numbers, bools and strings per
-    :data:`_NULLABLE`; timestamps and durations as pandas converts them (datetime64,
-    timedelta64); dictionaries as categories; every other type as ``pd.ArrowDtype``.
+    """``numpy_nullable``'s dtype for ``arrow_type``.
+
+    Numbers, bools and strings per :data:`_NULLABLE`; timestamps and durations as pandas
+    converts them (datetime64, timedelta64); dictionaries as categories; every other type as
+    ``pd.ArrowDtype``.
 
     The other types are those pandas would hold as Python objects (lists, structs, maps,
     bytes, ``datetime.date``, ``datetime.time``, intervals, decimals): Dask turns such an
     object column into text by default (its ``dataframe.convert-string`` setting), so a
     ``text[]`` value became the string ``"['t1' 't1']"`` and a date ``"2020-01-02"``.
     Arrow dtypes keep them lists, dicts, bytes and dates (a decimal column of Python
-    ``Decimal`` objects also costs ~25x the conversion time of an Arrow decimal)."""
+    ``Decimal`` objects also costs ~25x the conversion time of an Arrow decimal).
+    """
     if arrow_type in _NULLABLE:
         return _NULLABLE[arrow_type]
     native = (
@@ -212,8 +215,10 @@ def range_divisions(plan: Plan, schema: pa.Schema, index: str | None) -> tuple[A
 
 
 def _label_bounds(key: str, labels: Sequence[str]) -> list[str] | None:
-    """The bound texts of a range plan's partition labels (see ``plans.range``), or None
-    when they are not a chain of ranges without a NULL partition."""
+    """The bound texts of a range plan's partition labels (see ``plans.range``).
+
+    None when they are not a chain of ranges without a NULL partition.
+    """
     if labels == [f"{key} IS NOT NULL"]:
         return []
     if len(labels) < 2:
@@ -253,8 +258,10 @@ def _type_ends(arrow_type: pa.DataType) -> tuple[Any, Any] | None:
 
 
 def _bound_value(text: str, arrow_type: pa.DataType) -> Any:
-    """A bound as the range planner wrote it (``str(value)``), back as a value of the
-    index's type."""
+    """A bound as the range planner wrote it, back as a value of the index's type.
+
+    The planner wrote ``str(value)``.
+    """
     if pa.types.is_integer(arrow_type):
         return int(text)
     if pa.types.is_floating(arrow_type):
