@@ -125,8 +125,10 @@ class Model:
                 )
 
     def inputs(self, batch: pa.RecordBatch | pa.Table) -> dict[str, np.ndarray]:
-        """The model's inputs from a batch: each feature as the training fed it, and its
-        NULL mask."""
+        """The model's inputs from a batch.
+
+        Each feature as the training fed it, and its NULL mask.
+        """
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
         names = self.feature_names
@@ -147,8 +149,11 @@ class Model:
         return out
 
     def predict_batch(self, batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-        """Predictions for a batch's rows: binary P(the second class) ``(n,)``, multiclass
-        probabilities ``(n, classes)``, regression values ``(n,)``."""
+        """Predictions for a batch's rows.
+
+        Binary P(the second class) ``(n,)``, multiclass probabilities ``(n, classes)``,
+        regression values ``(n,)``.
+        """
         if batch.num_rows == 0:
             width = len(self.classes or []) if self.task == "multiclass" else 0
             return np.zeros((0, width) if width else (0,))
@@ -156,8 +161,11 @@ class Model:
         return result
 
     def label_indices(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """The class index of each label value (classification, matched by value on every
-        engine: :func:`sqlfeed.ml.labels.class_indices`) or the values as floats."""
+        """The class index of each label value, or the values as floats.
+
+        Classification labels are matched by value on every engine
+        (:func:`sqlfeed.ml.labels.class_indices`).
+        """
         if self.task != "regression":
             return class_indices(column, self.classes or [], self.label)
         if column.null_count:
@@ -214,8 +222,11 @@ def write_folder(out: Path, overwrite: bool, write: Callable[[Path], None]) -> N
 
 
 def recover(out: Path) -> None:
-    """Put back the old model of an ``overwrite`` killed between its two renames (``out``
-    missing, its ``.<name>.old-*`` there); with ``out`` whole, remove stale old ones."""
+    """Put back the old model of an ``overwrite`` killed between its two renames.
+
+    Then ``out`` is missing and its ``.<name>.old-*`` is there; with ``out`` whole, remove
+    stale old ones.
+    """
     olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime)
     if not out.exists() and olds:
         os.replace(olds.pop(), out)
@@ -242,8 +253,9 @@ def load(path: str | os.PathLike[str]) -> Model:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A model folder's manifest, its format version checked; the model itself is not
-    read (no TensorFlow or XGBoost import: ``sqlfeed model show``).
+    """A model folder's manifest, its format version checked.
+
+    The model itself is not read (no TensorFlow or XGBoost import: ``sqlfeed model show``).
 
     Raises:
         InvalidArgumentError: not a model folder, or one of another format version.

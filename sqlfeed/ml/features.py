@@ -65,9 +65,11 @@ class Feature:
 
 
 def type_family(arrow_type: pa.DataType | str) -> str | None:
-    """The coarse family of a type for the schema check: ``integer``, ``float``,
-    ``decimal``, ``bool``, ``string``, ``date``, ``timestamp``, ... or None (not a feature);
-    from the type or its text (the manifest keeps the text)."""
+    """The coarse family of a type for the schema check.
+
+    ``integer``, ``float``, ``decimal``, ``bool``, ``string``, ``date``, ``timestamp``, ...
+    or None (not a feature); from the type or its text (the manifest keeps the text).
+    """
     kind, depth = fed_kind(str(arrow_type))
     if kind is None or depth or kind == "binary":
         return None
@@ -101,8 +103,9 @@ def choose_features(
 
 
 def check_columns(schema: pa.Schema, *, label: str, options: TrainOptions) -> list[str]:
-    """The feature columns ``options`` choose from ``schema``, each of a type a feature can
-    be made of: what the schema alone tells, checked before any query runs.
+    """The feature columns ``options`` choose from ``schema``, each of a type a feature can be.
+
+    What the schema alone tells, checked before any query runs.
 
     Raises:
         InvalidArgumentError: an unknown column in ``features``/``skip``, the label or the
@@ -207,8 +210,11 @@ def _numeric(
 
 
 def _dense(column: ColumnStats, rows: int) -> bool:
-    """Whether an integer column unique in every row looks like a row number (its values
-    span at most twice the rows): an amount or a count unique by chance is a feature."""
+    """Whether an integer column unique in every row looks like a row number.
+
+    It does when its values span at most twice the rows: an amount or a count unique by
+    chance is a feature.
+    """
     low, high = column.min, column.max
     if not isinstance(low, int) or not isinstance(high, int):
         return True

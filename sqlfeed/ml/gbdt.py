@@ -130,8 +130,11 @@ def xgboost_module() -> ModuleType:
 
 
 def threads(rows: int | None) -> int:
-    """XGBoost's ``nthread`` for ``rows`` rows: one per :data:`THREAD_ROWS` rows, at least
-    one, at most the cores this process may use (all of them when ``rows`` is unknown)."""
+    """XGBoost's ``nthread`` for ``rows`` rows.
+
+    One per :data:`THREAD_ROWS` rows, at least one, at most the cores this process may use
+    (all of them when ``rows`` is unknown).
+    """
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
     return cores if rows is None else max(1, min(cores, rows // THREAD_ROWS))
@@ -404,10 +407,13 @@ held in memory (``QuantileDMatrix``); a larger one goes to XGBoost's external me
 
 
 def matrix_kind(rows: int | None = None, features: int = 1) -> str:
-    """``QuantileDMatrix`` for a matrix of at most :data:`IN_MEMORY_CELLS` quantized cells
-    (the raw rows are never held either way; in memory it trains 15-20 % faster, lineitem
-    SF 1: 61.6 s against 73.5 s from DuckDB), else ``ExtMemQuantileDMatrix`` when the
-    installed XGBoost has it (its pages cached in a temporary folder)."""
+    """``QuantileDMatrix`` for a matrix small enough, else ``ExtMemQuantileDMatrix``.
+
+    ``QuantileDMatrix`` for a matrix of at most :data:`IN_MEMORY_CELLS` quantized cells (the
+    raw rows are never held either way; in memory it trains 15-20 % faster, lineitem SF 1:
+    61.6 s against 73.5 s from DuckDB), else ``ExtMemQuantileDMatrix`` when the installed
+    XGBoost has it (its pages cached in a temporary folder).
+    """
     xgb = xgboost_module()
     if rows is not None and rows * max(features, 1) <= IN_MEMORY_CELLS:
         return "QuantileDMatrix"

@@ -1,5 +1,6 @@
-"""The custom Keras layers of sqlfeed.ml's models (registered serializables, package
-``sqlfeed``): defined on first use, so that importing this module imports no Keras.
+"""The custom Keras layers of sqlfeed.ml's models (registered serializables, package ``sqlfeed``).
+
+Defined on first use, so that importing this module imports no Keras.
 
 See :mod:`sqlfeed.ml.keras_model` for what each does in a model.
 """
@@ -28,8 +29,10 @@ def layer_classes() -> dict[str, type]:
 
 def _scaled(base: Any, ops: Any) -> type:
     class Scaled(base):  # type: ignore[misc,valid-type]
-        """``[value, is_null]`` to ``(n, 2)``: the standardized value (0 for NULL, NaN and
-        infinities) and the mask as a float."""
+        """``[value, is_null]`` to ``(n, 2)``: the standardized value and the mask as a float.
+
+        The standardized value is 0 for NULL, NaN and infinities.
+        """
 
         def __init__(self, mean: float, std: float, **kwargs: Any) -> None:
             super().__init__(**kwargs)

@@ -176,8 +176,10 @@ class TrainOptions:
 
     @classmethod
     def from_kwargs(cls, base: TrainOptions | None, fields: Mapping[str, Any]) -> TrainOptions:
-        """``base`` (or the defaults) with ``fields`` replaced; an unknown name is refused
-        with the closest known one."""
+        """``base`` (or the defaults) with ``fields`` replaced.
+
+        An unknown name is refused with the closest known one.
+        """
         known = [f.name for f in dataclasses.fields(cls)]
         for name in fields:
             if name not in known:

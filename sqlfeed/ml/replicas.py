@@ -104,8 +104,11 @@ def quiet_stderr() -> Iterator[None]:
 
 @dataclass
 class ReplicaFeeds:
-    """The replicas' feeds as one, for :func:`sqlfeed.tf.FeedCheckpoint`: a checkpoint
-    records every worker's deliveries in the job's ledger; a restore rewinds the job once."""
+    """The replicas' feeds as one, for :func:`sqlfeed.tf.FeedCheckpoint`.
+
+    A checkpoint records every worker's deliveries in the job's ledger; a restore rewinds
+    the job once.
+    """
 
     feeds: list[Any] = field(default_factory=list)
     job: str = JOB

@@ -1,5 +1,6 @@
-"""``sqlfeed.ml.predict`` (this module is ``scoring``, so the function keeps its name on
-the package): a model's predictions for a SELECT's rows, written back once.
+"""``sqlfeed.ml.predict``: a model's predictions for a SELECT's rows, written back once.
+
+This module is ``scoring``, so the function keeps its name on the package.
 
 Prediction is a job like any other (:func:`sqlfeed.sink.copy_into`): the SELECT's
 partitions are leased to workers (threads of this process, or processes on several
@@ -169,8 +170,8 @@ def predict(
         query: the SELECT (it must return the model's features).
         source: where it runs (URL or source).
         model: the model folder (or a loaded :class:`Model`).
-        into: the output table (``name`` or ``schema.name``); ``into_db``: its database
-            (default: ``source``).
+        into: the output table (``name`` or ``schema.name``).
+        into_db: the output table's database (default: ``source``).
         out: instead of a table, a folder of Parquet files (:mod:`sqlfeed.sink.folder`:
             what several processes write for a DuckDB file); load it into a table with
             :func:`finish` (``into``).
@@ -248,9 +249,11 @@ def finish(
     out: str | None = None,
     mode: str = "create",
 ) -> WriteReport:
-    """Finish the output of the prediction job ``job`` (idempotent): its table's rows
-    checked and put in place; with ``out``, its folder checked (and with ``into``,
-    loaded into that table of ``into_db`` in one process)."""
+    """Finish the output of the prediction job ``job`` (idempotent).
+
+    Its table's rows checked and put in place; with ``out``, its folder checked (and with
+    ``into``, loaded into that table of ``into_db`` in one process).
+    """
     if out is not None:
         return load_folder(queue, job, out, into_db, into, mode)
     return finish_job(queue, job, into_db, into)

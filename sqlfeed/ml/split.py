@@ -211,9 +211,10 @@ def split_sql(query: str | ParsedQuery, source: Any, split: Split) -> tuple[str,
 
 
 def band_sql(query: str | ParsedQuery, source: Any, split: Split, low: int, high: int) -> str:
-    """The SELECT of the query's rows whose bucket is in ``[low, high)`` (of the split's
-    ``buckets``; a NULL key's bucket is ``buckets``): a slice of a split's rows, e.g. the
-    part of the training split kept out of fitting for early stopping.
+    """The SELECT of the query's rows whose bucket is in ``[low, high)``.
+
+    Of the split's ``buckets``; a NULL key's bucket is ``buckets``: a slice of a split's
+    rows, e.g. the part of the training split kept out of fitting for early stopping.
 
     Raises:
         InvalidArgumentError: as :func:`split_sql`, or a band outside ``[0, buckets]``.
@@ -330,8 +331,10 @@ def _required(value: exp.Expr | None, name: str, engine: Dialect, what: str) -> 
 
 
 def _integer_hash(number: exp.Expr, buckets: int) -> exp.Expr:
-    """``x = ((k % P) + P) % P``, the rounds, ``x % buckets``: 64-bit arithmetic that
-    never overflows (``k % P`` in the key's own type, then BIGINT)."""
+    """``x = ((k % P) + P) % P``, the rounds, ``x % buckets``.
+
+    64-bit arithmetic that never overflows (``k % P`` in the key's own type, then BIGINT).
+    """
     prime = exp.Literal.number(PRIME)
     residue = exp.cast(_mod(number.copy(), PRIME), exp.DataType.Type.BIGINT)
     x: exp.Expr = _mod(exp.Add(this=residue, expression=prime), PRIME)

@@ -183,8 +183,10 @@ def _check_types(t: _Table, task: str) -> None:
 
 
 def _compared(t: _Table) -> tuple[exp.Expr, exp.Expr]:
-    """The label and the predicted value as the engine compares them (a boolean beside a
-    number as 0/1: not every engine compares the two)."""
+    """The label and the predicted value as the engine compares them.
+
+    A boolean beside a number as 0/1: not every engine compares the two.
+    """
     kinds = [_kind(t.schema.field(c).type) for c in (t.label, t.predicted)]
     out: list[exp.Expr] = []
     for name, kind in zip((t.label, t.predicted), kinds, strict=True):
@@ -202,8 +204,10 @@ def _count_if(condition: exp.Expr) -> exp.Expr:
 
 
 def _check_rows(t: _Table) -> int:
-    """Counts the rows and the NULLs; refuses NULL labels, predictions and probabilities,
-    and probabilities outside [0, 1]."""
+    """Counts the rows and the NULLs.
+
+    Refuses NULL labels, predictions and probabilities, and probabilities outside [0, 1].
+    """
     columns = [t.label, t.predicted] + ([t.probability] if t.probability else [])
     select = exp.select(exp.Count(this=exp.Star()))
     select = select.select(*(exp.Count(this=t.column(c)) for c in columns))
@@ -313,8 +317,11 @@ def _position(classes: list[Any], value: Any) -> int:
 
 
 def _groups(t: _Table) -> list[tuple[Any, Any, int, bool, float, float]]:
-    """One row per (label, predicted) pair: the values, the rows, whether the engine finds
-    them equal, and (with a probability) the sums of the clipped logs of p and 1 - p."""
+    """One row per (label, predicted) pair.
+
+    The values, the rows, whether the engine finds them equal, and (with a probability) the
+    sums of the clipped logs of p and 1 - p.
+    """
     truth, guess = _compared(t)
     equal = exp.EQ(this=truth, expression=guess)
     label, predicted = t.column(t.label), t.column(t.predicted)
@@ -349,8 +356,11 @@ def _clipped_ln(p: exp.Expr) -> exp.Expr:
 
 
 def _classes(groups: list[tuple[Any, ...]], task: str) -> list[Any]:
-    """The class values, sorted: the labels' values, then the predicted values equal to no
-    label (a pair the engine finds equal counts as one class, written as the label)."""
+    """The class values, sorted.
+
+    The labels' values, then the predicted values equal to no label (a pair the engine finds
+    equal counts as one class, written as the label).
+    """
     found: list[Any] = []
     for truth, *_ in groups:
         if not any(truth == c for c in found):
@@ -386,8 +396,11 @@ def _literal(value: Any) -> exp.Expr:
 
 
 def _aucs(t: _Table, positive: Any, counts: list[int]) -> tuple[float | None, float | None]:
-    """ROC AUC (Mann-Whitney U, ties half) and average precision, from one query over the
-    distinct probabilities: ``(None, None)`` parts where a class has no row."""
+    """ROC AUC (Mann-Whitney U, ties half) and average precision.
+
+    From one query over the distinct probabilities: ``(None, None)`` parts where a class has
+    no row.
+    """
     n_neg, n_pos = counts
     if n_pos == 0:
         return None, None
@@ -450,8 +463,10 @@ def _running(value: exp.Expr, *, desc: bool) -> exp.Expr:
 
 
 def table_metrics_text(result: Mapping[str, Any]) -> str:
-    """:func:`~sqlfeed.ml.metrics.format_metrics`'s text of an :func:`evaluate_table` result,
-    its baseline line saying the baseline is computed from the table's own labels."""
+    """:func:`~sqlfeed.ml.metrics.format_metrics`'s text of an :func:`evaluate_table` result.
+
+    Its baseline line says the baseline is computed from the table's own labels.
+    """
     lines = format_metrics(result, "text").split("\n")
     baseline = result.get("baseline") or {}
     if result["task"] == "regression":

@@ -80,9 +80,10 @@ def train(
             DuckDB).
         label: the label column.
         out: the model folder to write (it must not exist, unless ``overwrite``).
-        options: a :class:`TrainOptions`; ``**fields`` replace its fields (``family="gbdt"``,
-            ``epochs=5``, ``key="id"``...).
+        options: a :class:`TrainOptions`.
         progress: called with a line per step and per epoch (rows/s, loss, metrics).
+        **fields: replace fields of ``options`` (``family="gbdt"``, ``epochs=5``,
+            ``key="id"``...).
 
     Returns:
         The written model, opened.
@@ -156,9 +157,11 @@ def prepare(
 
 
 def _stopping_slice(data: TrainingData, parsed: Any) -> None:
-    """The training split cut in two by the same hash: a fifth kept out for early
-    stopping (the buckets just above the validation's), the rest fitted on; none when
-    that tenth would hold fewer than :data:`MIN_STOP_ROWS` rows."""
+    """The training split cut in two by the same hash.
+
+    A fifth kept out for early stopping (the buckets just above the validation's), the rest
+    fitted on; none when that tenth would hold fewer than :data:`MIN_STOP_ROWS` rows.
+    """
     split, src = data.split, data.source
     low = split.threshold
     high = low + max(1, round(STOP_SHARE * (split.buckets - low)))
@@ -223,8 +226,11 @@ def _label_counts(data: TrainingData) -> None:
 
 
 def _check_classes(data: TrainingData, validation: list[tuple[Any, int]]) -> None:
-    """Numeric classes are whole numbers (matched by value on every engine), and every
-    validation label value is a training class (the model can only predict those)."""
+    """Numeric classes are whole numbers, and every validation label is a training class.
+
+    Numeric classes are matched by value on every engine; the model can only predict the
+    training classes.
+    """
     classes = data.classes or []
     numbers = [c for c in classes if is_number_class(c)]
     fractional = [c for c in numbers if not float(c).is_integer()]

@@ -53,13 +53,15 @@ PATIENCE_STEPS = 100
 
 
 def early_stopping(options: TrainOptions, training_rows: int) -> bool:
-    """Whether a training stops early: ``epochs=None`` of a network (``dnn``,
-    ``wide_deep``) on a training split kept in memory (:data:`CACHE_ROWS`), one pipeline, no
-    checkpoints. A fifth of the training split (by the same hash) is then scored every epoch
-    and the weights of the best epoch are kept: small tables trained for the many epochs
-    they need otherwise overfit (a 64-32 network on 355 rows of diabetes: R² 0.39 after 200
-    epochs with dropout, -0.10 without; 0.57 stopped early, Ridge 0.61). ``linear`` (convex)
-    trains on the whole split."""
+    """Whether a training stops early.
+
+    ``epochs=None`` of a network (``dnn``, ``wide_deep``) on a training split kept in memory
+    (:data:`CACHE_ROWS`), one pipeline, no checkpoints. A fifth of the training split (by
+    the same hash) is then scored every epoch and the weights of the best epoch are kept:
+    small tables trained for the many epochs they need otherwise overfit (a 64-32 network on
+    355 rows of diabetes: R² 0.39 after 200 epochs with dropout, -0.10 without; 0.57 stopped
+    early, Ridge 0.61). ``linear`` (convex) trains on the whole split.
+    """
     return (
         options.epochs is None
         and options.family in ("dnn", "wide_deep")
@@ -288,11 +290,13 @@ def _training_input(data: TrainingData, tf: Any, keras: Any) -> tuple[Any, list[
 def _validation_input(
     data: TrainingData, tf: Any, keras: Any, epochs: int
 ) -> tuple[dict[str, Any], list[Any]]:
-    """``fit``'s validation keywords and callbacks. With early stopping, the slice of the
-    training split kept out is scored every epoch (``val_*`` in the progress) and the best
-    epoch's weights kept; else a training split kept in memory is scored on the validation
-    split about ten times in all; a larger one only once trained (by
-    :func:`sqlfeed.ml.evaluate`'s exact metrics)."""
+    """``fit``'s validation keywords and callbacks.
+
+    With early stopping, the slice of the training split kept out is scored every epoch
+    (``val_*`` in the progress) and the best epoch's weights kept; else a training split
+    kept in memory is scored on the validation split about ten times in all; a larger one
+    only once trained (by :func:`sqlfeed.ml.evaluate`'s exact metrics).
+    """
     if data.options.checkpoint_dir is not None or data.rows["training"] > CACHE_ROWS:
         return {}, []
     common = _column_options(data)
@@ -321,8 +325,10 @@ def _save_every(data: TrainingData) -> int:
 
 
 def _prepare_fn(data: TrainingData, tf: Any, *, weighted: bool = False) -> Callable[..., Any]:
-    """The input pipeline's map: numbers to float64, the label to its class index; with
-    ``weighted`` and class weights, each row's class weight as a third element."""
+    """The input pipeline's map: numbers to float64, the label to its class index.
+
+    With ``weighted`` and class weights, each row's class weight as a third element.
+    """
     numeric = [f.name for f in data.features if f.family != "categorical"]
     table = None
     if data.classes is not None:
@@ -430,10 +436,12 @@ HistGradientBoosting's ``min_samples_leaf`` (which the accuracy parity is measur
 
 
 def _min_child_weight(data: TrainingData) -> float | None:
-    """XGBoost's ``min_child_weight`` (a hessian sum) worth :data:`LEAF_ROWS` rows: each row
-    weighs 1 in a regression and q(1 - q) in a binary task (q the training share of the
-    second class); a multiclass task keeps XGBoost's default (its per-class hessians are
-    small, and a row count made of them overconstrains the trees)."""
+    """XGBoost's ``min_child_weight`` (a hessian sum) worth :data:`LEAF_ROWS` rows.
+
+    Each row weighs 1 in a regression and q(1 - q) in a binary task (q the training share of
+    the second class); a multiclass task keeps XGBoost's default (its per-class hessians are
+    small, and a row count made of them overconstrains the trees).
+    """
     if data.task == "regression":
         return float(LEAF_ROWS)
     if data.task == "binary" and data.classes:
