@@ -23,8 +23,10 @@ from sqlfeed.io.urlhints import scheme_hint
 
 
 def check_output_file(path: str, flag: str, *, overwrite: bool = False) -> Path:
-    """Check that the file ``path`` (given as ``flag``) can be written: its folder exists
-    and is writable, and it is not a folder (nor an existing file, unless ``overwrite``).
+    """Check that the file ``path`` (given as ``flag``) can be written.
+
+    Its folder exists and is writable, and it is not a folder (nor an existing file, unless
+    ``overwrite``).
 
     Raises:
         InvalidArgumentError: it cannot; the message says why and what to do.
@@ -41,8 +43,9 @@ def check_output_file(path: str, flag: str, *, overwrite: bool = False) -> Path:
 
 
 def check_output_folder(path: str, flag: str) -> Path:
-    """Check that the folder ``path`` (given as ``flag``) exists or can be made: it is
-    not a file, and its nearest existing ancestor is a writable folder.
+    """Check that the folder ``path`` (given as ``flag``) exists or can be made.
+
+    It is not a file, and its nearest existing ancestor is a writable folder.
 
     Raises:
         InvalidArgumentError: it cannot.
@@ -174,9 +177,11 @@ def missing_module_hint(err: ImportError) -> str:
 
 @contextlib.contextmanager
 def missing_package(what: str) -> Iterator[None]:
-    """Inside: a package that is not installed (a URL's driver, say) is one
-    :class:`~dialects.errors.MissingDependencyError` line, ``what`` first (a flag and its
-    value), then :func:`missing_module_hint`."""
+    """Inside: a package that is not installed (a URL's driver, say) is one error line.
+
+    One :class:`~dialects.errors.MissingDependencyError` line, ``what`` first (a flag and
+    its value), then :func:`missing_module_hint`.
+    """
     try:
         yield
     except MissingDependencyError:

@@ -64,8 +64,11 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
 
 
 def add_sql(parser: argparse.ArgumentParser) -> None:
-    """Add the positional ``SQL`` argument (see :func:`read_sql`); optional when the
-    command takes a saved plan instead (``--plan``, see :func:`add_plan_options`)."""
+    """Add the positional ``SQL`` argument (see :func:`read_sql`).
+
+    Optional when the command takes a saved plan instead (``--plan``, see
+    :func:`add_plan_options`).
+    """
     saved = "--plan" in parser._option_string_actions
     parser.add_argument(
         "sql",
@@ -193,8 +196,7 @@ INT64_MAX = 2**63 - 1
 
 
 def positive(value: int, flag: str, zero: bool = False, most: int = INT64_MAX) -> None:
-    """Check that ``flag``'s ``value`` is at least 1 (at least 0 if ``zero``) and at most
-    ``most``.
+    """Check that ``flag``'s ``value`` is at least 1 (at least 0 if ``zero``) and at most ``most``.
 
     Raises:
         InvalidArgumentError: it is not.
@@ -269,8 +271,11 @@ def _check_plan_sizes(args: argparse.Namespace) -> None:
 
 
 def names_known(parsed: ParsedQuery) -> bool:
-    """Whether the SQL text names every output column, each once (no ``*``, no unnamed
-    expression, no repeated name): then nothing needs the names the engine gives them."""
+    """Whether the SQL text names every output column, each once.
+
+    No ``*``, no unnamed expression, no repeated name: then nothing needs the names the
+    engine gives them.
+    """
     names = parsed.output_names
     if names is None or any(name is None for name in names):
         return False
@@ -279,15 +284,19 @@ def names_known(parsed: ParsedQuery) -> bool:
 
 
 def engine_columns(source: Source, parsed: ParsedQuery) -> list[str] | None:
-    """The output column names from the engine (a LIMIT 0 query) when the text does not
-    give them all (see :func:`names_known`), as the Python API does; else None."""
+    """The output column names from the engine (a LIMIT 0 query), as the Python API does.
+
+    When the text does not give them all (see :func:`names_known`); else None.
+    """
     return None if names_known(parsed) else source.output_columns(parsed)
 
 
 def plan_on_db(args: argparse.Namespace, parsed: ParsedQuery, source: Source | None = None) -> Plan:
-    """Plan ``parsed`` on ``source`` (default ``--db``) with the planning options (see
-    :func:`add_plan_options`); one warning line on stderr when an auto plan re-reads the
-    query many times. With ``--plan FILE``: the saved plan, checked on the database."""
+    """Plan ``parsed`` on ``source`` (default ``--db``) with the planning options.
+
+    See :func:`add_plan_options`; one warning line on stderr when an auto plan re-reads the
+    query many times. With ``--plan FILE``: the saved plan, checked on the database.
+    """
     saved: Plan | None = getattr(args, "saved_plan", None)
     if saved is not None:
         if source is not None:
@@ -331,8 +340,10 @@ _WARNINGS: list[str] = []
 
 
 def warn(message: str) -> None:
-    """A ``sqlfeed: warning: MESSAGE`` line for stderr, shown once the command succeeds
-    (or at :func:`flush_warnings`): a failed command prints its one error line alone."""
+    """A ``sqlfeed: warning: MESSAGE`` line for stderr, shown once the command succeeds.
+
+    Or at :func:`flush_warnings`: a failed command prints its one error line alone.
+    """
     _WARNINGS.append(message)
 
 

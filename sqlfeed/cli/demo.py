@@ -88,8 +88,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def run_torch(rows: int = 200_000, partitions: int = 16, out: TextIO | None = None) -> None:
-    """``sqlfeed demo --framework torch``: the demo tables in a DuckDB file, then
-    :func:`sqlfeed.cli.torch_demo.run_torch_demo` (DataLoader worker processes open it)."""
+    """``sqlfeed demo --framework torch``: the demo tables in a DuckDB file, then the demo.
+
+    :func:`sqlfeed.cli.torch_demo.run_torch_demo` runs it (DataLoader worker processes open
+    the file).
+    """
     stream = out or sys.stdout
 
     def say(text: str) -> None:
@@ -204,8 +207,10 @@ def run_demo(
 
 
 def _tensorflow_with_two_cpus() -> tuple[Any, list[str]]:
-    """TensorFlow with the CPU split into two logical devices if it is not running yet
-    (:func:`sqlfeed.ml.replicas.tensorflow_devices`); its absence names the demo."""
+    """TensorFlow with the CPU split into two logical devices if it is not running yet.
+
+    See :func:`sqlfeed.ml.replicas.tensorflow_devices`; its absence names the demo.
+    """
     tf, devices, _kind = tensorflow_devices(2, "the demo's Keras model")
     return tf, devices
 

@@ -1,5 +1,7 @@
-"""The ``sqlfeed export`` command: a query's rows to Parquet, CSV or JSONL files, or into a
-database table (``--into``) exactly once."""
+"""The ``sqlfeed export`` command: a query's rows to files or into a database table.
+
+To Parquet, CSV or JSONL files, or into a database table (``--into``) exactly once.
+"""
 
 from __future__ import annotations
 
@@ -42,9 +44,11 @@ MAX_READERS = 256
 
 
 def _check_out(args: argparse.Namespace) -> Path:
-    """``--out`` and ``--as``, checked before anything runs: a file named ``.parquet``,
-    ``.csv`` or ``.jsonl`` of that format, or a folder (a name without one of those
-    extensions; one with another extension only with ``--as``)."""
+    """``--out`` and ``--as``, checked before anything runs.
+
+    A file named ``.parquet``, ``.csv`` or ``.jsonl`` of that format, or a folder (a name
+    without one of those extensions; one with another extension only with ``--as``).
+    """
     if not args.out.strip():
         raise InvalidArgumentError("--out needs a file or folder name")
     target = Path(args.out)

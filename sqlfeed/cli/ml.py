@@ -306,8 +306,11 @@ def _cmd_train(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def train_summary(manifest: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """What ``train`` prints: the folder, the task, the features, the rows and the split,
-    the validation metrics (beside the baseline's)."""
+    """What ``train`` prints.
+
+    The folder, the task, the features, the rows and the split, the validation metrics
+    (beside the baseline's).
+    """
     return {
         "model": path,
         "task": manifest["task"],
@@ -356,9 +359,12 @@ def _split_text(rule: Mapping[str, Any] | None) -> str:
 
 @contextlib.contextmanager
 def _sqlfeed_warnings() -> Iterator[None]:
-    """Inside: sqlfeed's own warnings (a constant column left out...) are kept for the end
-    of a successful command (:func:`~sqlfeed.cli.common.warn`); the libraries' (Keras's,
-    TensorFlow's) are dropped: they are about sqlfeed's use of them, not the user's."""
+    """Inside: sqlfeed's own warnings are kept for the end, the libraries' are dropped.
+
+    sqlfeed's own warnings (a constant column left out...) are kept for the end of a
+    successful command (:func:`~sqlfeed.cli.common.warn`); the libraries' (Keras's,
+    TensorFlow's) are dropped: they are about sqlfeed's use of them, not the user's.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
@@ -505,8 +511,11 @@ def _features_text(features: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def transform_text(feature: Mapping[str, Any]) -> str:
-    """A feature's transform in a line: a vocabulary truncated to :data:`SHOWN_VALUES`
-    values, ``... (N more)``; the scaling, the NULL fill and mask of a number."""
+    """A feature's transform in a line.
+
+    A vocabulary truncated to :data:`SHOWN_VALUES` values, ``... (N more)``; the scaling,
+    the NULL fill and mask of a number.
+    """
     transform = feature.get("transform") or {}
     if "vocabulary" in transform:
         vocabulary = list(transform["vocabulary"])

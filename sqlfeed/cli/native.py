@@ -30,8 +30,11 @@ _TERMINAL: list[TextIO | None] = []
 
 
 def set_terminal(stream: TextIO | None) -> None:
-    """Say where the progress bars draw: the terminal stderr was before
-    :func:`filter_native_stderr` replaced it with a pipe, or None (no terminal)."""
+    """Say where the progress bars draw.
+
+    The terminal stderr was before :func:`filter_native_stderr` replaced it with a pipe, or
+    None (no terminal).
+    """
     _TERMINAL[:] = [stream]
 
 
@@ -58,21 +61,21 @@ _PANIC_END = "note: "
 
 
 def drop_panic_reports(lines: Iterable[str]) -> Iterator[str]:
-    """``lines`` without Rust panic reports and TensorFlow's native log lines.
+    r"""``lines`` without Rust panic reports and TensorFlow's native log lines.
 
     A report starts with ``thread '...' panicked at ...`` and ends with its ``note: ...``
     line (or just before a line of sqlfeed's own, if it has no note).
 
     >>> list(drop_panic_reports([
-    ...     "thread '<unnamed>' (7) panicked at src/a.rs:1:2:\\n", "cx writer failed\\n",
-    ...     "stack backtrace:\\n", "   0: f\\n", "note: run with RUST_BACKTRACE=1\\n", "\\n",
-    ...     "sqlfeed: engine error: division by zero\\n"]))
-    ['sqlfeed: engine error: division by zero\\n']
+    ...     "thread '<unnamed>' (7) panicked at src/a.rs:1:2:\n", "cx writer failed\n",
+    ...     "stack backtrace:\n", "   0: f\n", "note: run with RUST_BACKTRACE=1\n", "\n",
+    ...     "sqlfeed: engine error: division by zero\n"]))
+    ['sqlfeed: engine error: division by zero\n']
     >>> list(drop_panic_reports([
-    ...     "WARNING: All log messages before absl::InitializeLog() is called are written\\n",
-    ...     "I0000 00:00:1795696287.881569   10331 port.cc:153] oneDNN custom operations\\n",
-    ...     "sqlfeed: done\\n"]))
-    ['sqlfeed: done\\n']
+    ...     "WARNING: All log messages before absl::InitializeLog() is called are written\n",
+    ...     "I0000 00:00:1795696287.881569   10331 port.cc:153] oneDNN custom operations\n",
+    ...     "sqlfeed: done\n"]))
+    ['sqlfeed: done\n']
     """
     in_report = after_report = False
     held = 0  # blank lines held back: Rust prints one before a report too

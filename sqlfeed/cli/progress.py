@@ -1,5 +1,6 @@
-"""Progress bars for the command line, drawn by `rich <https://rich.readthedocs.io>`_ on a
-terminal only.
+"""Progress bars for the command line, drawn on a terminal only.
+
+Drawn by `rich <https://rich.readthedocs.io>`_.
 
 The console script routes stderr through a filter pipe (:mod:`sqlfeed.cli.native`), so a
 bar cannot ask ``sys.stderr.isatty()``: it draws on the terminal that
@@ -129,8 +130,10 @@ def human(value: float) -> str:
 
 
 class RowsBar(ProgressBar):
-    """A bar of rows written, its total set when the first call knows it: the
-    ``progress(rows, expected)`` callback of the table sink's jobs."""
+    """A bar of rows written, its total set when the first call knows it.
+
+    The ``progress(rows, expected)`` callback of the table sink's jobs.
+    """
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__(0, what="rows", stream=stream, show_rows=False)

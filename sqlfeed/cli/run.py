@@ -21,8 +21,11 @@ __all__ = ["run_command"]
 
 
 def run_command(args: argparse.Namespace, stream: TextIO) -> int:
-    """Run the command's handler; its exit code. The warnings gathered meanwhile are
-    printed when it succeeds; a failed command prints its one error line alone."""
+    """Run the command's handler; its exit code.
+
+    The warnings gathered meanwhile are printed when it succeeds; a failed command prints
+    its one error line alone.
+    """
     drop_warnings()
     code = _run(args, stream)
     if code == EXIT_OK:

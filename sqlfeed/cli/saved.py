@@ -1,6 +1,7 @@
-"""``--plan FILE``: a plan saved by ``sqlfeed plan --db URL > plan.json``, used instead of
-planning again (``sqlfeed plan``, ``export`` and ``job create``), or checked against a
-job's plan (``sqlfeed worker``).
+"""``--plan FILE``: a plan saved by ``sqlfeed plan --db URL > plan.json``.
+
+Used instead of planning again (``sqlfeed plan``, ``export`` and ``job create``), or checked
+against a job's plan (``sqlfeed worker``).
 
 A saved plan is validated before anything runs: it is a plan of this format whose
 fingerprint matches its contents, for the ``--db`` URL's engine, and its query and every
@@ -103,7 +104,8 @@ def load_plan(path: str, engine: Dialect) -> Plan:
 
 
 def saved_plan(args: argparse.Namespace, engine: Dialect) -> ParsedQuery | None:
-    """With ``--plan``: load it into ``args.saved_plan`` and return its parsed query;
+    """With ``--plan``: load it into ``args.saved_plan`` and return its parsed query.
+
     None without ``--plan`` (the SQL argument is then required).
 
     Raises:
@@ -140,6 +142,7 @@ def saved_plan(args: argparse.Namespace, engine: Dialect) -> ParsedQuery | None:
 
 def check_saved_plan(plan: Plan, parsed: ParsedQuery, source: Source, path: str) -> Plan:
     """The saved ``plan`` once connected: its query still returns the plan's columns.
+
     Returned with its Arrow schema (a saved plan may lack it) and without its scratch
     table's name (no command drops a saved plan's table).
 

@@ -1,5 +1,7 @@
-"""The ``sqlfeed scratch list|drop`` commands: the scratch tables of ``materialize`` plans
-and the staging and commits tables of the table sink (``predict``, ``export --into``).
+"""The ``sqlfeed scratch list|drop`` commands.
+
+The scratch tables of ``materialize`` plans and the staging and commits tables of the table
+sink (``predict``, ``export --into``).
 
 ``--strategy materialize`` runs the query once into a table named
 ``sqlfeed_<unix time>_<hex>`` in the ``--scratch`` schema. ``export`` drops its table when
@@ -195,9 +197,11 @@ def _cmd_drop(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _counted(source: Any, table: ScratchTable) -> ScratchTable:
-    """``table`` with its rows counted: a catalog's estimate is stale (PostgreSQL's
-    ``reltuples`` is unknown until the table is analyzed, InnoDB's is a guess), and a
-    scratch table is read in one scan."""
+    """``table`` with its rows counted.
+
+    A catalog's estimate is stale (PostgreSQL's ``reltuples`` is unknown until the table is
+    analyzed, InnoDB's is a guess), and a scratch table is read in one scan.
+    """
     name = exp.table_(exp.to_identifier(table.name), db=exp.to_identifier(table.schema))
     sql = f"SELECT COUNT(*) FROM {source.dialect.sql(name)}"
     return dataclasses.replace(table, rows=int(source.scalar(sql, what="scratch table count")))

@@ -86,9 +86,12 @@ def _cmd_sql(args: argparse.Namespace, out: TextIO) -> None:
 def _predict(
     args: argparse.Namespace, statement: Statement, parsed: ParsedQuery, out: TextIO
 ) -> None:
-    """``TO PREDICT table.col USING model``: the SELECT's columns and the prediction in
-    ``col`` (an input column of that name left out, as SQLFlow does) into ``table``,
-    replaced atomically (SQLFlow drops and re-inserts it), exactly once."""
+    """``TO PREDICT table.col USING model``: the SELECT's rows with predictions, into ``table``.
+
+    The SELECT's columns and the prediction in ``col`` (an input column of that name left
+    out, as SQLFlow does) go into ``table``, replaced atomically (SQLFlow drops and
+    re-inserts it), exactly once.
+    """
     target = str(statement.predict_column)
     table, _, column = target.rpartition(".")
     if not table:
@@ -190,7 +193,7 @@ def _evaluate(
 
 
 def metric_names(names: tuple[str, ...], task: str) -> list[str]:
-    """sqlfeed's names of the metrics ``validation.metrics`` names, for a model of ``task``.
+    """The sqlfeed names of the metrics ``validation.metrics`` names, for a model of ``task``.
 
     Raises:
         InvalidArgumentError: a name that is no metric of the task.
@@ -209,8 +212,11 @@ def metric_names(names: tuple[str, ...], task: str) -> list[str]:
 
 
 def chosen_metrics(result: dict[str, Any], keep: list[str]) -> dict[str, Any]:
-    """``result`` without the metrics its task has that ``keep`` leaves out (for the model
-    and the baseline); the rest (task, rows, classes, confusion matrix, ...) as it is."""
+    """``result`` without the metrics its task has that ``keep`` leaves out.
+
+    For the model and the baseline; the rest (task, rows, classes, confusion matrix, ...) as
+    it is.
+    """
     drop = set(METRICS.get(str(result.get("task")), ())) - set(keep)
     chosen = {k: v for k, v in result.items() if k not in drop}
     baseline = result.get("baseline")

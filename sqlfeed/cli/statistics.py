@@ -171,8 +171,11 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _check_named_columns(parsed: ParsedQuery, label: str | None, kinds: dict[str, str]) -> None:
-    """``--label`` and ``--kind`` name output columns: checked before connecting when the
-    SQL text names them all (case aside: the engine may fold the case of a name)."""
+    """``--label`` and ``--kind`` name output columns.
+
+    Checked before connecting when the SQL text names them all (case aside: the engine may
+    fold the case of a name).
+    """
     if not names_known(parsed):
         return
     names = [str(name) for name in parsed.output_names or []]

@@ -1,5 +1,6 @@
-"""What ``sqlfeed worker`` does beside reading: it says what it waits for, and records
-checkpoints for ``sqlfeed job rewind``.
+"""What ``sqlfeed worker`` does beside reading.
+
+It says what it waits for, and records checkpoints for ``sqlfeed job rewind``.
 
 A worker with nothing to take waits for the leases other workers hold: until they are
 completed, or, for a worker that was killed, until they expire (the job's lease TTL,
@@ -28,8 +29,10 @@ __all__ = ["Checkpoints", "WaitReporter", "waiting_line"]
 
 
 def waiting_line(leases: list[tuple[str, int, float]], me: str, ttl: float) -> str | None:
-    """The line for ``leases`` (see :meth:`LeaseQueue.leases`) seen by worker ``me``;
-    None when it is not waiting on others (it holds a lease itself, or nobody does)."""
+    """The line for ``leases`` (see :meth:`LeaseQueue.leases`) seen by worker ``me``.
+
+    None when it is not waiting on others (it holds a lease itself, or nobody does).
+    """
     if not leases or any(worker == me for worker, _, _ in leases):
         return None
     held = Counter(worker for worker, _, _ in leases)
