@@ -49,7 +49,7 @@ bench-smoke: $(TEST_STAMP)
 # The documentation site (docs/, mkdocs.yml) into build/site: strict, so a broken link, a missing
 # reference or a docstring warning fails the build.
 docs: $(TEST_STAMP)
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint typecheck layers pytest bench-smoke docs
 
