@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, WriterProperties, write_deltalake
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.conversions import to_bytes
 from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow
@@ -52,6 +55,12 @@ POS_POS_ID = 2147483545
 """The spec's reserved field id of ``pos`` in a position delete file."""
 FILE_ROWS_PROPERTY = "sqlfeed-test.target-file-rows"
 """Our table property: :func:`append` cuts the data into files of at most this many rows."""
+COLUMN_MAPPING = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+"""Delta table configuration for column mapping by name (reader 2, writer 5)."""
 ROW_GROUP_LIMIT = "write.parquet.row-group-limit"
 """pyiceberg 0.12 honours this one (rows per row group); ``row-group-size-bytes`` only warns."""
 
@@ -73,7 +82,7 @@ def iceberg_catalog(folder: Path, name: str = "test") -> SqlCatalog:
 
 
 def iceberg_table(
-    catalog: SqlCatalog,
+    catalog: Catalog,
     name: str,
     data: pa.Table,
     *,
@@ -104,8 +113,7 @@ def iceberg_table(
         properties[ROW_GROUP_LIMIT] = str(row_group_rows)
     table = catalog.create_table(f"{NAMESPACE}.{name}", data.schema, properties=properties)
     if partition_by is not None:
-        with table.update_spec() as spec:
-            spec.add_identity(partition_by)
+        add_partition(table, partition_by)
     append(table, data)
     return table
 
@@ -127,6 +135,12 @@ def append(table: Table, data: pa.Table) -> int:
     return _current_snapshot_id(table)
 
 
+def add_partition(table: Table, column: str) -> None:
+    """Adds an identity partition on ``column``: a new default spec (older files keep theirs)."""
+    with table.update_spec() as spec:
+        spec.add_identity(column)
+
+
 def add_column(table: Table, name: str, type_: IcebergType) -> None:
     """Adds an optional column (existing files read it as NULL)."""
     with table.update_schema() as update:
@@ -137,6 +151,12 @@ def rename_column(table: Table, old: str, new: str) -> None:
     """Renames a column (its field id stays: old files are matched by id)."""
     with table.update_schema() as update:
         update.rename_column(old, new)
+
+
+def promote_column(table: Table, name: str, type_: PrimitiveType) -> None:
+    """Widens a column's type (int to long, float to double): old files are cast on read."""
+    with table.update_schema() as update:
+        update.update_column(name, field_type=type_)
 
 
 def snapshot_ids(table: Table) -> list[int]:
@@ -407,6 +427,7 @@ def delta_table(
     partition_by: str | Sequence[str] | None = None,
     row_group_rows: int | None = None,
     target_file_size: int | None = None,
+    column_mapping: bool = False,
 ) -> int:
     """A new Delta table at ``path`` holding ``data`` (version 0); its version.
 
@@ -416,6 +437,8 @@ def delta_table(
         partition_by: Partition columns.
         row_group_rows: Rows per Parquet row group (several row groups per file).
         target_file_size: Bytes per data file, delta-rs' only file-size knob.
+        column_mapping: Column mapping mode ``name`` (physical names ``col-<uuid>``), which
+            :func:`delta_rename_column` needs.
     """
     columns = [partition_by] if isinstance(partition_by, str) else partition_by
     write_deltalake(
@@ -424,6 +447,7 @@ def delta_table(
         partition_by=list(columns) if columns else None,
         writer_properties=_delta_writer(row_group_rows),
         target_file_size=target_file_size,
+        configuration=COLUMN_MAPPING if column_mapping else None,
     )
     return DeltaTable(str(path)).version()
 
@@ -451,6 +475,82 @@ def delta_delete(path: Path, predicate: str, *, row_group_rows: int | None = Non
     """Deletes the rows matching ``predicate`` (delta-rs rewrites the files); the version."""
     DeltaTable(str(path)).delete(predicate, writer_properties=_delta_writer(row_group_rows))
     return DeltaTable(str(path)).version()
+
+
+def delta_rename_column(path: Path, old: str, new: str) -> int:
+    """Renames a column of a column-mapped table; the version.
+
+    delta-rs has no rename (and refuses ADD COLUMN and schema merges on column-mapped tables):
+    this commits, by hand, a ``metaData`` action whose schema gives the column its new logical
+    name (its physical name and id stay), as the protocol's column mapping allows.
+    """
+    table = DeltaTable(str(path))
+    if table.metadata().configuration.get("delta.columnMapping.mode") != "name":
+        raise ValueError(f"{path}: a rename needs delta_table(column_mapping=True)")
+    version = table.version()
+    metadata = _latest_metadata(path, version)
+    schema = json.loads(metadata["schemaString"])
+    for column in schema["fields"]:
+        if column["name"] == old:
+            column["name"] = new
+            break
+    else:
+        raise ValueError(f"{path} has no column {old}")
+    metadata["schemaString"] = json.dumps(schema)
+    info = _commit_info("RENAME COLUMN", {"oldColumnPath": old, "newColumnPath": new})
+    _commit_delta(path, version + 1, [info, {"metaData": metadata}])
+    return version + 1
+
+
+def delta_enable_column_mapping(path: Path) -> int:
+    """Turns column mapping (name) on for an existing table, by a hand-written commit; the version.
+
+    delta-rs refuses to set ``delta.columnMapping.mode`` on a table; the protocol lets a writer
+    upgrade it (reader 2, writer 5) with each existing column's physical name its own name.
+    """
+    version = DeltaTable(str(path)).version()
+    metadata = _latest_metadata(path, version)
+    schema = json.loads(metadata["schemaString"])
+    for n, column in enumerate(schema["fields"], 1):
+        column.setdefault("metadata", {}).update(
+            {"delta.columnMapping.id": n, "delta.columnMapping.physicalName": column["name"]}
+        )
+    metadata["schemaString"] = json.dumps(schema)
+    metadata["configuration"] = {
+        **metadata.get("configuration", {}),
+        **COLUMN_MAPPING,
+        "delta.columnMapping.maxColumnId": str(len(schema["fields"])),
+    }
+    protocol = {"minReaderVersion": 2, "minWriterVersion": 5}
+    info = _commit_info("SET TBLPROPERTIES", {"properties": json.dumps(COLUMN_MAPPING)})
+    _commit_delta(path, version + 1, [info, {"protocol": protocol}, {"metaData": metadata}])
+    return version + 1
+
+
+def _commit_info(operation: str, parameters: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "commitInfo": {
+            "timestamp": int(time.time() * 1000),
+            "operation": operation,
+            "operationParameters": dict(parameters),
+        }
+    }
+
+
+def _latest_metadata(path: Path, version: int) -> dict[str, Any]:
+    for v in range(version, -1, -1):
+        log = path / "_delta_log" / f"{v:020d}.json"
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "metaData" in action:
+                return dict(action["metaData"])
+    raise ValueError(f"{path}: no metaData action in the log")
+
+
+def _commit_delta(path: Path, version: int, actions: Sequence[Mapping[str, Any]]) -> None:
+    log = path / "_delta_log" / f"{version:020d}.json"
+    with log.open("x") as out:  # "x": a concurrent commit of the same version fails
+        out.write("".join(json.dumps(a) + "\n" for a in actions))
 
 
 def delta_versions(path: Path) -> list[int]:
