@@ -13,13 +13,15 @@ Nothing here imports sqlfeed: the tests compare sqlfeed's partitions with
 
 from __future__ import annotations
 
+import base64
 import datetime
 import itertools
 import json
 import time
 import uuid
+import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +49,7 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import IcebergType, LongType, PrimitiveType, StringType
+from pyroaring import BitMap
 
 NAMESPACE = "lake"
 POS_FILE_PATH_ID = 2147483546
@@ -413,6 +416,219 @@ def _delete_data_file(
 
 
 # --------------------------------------------------------------------------------------------
+# Iceberg v3 deletion vectors, committed by hand
+
+DV_MAGIC = b"\xd1\xd3\x39\x64"
+"""The magic bytes of a ``deletion-vector-v1`` blob."""
+ROW_POSITION_ID = 2147483645
+"""The spec's reserved field id of ``_pos`` (the field a deletion vector blob names)."""
+
+
+class _ManifestWriterV3(ManifestWriterV2):
+    """A v3 manifest of delete files, its entries bound to the v3 ``data_file`` struct."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def version(self) -> Literal[3]:  # type: ignore[override]
+        return 3
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes", "format-version": "3"}
+
+    def new_writer(self) -> Any:
+        from pyiceberg.avro.file import AvroOutputFile
+
+        return AvroOutputFile[Any](
+            output_file=self._output_file,
+            file_schema=self._with_partition(3),
+            record_schema=self._with_partition(3),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+def _dv_blob(positions: Iterable[int]) -> bytes:
+    """A ``deletion-vector-v1`` blob: length (4 bytes BE) of magic + vector, the magic, the
+    64-bit roaring bitmap (:func:`roaring64`), CRC-32 of magic + vector (4 bytes BE)."""
+    body = DV_MAGIC + roaring64(positions)
+    return len(body).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def _write_puffin(location: str, blobs: Sequence[tuple[str, list[int]]]) -> list[tuple[int, int]]:
+    """A Puffin file of one vector per data file; each blob's (offset, length)."""
+    out = bytearray(b"PFA1")
+    placed, meta = [], []
+    for data_path, positions in blobs:
+        blob = _dv_blob(positions)
+        placed.append((len(out), len(blob)))
+        meta.append(
+            {
+                "type": "deletion-vector-v1",
+                "fields": [ROW_POSITION_ID],
+                "snapshot-id": -1,
+                "sequence-number": -1,
+                "offset": len(out),
+                "length": len(blob),
+                "properties": {
+                    "referenced-data-file": data_path,
+                    "cardinality": str(len(set(positions))),
+                },
+            }
+        )
+        out += blob
+    footer = json.dumps({"blobs": meta, "properties": {"created-by": "sqlfeed tests"}}).encode()
+    out += b"PFA1" + footer + len(footer).to_bytes(4, "little") + bytes(4) + b"PFA1"
+    path = _local_path(location)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return placed
+
+
+def delete_vector(table: Table, deletes: Mapping[str, Sequence[int]]) -> int:
+    """Deletes rows with Iceberg v3 deletion vectors; the new snapshot's id.
+
+    pyiceberg 0.12 reads v3 tables and vectors but writes neither (its metadata writer raises
+    for v3, its manifest writers stop at v2). This writes, per the spec: one Puffin file
+    holding a ``deletion-vector-v1`` blob per data file; a v3 ``DELETES`` manifest whose
+    entries (content position deletes, format ``puffin``) carry ``referenced_data_file``,
+    ``content_offset`` and ``content_size_in_bytes``; a v3 manifest list (the parent's
+    manifests and the new one); the table metadata, upgraded to format version 3 if needed
+    (``next-row-id`` 0: no row ids assigned); and points the SQL catalog at it. ``table`` is
+    refreshed. A data file must not already have a vector (v3 allows one per file).
+
+    Args:
+        table: A pyiceberg table in a :func:`iceberg_catalog` (no equality deletes needed).
+        deletes: Data file path (as the manifests spell it) to 0-based row positions.
+    """
+    metadata = table.metadata
+    files = {f.file_path: f for f in live_data_files(table)}
+    snapshot_id = metadata.new_snapshot_id()
+    sequence = metadata.next_sequence_number()
+    location = f"{table.location().rstrip('/')}/data/dv-{uuid.uuid4()}.puffin"
+    items = sorted((p, sorted(set(map(int, q)))) for p, q in deletes.items())
+    placed = _write_puffin(location, items)
+    size = _local_path(location).stat().st_size
+    by_spec: dict[int, list[DataFile]] = defaultdict(list)
+    for (data_path, positions), (offset, length) in zip(items, placed, strict=True):
+        live = files[data_path]
+        dv = DataFile.from_args(
+            _table_format_version=3,
+            content=DataFileContent.POSITION_DELETES,
+            file_path=location,
+            file_format=FileFormat.PUFFIN,
+            partition=live.partition,
+            record_count=len(positions),
+            file_size_in_bytes=size,
+            referenced_data_file=data_path,
+            content_offset=offset,
+            content_size_in_bytes=length,
+        )
+        dv.spec_id = live.spec_id
+        by_spec[live.spec_id].append(dv)
+    manifests = [
+        _write_v3_delete_manifest(table, spec_id, dvs, snapshot_id)
+        for spec_id, dvs in by_spec.items()
+    ]
+    _commit_v3(table, snapshot_id, sequence, manifests)
+    return snapshot_id
+
+
+def _write_v3_delete_manifest(
+    table: Table, spec_id: int, dvs: Sequence[DataFile], snapshot_id: int
+) -> Any:
+    name = f"{table.location().rstrip('/')}/metadata/{uuid.uuid4()}-m0.avro"
+    writer = _ManifestWriterV3(
+        spec=table.specs()[spec_id],
+        schema=table.schema(),
+        output_file=table.io.new_output(name),
+        snapshot_id=snapshot_id,
+        avro_compression="null",
+    )
+    with writer:
+        for dv in dvs:
+            writer.add_entry(_added_entry(snapshot_id, dv))
+    return writer.to_manifest_file()
+
+
+def _commit_v3(table: Table, snapshot_id: int, sequence: int, new: Sequence[Any]) -> None:
+    from pyiceberg.manifest import ManifestListWriterV2
+    from pyiceberg.table.metadata import TableMetadataV3
+    from pyiceberg.typedef import IcebergBaseModel
+
+    metadata = table.metadata
+    parent = table.current_snapshot()
+    existing = list(parent.manifests(table.io)) if parent else []
+    list_path = f"{table.location().rstrip('/')}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
+    parent_id = parent.snapshot_id if parent else None
+    with ManifestListWriterV2(
+        table.io.new_output(list_path), snapshot_id, parent_id, sequence, "null"
+    ) as writer:
+        writer._format_version = 3  # type: ignore[assignment]
+        writer.add_manifests([*new, *existing])
+    deleted = sum(m.added_rows_count or 0 for m in new)
+    now = int(time.time() * 1000)
+    snapshot = {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": parent_id,
+        "sequence-number": sequence,
+        "timestamp-ms": now,
+        "manifest-list": list_path,
+        "summary": {
+            "operation": "delete",
+            "added-delete-files": str(len(new)),
+            "added-position-deletes": str(deleted),
+        },
+        "schema-id": metadata.current_schema_id,
+        "first-row-id": getattr(metadata, "next_row_id", None) or 0,
+        "added-rows": 0,
+    }
+    raw = json.loads(IcebergBaseModel.model_dump_json(metadata))
+    raw["format-version"] = 3
+    raw.setdefault("next-row-id", 0)
+    raw["last-sequence-number"] = sequence
+    raw["last-updated-ms"] = now
+    raw["current-snapshot-id"] = snapshot_id
+    raw["snapshots"] = [*raw.get("snapshots", []), snapshot]
+    raw["refs"] = {**raw.get("refs", {}), "main": {"snapshot-id": snapshot_id, "type": "branch"}}
+    log = {"snapshot-id": snapshot_id, "timestamp-ms": now}
+    raw["snapshot-log"] = [*raw.get("snapshot-log", []), log]
+    raw["metadata-log"] = [
+        *raw.get("metadata-log", []),
+        {"metadata-file": table.metadata_location, "timestamp-ms": metadata.last_updated_ms},
+    ]
+    TableMetadataV3.model_validate(raw)  # the metadata is one pyiceberg reads
+    number = int(Path(urlparse(table.metadata_location).path).name.split("-")[0]) + 1
+    new_location = (
+        f"{table.location().rstrip('/')}/metadata/{number:05d}-{uuid.uuid4()}.metadata.json"
+    )
+    _local_path(new_location).write_text(json.dumps(raw))
+    _point_catalog(table, new_location)
+
+
+def _point_catalog(table: Table, location: str) -> None:
+    """Points the SQL catalog's row for ``table`` at ``location``; refreshes ``table``."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import update
+
+    catalog = table.catalog
+    if not isinstance(catalog, SqlCatalog):
+        raise ValueError("delete_vector needs a table of a SqlCatalog")
+    namespace, name = table.name()[:-1], table.name()[-1]
+    with catalog.engine.begin() as connection:
+        connection.execute(
+            update(IcebergTables)
+            .where(IcebergTables.catalog_name == catalog.name)
+            .where(IcebergTables.table_namespace == ".".join(namespace))
+            .where(IcebergTables.table_name == name)
+            .values(metadata_location=location, previous_metadata_location=table.metadata_location)
+        )
+    table.refresh()
+
+
+# --------------------------------------------------------------------------------------------
 # Delta
 
 
@@ -428,6 +644,7 @@ def delta_table(
     row_group_rows: int | None = None,
     target_file_size: int | None = None,
     column_mapping: bool = False,
+    deletion_vectors: bool = False,
 ) -> int:
     """A new Delta table at ``path`` holding ``data`` (version 0); its version.
 
@@ -439,6 +656,8 @@ def delta_table(
         target_file_size: Bytes per data file, delta-rs' only file-size knob.
         column_mapping: Column mapping mode ``name`` (physical names ``col-<uuid>``), which
             :func:`delta_rename_column` needs.
+        deletion_vectors: The ``deletionVectors`` feature (reader 3, writer 7), which
+            :func:`delta_delete_vector` needs.
     """
     columns = [partition_by] if isinstance(partition_by, str) else partition_by
     write_deltalake(
@@ -447,7 +666,11 @@ def delta_table(
         partition_by=list(columns) if columns else None,
         writer_properties=_delta_writer(row_group_rows),
         target_file_size=target_file_size,
-        configuration=COLUMN_MAPPING if column_mapping else None,
+        configuration={
+            **(COLUMN_MAPPING if column_mapping else {}),
+            **({"delta.enableDeletionVectors": "true"} if deletion_vectors else {}),
+        }
+        or None,
     )
     return DeltaTable(str(path)).version()
 
@@ -551,6 +774,134 @@ def _commit_delta(path: Path, version: int, actions: Sequence[Mapping[str, Any]]
     log = path / "_delta_log" / f"{version:020d}.json"
     with log.open("x") as out:  # "x": a concurrent commit of the same version fails
         out.write("".join(json.dumps(a) + "\n" for a in actions))
+
+
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+"""The Z85 alphabet (Delta encodes a deletion vector file's UUID with it)."""
+_B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+DELTA_DV_MAGIC = 1681511377
+"""The RoaringBitmapArray magic number a Delta deletion vector starts with."""
+
+
+def z85(data: bytes) -> str:
+    """Z85 of ``data`` (a multiple of 4 bytes): base64.b85encode's digits, Z85's alphabet."""
+    if len(data) % 4:
+        raise ValueError("Z85 encodes multiples of 4 bytes")
+    return base64.b85encode(data).decode().translate(str.maketrans(_B85, Z85))
+
+
+def roaring64(positions: Iterable[int]) -> bytes:
+    """Positions as a 64-bit roaring bitmap, "portable" layout (Iceberg and Delta vectors):
+    the count of 32-bit bitmaps (8 bytes LE), then each one's high 32 bits (4 bytes LE) and
+    its 32-bit roaring bitmap in the portable format."""
+    buckets: dict[int, list[int]] = defaultdict(list)
+    for p in positions:
+        buckets[int(p) >> 32].append(int(p) & 0xFFFFFFFF)
+    out = [len(buckets).to_bytes(8, "little")]
+    for key in sorted(buckets):
+        out += [key.to_bytes(4, "little"), BitMap(buckets[key]).serialize()]
+    return b"".join(out)
+
+
+def _delta_live_adds(path: Path) -> dict[str, dict[str, Any]]:
+    """Replays the JSON log (no checkpoints in these small tables): path -> live add action."""
+    live: dict[str, dict[str, Any]] = {}
+    for log in sorted((path / "_delta_log").glob("*.json")):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return live
+
+
+def delta_data_files(path: Path) -> dict[str, int]:
+    """The live data files of the latest version (paths relative to the table) -> row count."""
+    return {
+        p: int(json.loads(add["stats"])["numRecords"]) for p, add in _delta_live_adds(path).items()
+    }
+
+
+def delta_delete_vector(path: Path, deletes: Mapping[str, Sequence[int]]) -> int:
+    """Deletes rows by position with deletion vectors, by a hand-written commit; the version.
+
+    delta-rs (1.6.6) reads deletion vectors but writes none (its DELETE rewrites files even
+    with the feature on). Per the protocol: one ``deletion_vector_<uuid>.bin`` file (format
+    version byte 1, then per vector its size (4 bytes BE), the RoaringBitmapArray (magic
+    1681511377 LE + :func:`roaring64`), its CRC-32 (4 bytes BE)), and for each data file a
+    ``remove`` of its add and an ``add`` of the same path with a ``deletionVector`` descriptor
+    (storage ``u``: the UUID in Z85, ``offset`` at the size field). Positions are 0-based rows
+    of the file; a file that already has a vector keeps its old positions too.
+
+    Args:
+        path: A table created with deletion vectors on (``delta_table(deletion_vectors=True)``).
+        deletes: Data file path (relative, see :func:`delta_data_files`) to row positions.
+    """
+    table = DeltaTable(str(path))
+    if "deletionVectors" not in (table.protocol().reader_features or []):
+        raise ValueError(f"{path}: create it with delta_table(deletion_vectors=True)")
+    live = _delta_live_adds(path)
+    dv_id = uuid.uuid4()
+    blob = bytearray(b"\x01")
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [_commit_info("DELETE", {"predicate": "deletion vector"})]
+    for file_path, positions in deletes.items():
+        add = dict(live[file_path])
+        old = add.get("deletionVector")
+        merged = set(map(int, positions)) | (set(_read_delta_dv(path, old)) if old else set())
+        data = DELTA_DV_MAGIC.to_bytes(4, "little") + roaring64(merged)
+        offset = len(blob)
+        blob += len(data).to_bytes(4, "big") + data + zlib.crc32(data).to_bytes(4, "big")
+        actions.append(
+            {
+                "remove": {
+                    "path": file_path,
+                    "deletionTimestamp": now,
+                    "dataChange": True,
+                    "extendedFileMetadata": True,
+                    "partitionValues": add.get("partitionValues", {}),
+                    "size": add["size"],
+                    **({"deletionVector": old} if old else {}),
+                }
+            }
+        )
+        stats = json.loads(add["stats"])
+        stats["tightBounds"] = False
+        add.update(
+            modificationTime=now,
+            dataChange=True,
+            stats=json.dumps(stats),
+            deletionVector={
+                "storageType": "u",
+                "pathOrInlineDv": z85(dv_id.bytes),
+                "offset": offset,
+                "sizeInBytes": len(data),
+                "cardinality": len(merged),
+            },
+        )
+        actions.append({"add": add})
+    (path / f"deletion_vector_{dv_id}.bin").write_bytes(bytes(blob))
+    version = table.version() + 1
+    _commit_delta(path, version, actions)
+    return version
+
+
+def _read_delta_dv(path: Path, descriptor: Mapping[str, Any]) -> list[int]:
+    """The positions of a ``u`` deletion vector this module wrote (for merging)."""
+    chars = str(descriptor["pathOrInlineDv"])[-20:]
+    raw = base64.b85decode(chars.translate(str.maketrans(Z85, _B85)))
+    data = (path / f"deletion_vector_{uuid.UUID(bytes=raw)}.bin").read_bytes()
+    start = int(descriptor["offset"]) + 4
+    body = data[start + 4 : start + int(descriptor["sizeInBytes"])]
+    count, body = int.from_bytes(body[:8], "little"), body[8:]
+    out: list[int] = []
+    for _ in range(count):
+        key, body = int.from_bytes(body[:4], "little"), body[4:]
+        bitmap = BitMap.deserialize(body)
+        out.extend((key << 32) | p for p in bitmap)
+        body = body[len(bitmap.serialize()) :]
+    return out
 
 
 def delta_versions(path: Path) -> list[int]:

@@ -8,7 +8,7 @@ Every table has the columns ``id`` bigint (unique within a snapshot), ``a`` int,
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,28 @@ CATALOG = "sqlfeed_test"
 """The pyiceberg catalog name in each entry's ``catalog`` properties."""
 
 
+class _Lazy(Mapping[int, pa.Table]):
+    """Snapshot -> rows, each computed by ``read`` on first use and kept."""
+
+    def __init__(self, keys: Sequence[int], read: Callable[[int], pa.Table]) -> None:
+        self._keys = list(keys)
+        self._read = read
+        self._done: dict[int, pa.Table] = {}
+
+    def __getitem__(self, key: int) -> pa.Table:
+        if key not in self._keys:
+            raise KeyError(key)
+        if key not in self._done:
+            self._done[key] = self._read(key)
+        return self._done[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 @dataclass
 class LakeTable:
     """One test table.
@@ -34,7 +56,7 @@ class LakeTable:
         format: ``iceberg`` or ``delta``.
         location: The metadata JSON path (Iceberg, its latest) or the table folder (Delta).
         snapshots: Snapshot ids (Iceberg) or versions (Delta), oldest first.
-        expected: Snapshot id / version -> the oracle's rows for it.
+        expected: Snapshot id / version -> the oracle's rows for it (computed on first use).
         catalog: Iceberg: pyiceberg catalog properties (``name``, ``uri``, ``warehouse``) of the
             SQLite catalog that holds it, as ``table_name`` (``lake.<name>``).
         table_name: Iceberg: ``namespace.table`` in that catalog.
@@ -45,7 +67,7 @@ class LakeTable:
     format: str
     location: str
     snapshots: list[int]
-    expected: dict[int, pa.Table] = field(repr=False)
+    expected: Mapping[int, pa.Table] = field(repr=False)
     catalog: dict[str, str] = field(default_factory=dict)
     table_name: str = ""
     notes: str = ""
@@ -87,7 +109,7 @@ def _iceberg_entry(name: str, table: Table, notes: str, folder: Path) -> LakeTab
         format="iceberg",
         location=table.metadata_location.removeprefix("file://"),
         snapshots=snapshots,
-        expected={s: iceberg_rows(table, s) for s in snapshots},
+        expected=_Lazy(snapshots, lambda s: iceberg_rows(table, s)),
         catalog={
             "name": CATALOG,
             "uri": f"sqlite:///{folder / 'catalog.db'}",
@@ -176,9 +198,28 @@ def _mixed(catalog: Catalog) -> Table:
     return table
 
 
-def _delta(folder: Path, name: str, partition_by: str | None = None) -> Path:
+def _vectors(catalog: Catalog) -> Table:
+    """v2 appends and position deletes, then two v3 deletion-vector snapshots (other files)."""
+    table = _plain(catalog, "iceberg_dv")
+    files = sorted(f.file_path for f in b.live_data_files(table))
+    positions = _spread_positions(table, 20, 1)
+    b.delete_positions(table, {f: positions[f] for f in files[:3]})
+    b.delete_vector(table, {f: positions[f] for f in files[3:7]})
+    b.delete_vector(table, {f: [0, 1, 2, 1999] for f in files[7:]})
+    return table
+
+
+def _delta(
+    folder: Path, name: str, partition_by: str | None = None, *, deletion_vectors: bool = False
+) -> Path:
     path = folder / name
-    b.delta_table(path, rows(0, 8000), partition_by=partition_by, row_group_rows=500)
+    b.delta_table(
+        path,
+        rows(0, 8000),
+        partition_by=partition_by,
+        row_group_rows=500,
+        deletion_vectors=deletion_vectors,
+    )
     b.delta_append(path, rows(8000, 6000), row_group_rows=500)
     b.delta_append(path, rows(14000, 6000), row_group_rows=500)
     return path
@@ -188,6 +229,14 @@ def _delta_deleted(folder: Path) -> Path:
     path = _delta(folder, "delta_deleted")
     b.delta_delete(path, "id % 25 = 3", row_group_rows=500)
     b.delta_delete(path, "s IS NULL AND a = 1", row_group_rows=500)
+    return path
+
+
+def _delta_dv(folder: Path) -> Path:
+    path = _delta(folder, "delta_dv", deletion_vectors=True)
+    files = sorted(b.delta_data_files(path).items())
+    b.delta_delete_vector(path, {f: range(3, n, 25) for f, n in files})  # 4 %
+    b.delta_delete_vector(path, {f: range(50, n, 100) for f, n in files[:2]})  # merged
     return path
 
 
@@ -214,7 +263,7 @@ def _delta_entry(name: str, path: Path, notes: str) -> LakeTable:
         format="delta",
         location=str(path.resolve()),
         snapshots=versions,
-        expected={v: delta_rows(path, v) for v in versions},
+        expected=_Lazy(versions, lambda v: delta_rows(path, v)),
         notes=notes,
     )
 
@@ -234,6 +283,10 @@ ICEBERG: dict[str, tuple[Callable[[Catalog], Table], str]] = {
     "iceberg_mixed": (
         _mixed,
         "spec 0 then spec 1 (a); position, scoped and global equality deletes",
+    ),
+    "iceberg_dv": (
+        _vectors,
+        "v2: 3 appends, position deletes; then v3: 2 deletion-vector snapshots (Puffin)",
     ),
 }
 
@@ -255,6 +308,9 @@ def build_lake_tables(folder: Path) -> dict[str, LakeTable]:
     )
     out["delta_deleted"] = _delta_entry(
         "delta_deleted", _delta_deleted(delta), "2 DELETE versions (files rewritten)"
+    )
+    out["delta_dv"] = _delta_entry(
+        "delta_dv", _delta_dv(delta), "deletion vectors (hand-committed), the second merged"
     )
     out["delta_evolved"] = _delta_entry(
         "delta_evolved",

@@ -11,7 +11,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from pyiceberg.manifest import ManifestContent
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFile,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+)
 from pyiceberg.table import StaticTable
 from pyiceberg.types import DoubleType, LongType
 
@@ -24,6 +32,7 @@ READABLE_BY_PYICEBERG = (
     "iceberg_partitioned",
     "iceberg_evolved",
     "iceberg_pos_deletes",
+    "iceberg_dv",
 )
 
 
@@ -183,6 +192,50 @@ def test_delta_tables_by_hand(lake_tables: dict[str, LakeTable]) -> None:
     extra = pa.array([None] * 8000 + [i * 10 for i in range(8000, 20000)], pa.int64())
     renamed = full.rename_columns(["id", "a", "label", "d", "x"]).append_column("extra", extra)
     same_rows(evolved.expected[4], renamed)
+
+
+def test_iceberg_deletion_vectors_per_spec(lake_tables: dict[str, LakeTable]) -> None:
+    entry = lake_tables["iceberg_dv"]
+    table = _table(entry)
+    assert table.metadata.format_version == 3
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    new = [m for m in snapshot.manifests(table.io) if m.added_snapshot_id == entry.latest]
+    assert [m.content for m in new] == [ManifestContent.DELETES]
+    with AvroFile[ManifestEntry](
+        table.io.new_input(new[0].manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[3],
+        read_types={-1: ManifestEntry, 2: DataFile},
+    ) as avro:
+        entries = list(avro)
+    assert len(entries) == 3
+    for item in entries:
+        dv = item.data_file
+        assert dv.file_format == FileFormat.PUFFIN
+        v3 = {f.name: dv[i] for i, f in enumerate(DATA_FILE_TYPE[3].fields)}
+        assert v3["referenced_data_file"].endswith(".parquet")
+        assert v3["content_offset"] >= 4
+        assert v3["content_size_in_bytes"] > 0
+        assert dv.record_count == 4
+    counts = [entry.expected[s].num_rows for s in entry.snapshots]
+    assert counts == [8000, 14000, 20000, 19700, 19300, 19288]
+
+
+def test_delta_deletion_vectors_by_hand(lake_tables: dict[str, LakeTable]) -> None:
+    entry = lake_tables["delta_dv"]
+    path = Path(entry.location)
+    table = DeltaTable(entry.location)
+    assert "deletionVectors" in (table.protocol().reader_features or [])
+    assert all(uri.endswith(".parquet") for uri in table.file_uris())
+    vectors = pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all()
+    assert vectors.num_rows == 3
+    merged = sorted(b.delta_data_files(path))[:2]
+    parts = []
+    for name, count in sorted(b.delta_data_files(path).items()):
+        gone = set(range(3, count, 25)) | (set(range(50, count, 100)) if name in merged else set())
+        data = pq.read_table(path / name)
+        parts.append(_keep(data, [i not in gone for i in range(count)]))
+    same_rows(entry.expected[entry.latest], pa.concat_tables(parts))
 
 
 def test_same_rows_is_a_multiset_comparison() -> None:
