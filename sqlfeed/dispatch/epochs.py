@@ -19,8 +19,9 @@ __all__ = ["JobEpochs"]
 
 
 class JobEpochs:
-    """A job worker's deliveries cut into epochs: each call of :meth:`epoch_deliveries`
-    (or :meth:`epoch_batches`) is one.
+    """A job worker's deliveries cut into epochs.
+
+    Each call of :meth:`epoch_deliveries` (or :meth:`epoch_batches`) is one epoch.
 
     A batch counts as taken when the next one is asked for (the Worker acknowledges it
     then). The first delivery of the next epoch, read to find the end of this one, is

@@ -166,8 +166,9 @@ def committed_files(
     *,
     others: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
-    """The batch files the manifests of ``root`` list (of one ``epoch``, or all), in
-    epoch, partition and batch order: exactly the committed data.
+    """The batch files the manifests of ``root`` list (of one ``epoch``, or all).
+
+    In epoch, partition and batch order: exactly the committed data.
 
     Workers on several hosts, each with its own ``--out`` folder: pass the other folders
     as ``others``; a batch a manifest lists as written elsewhere is looked up there (each
@@ -204,8 +205,10 @@ def _manifest(directory: Path, partition: int) -> Path:
 
 
 def _link_unless_present(temporary: Path, final: Path) -> None:
-    """Give ``temporary``'s file the name ``final`` unless that name exists (atomically
-    where the file system has hard links)."""
+    """Give ``temporary``'s file the name ``final`` unless that name exists.
+
+    Atomically where the file system has hard links.
+    """
     try:
         os.link(temporary, final)
     except FileExistsError:

@@ -78,8 +78,10 @@ class Hold(Generic[T]):
         """Every batch was taken: giving it back completes it."""
 
     def pending(self) -> dict[str, Any]:
-        """The acknowledgement :attr:`taken` calls for: ``offset`` (the next batch's, None
-        when nothing was taken), ``rows`` and ``batches``."""
+        """The acknowledgement :attr:`taken` calls for: ``offset``, ``rows`` and ``batches``.
+
+        ``offset``: the next batch's, None when nothing was taken.
+        """
         taken = self.taken
         return {
             "offset": taken[-1].offset + 1 if taken else None,
@@ -178,9 +180,10 @@ class LeaseKeeper(Generic[T]):
         return ahead
 
     def next(self, finished: Hold[T] | None) -> Hold[T] | Wait | object | None:
-        """Complete ``finished`` (read to its end) and claim the next lease, in one round
-        trip when the queue can: the lease is held (heartbeated) from then on, or given
-        back at once when the worker was stopped meanwhile.
+        """Complete ``finished`` (read to its end) and claim the next lease.
+
+        Both in one round trip when the queue can: the lease is held (heartbeated) from then
+        on, or given back at once when the worker was stopped meanwhile.
 
         Returns:
             the new hold; a :class:`Wait`; None when every epoch is done; or
@@ -202,8 +205,10 @@ class LeaseKeeper(Generic[T]):
         return STOPPED
 
     def _acquire(self) -> tuple[Lease | Wait | object | None, float]:
-        """The queue's answer and when it was asked (the lease runs from then on); a busy
-        queue is asked again until it answers or the worker is stopped."""
+        """The queue's answer and when it was asked (the lease runs from then on).
+
+        A busy queue is asked again until it answers or the worker is stopped.
+        """
         pause = 0.05
         while not self.stop.is_set():
             asked = time.monotonic()
@@ -266,8 +271,10 @@ class LeaseKeeper(Generic[T]):
         return False
 
     def _patiently(self, hold: Hold[T], call: Callable[[], _R]) -> _R | None:
-        """``call()``, asked again while the queue is busy and the lease may still be ours;
-        None when it never answered."""
+        """``call()``, asked again while the queue is busy and the lease may still be ours.
+
+        None when it never answered.
+        """
         while True:
             sent = time.monotonic()
             try:
@@ -304,9 +311,11 @@ class LeaseKeeper(Generic[T]):
         return bool(held)
 
     def _complete(self, hold: Hold[T], claim: bool) -> tuple[Any, float]:
-        """Every batch was taken: acknowledge the rest and complete, in one round trip;
-        with ``claim``, claim the next lease in it too. Returns the claim's answer
-        (``_UNASKED``: not claimed) and when it was sent."""
+        """Every batch was taken: acknowledge the rest and complete, in one round trip.
+
+        With ``claim``, claim the next lease in it too. Returns the claim's answer
+        (``_UNASKED``: not claimed) and when it was sent.
+        """
         lease, answer, sent = hold.lease, _UNASKED, time.monotonic()
         with hold.lock:
             if hold.over or hold.lost:
@@ -333,10 +342,12 @@ class LeaseKeeper(Generic[T]):
         return answer, sent
 
     def give_back(self, hold: Hold[T], timeout: float | None) -> None:
-        """Acknowledge what was taken and release the lease, unless it is over or lost; a
-        lease whose every batch was taken (:attr:`Hold.ended`) is completed instead. Best
+        """Acknowledge what was taken and release the lease, unless it is over or lost.
+
+        A lease whose every batch was taken (:attr:`Hold.ended`) is completed instead. Best
         effort: a lease the queue cannot be told about expires after its TTL. ``timeout``:
-        how long to wait for the hold's lock (None: as long as it takes)."""
+        how long to wait for the hold's lock (None: as long as it takes).
+        """
         if not hold.lock.acquire(timeout=-1 if timeout is None else timeout):
             return
         taken: list[T] = []
@@ -360,8 +371,11 @@ class LeaseKeeper(Generic[T]):
         self.on_acked(taken)
 
     def give_back_all(self, timeout: float | None) -> None:
-        """:meth:`give_back` every lease held; a claim running in the background is waited
-        for first (``timeout``), so the lease it brings is given back too."""
+        """:meth:`give_back` every lease held.
+
+        A claim running in the background is waited for first (``timeout``), so the lease it
+        brings is given back too.
+        """
         ahead = self.ahead
         if ahead is not None:
             wait([ahead], timeout)

@@ -88,8 +88,11 @@ class DeliveryLog:
         entry[1], entry[3] = max(entry[1], batches), 1
 
     def drain(self, untaken: Iterable[tuple[int, int, int, int]] = ()) -> list[LedgerEntry]:
-        """The entries to record, less ``untaken`` (epoch, partition, offset, rows) batches
-        handed out but not consumed (kept for the next checkpoint); the log then restarts."""
+        """The entries to record, less the ``untaken`` batches; the log then restarts.
+
+        ``untaken``: (epoch, partition, offset, rows) of batches handed out but not consumed
+        (kept for the next checkpoint).
+        """
         held = list(untaken)
         for epoch, partition, offset, rows in held:
             self.forget(epoch, partition, offset, rows)

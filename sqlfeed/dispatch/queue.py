@@ -282,9 +282,12 @@ class LeaseQueue:
         raise NotImplementedError
 
     def leases(self, job: str) -> list[tuple[str, int, float]]:
-        """The job's leases now held: ``(worker, epoch, seconds until it expires)`` each,
-        by the queue's clock (negative: expired, not yet taken over). A live worker's
-        heartbeats keep pushing the expiry back; a dead one's runs out."""
+        """The job's leases now held.
+
+        Each is ``(worker, epoch, seconds until it expires)``, by the queue's clock
+        (negative: expired, not yet taken over). A live worker's heartbeats keep pushing the
+        expiry back; a dead one's runs out.
+        """
         raise NotImplementedError
 
     def reset(self, job: str) -> None:
@@ -296,8 +299,10 @@ class LeaseQueue:
         raise NotImplementedError
 
     def record(self, job: str, checkpoint: int, worker: str, entries: Sequence[Any]) -> None:
-        """Add to the job's ledger what ``worker`` delivered up to ``checkpoint`` (see
-        :mod:`sqlfeed.dispatch.ledger`; :meth:`Worker.checkpoint` calls it)."""
+        """Add to the job's ledger what ``worker`` delivered up to ``checkpoint``.
+
+        See :mod:`sqlfeed.dispatch.ledger`; :meth:`Worker.checkpoint` calls it.
+        """
         raise NotImplementedError
 
     def checkpoints(self, job: str) -> list[int]:
@@ -305,8 +310,10 @@ class LeaseQueue:
         raise NotImplementedError
 
     def rewind(self, job: str, checkpoint: int) -> dict[str, int]:
-        """Hand out again everything delivered after ``checkpoint`` (stop every worker
-        first); returns counts of the tasks ``done`` and ``resumed`` (part-way) then.
+        """Hand out again everything delivered after ``checkpoint``.
+
+        Stop every worker first. Returns counts of the tasks ``done`` and ``resumed``
+        (part-way) then.
 
         Raises:
             InvalidArgumentError: no such checkpoint in the job's ledger.

@@ -77,9 +77,11 @@ _MYSQL_TRANSIENT = (1205, 1213, 4031)
 
 
 def queue_dialect(backend: str) -> Dialect:
-    """The dialect of a queue's SQLAlchemy backend name (``postgresql``, ``mariadb``...); the
-    base dialect, which holds no queue (:attr:`~dialects.Dialect.QUEUE_NOW` None), for an
-    engine sqlfeed knows nothing of."""
+    """The dialect of a queue's SQLAlchemy backend name (``postgresql``, ``mariadb``...).
+
+    The base dialect, which holds no queue (:attr:`~dialects.Dialect.QUEUE_NOW` None), for
+    an engine sqlfeed knows nothing of.
+    """
     try:
         return get_dialect(backend)
     except UnknownDialectError:
@@ -87,9 +89,10 @@ def queue_dialect(backend: str) -> Dialect:
 
 
 def create_queue_engine(url: str) -> sa.Engine:
-    """A SQLAlchemy engine for a queue at ``url``, its sessions bounded as described above
-    (each dialect's queue settings: :attr:`~dialects.Dialect.QUEUE_ISOLATION`,
-    :meth:`~dialects.Dialect.queue_session_sql`, ...).
+    """A SQLAlchemy engine for a queue at ``url``, its sessions bounded as described above.
+
+    Each dialect's queue settings: :attr:`~dialects.Dialect.QUEUE_ISOLATION`,
+    :meth:`~dialects.Dialect.queue_session_sql`, ...
 
     Raises:
         sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError: a bad URL.
@@ -133,8 +136,10 @@ def _session_setup(dialect: Dialect) -> Callable[[Any, Any], None]:
 
 
 def _own_begins(engine: sa.Engine, write_begin: str) -> None:
-    """``write_begin`` (SQLite: ``BEGIN IMMEDIATE``) takes the write lock up front; reads
-    begin with a deferred ``BEGIN``."""
+    """``write_begin`` (SQLite: ``BEGIN IMMEDIATE``) takes the write lock up front.
+
+    Reads begin with a deferred ``BEGIN``.
+    """
 
     @sa.event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
@@ -146,7 +151,8 @@ def transient(err: BaseException) -> bool:
     """A lock time-out, deadlock, serialization failure or lost connection: run it again.
 
     A lost connection is what :func:`sqlfeed.io.faults.connection_lost` says it is (one
-    classification for the queue and the readers)."""
+    classification for the queue and the readers).
+    """
     if connection_lost(err):
         return True
     inner = getattr(err, "orig", err)
@@ -170,8 +176,10 @@ def retry_delay(attempt: int) -> float:
 
 
 def retrying(action: Callable[..., Any], args: Sequence[Any], seconds: float) -> Any:
-    """``action(*args)`` (a short transaction), run again after a transient failure (an
-    ``EngineError`` whose ``transient`` is true) with jittered pauses, for ``seconds``.
+    """``action(*args)`` (a short transaction), run again after a transient failure.
+
+    A transient failure is an ``EngineError`` whose ``transient`` is true; the action is run
+    again with jittered pauses, for ``seconds``.
 
     Raises:
         QueueBusyError: it kept failing that long.

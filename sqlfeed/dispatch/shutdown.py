@@ -1,5 +1,7 @@
-"""SIGTERM for worker processes: the handler only notes the signal; leases go back on the
-normal path, and the process exits 143 within a deadline whatever it was doing.
+"""SIGTERM for worker processes: the handler only notes the signal.
+
+Leases go back on the normal path, and the process exits 143 within a deadline whatever it
+was doing.
 
 A signal handler runs in the main thread between two bytecodes, possibly while that
 thread is inside one of its own queue transactions (holding SQLite's write lock or a row
@@ -110,8 +112,11 @@ _install_lock = threading.Lock()
 
 
 def _forget_in_child() -> None:
-    """A forked child (a data loader's worker, say) has no watchdog: SIGTERM ends it as
-    usual, and its signals must not wake the parent's watchdog through the shared socket."""
+    """A forked child (a data loader's worker, say) has no watchdog.
+
+    SIGTERM ends it as usual, and its signals must not wake the parent's watchdog through
+    the shared socket.
+    """
     global _terminator
     if _terminator is not None:
         _terminator = None

@@ -121,8 +121,11 @@ class SQLQueue(LeaseQueue):
         return redact_url(self.url)
 
     def _require_file(self, create: bool = False) -> None:
-        """A SQLite queue file missing when the queue was opened: made since (by another
-        process), or by ``create`` (:meth:`create_job`); else an error naming the path."""
+        """A SQLite queue file missing when the queue was opened, now required.
+
+        It was made since (by another process), or is made by ``create``
+        (:meth:`create_job`); else an error naming the path.
+        """
         assert self._missing is not None
         if not create and not os.path.exists(self._missing):
             raise InvalidArgumentError(
@@ -199,8 +202,11 @@ class SQLQueue(LeaseQueue):
             )
 
     def job(self, name: str, *, cached: bool = True) -> JobSpec:
-        """The job ``name``. A job's definition never changes once created, so it is read
-        (and its plan decoded) once per queue object; ``cached=False`` reads it again."""
+        """The job ``name``.
+
+        A job's definition never changes once created, so it is read (and its plan decoded)
+        once per queue object; ``cached=False`` reads it again.
+        """
         if cached and name in self._specs:
             return self._specs[name]
         text = self._retrying(self._read_spec, name)
@@ -228,8 +234,11 @@ class SQLQueue(LeaseQueue):
         return self._claimed(spec, self._retrying(self._acquire, spec, worker))
 
     def _claimed(self, spec: JobSpec, result: Any) -> Lease | Wait | None:
-        """A claim's answer; when every epoch looked finished, checked outside its
-        transaction (the job deleted meanwhile, or rows missing, are errors)."""
+        """A claim's answer.
+
+        When every epoch looked finished, it is checked outside its transaction (the job
+        deleted meanwhile, or rows missing, are errors).
+        """
         if result is _ALL_DONE:
             self.job(spec.name, cached=False)  # deleted meanwhile? then say so
             self._retrying(self._check_complete, spec)
@@ -267,8 +276,10 @@ class SQLQueue(LeaseQueue):
     def _acquire_in(
         self, c: Any, spec: JobSpec, worker: str, seen: bool = False
     ) -> Lease | Wait | object:
-        """Claim the next task of ``spec`` for ``worker`` inside transaction ``c``
-        (``seen``: the worker's row was updated already in it)."""
+        """Claim the next task of ``spec`` for ``worker`` inside transaction ``c``.
+
+        ``seen``: the worker's row was updated already in it.
+        """
         job = spec.name
         epoch, now = c.execute(  # the open epoch and the clock, in one round trip
             sa.text(
@@ -341,11 +352,13 @@ class SQLQueue(LeaseQueue):
         )
 
     def _claim(self, c: Any, job: str, epoch: int, now: float) -> Any:
-        """Lock the task to hand out next in ``epoch`` (part, acked, attempts, rows), or None:
-        expired leases first (taken over within their TTL), then pending tasks in order, one
+        """Lock the task to hand out next in ``epoch`` (part, acked, attempts, rows), or None.
+
+        Expired leases first (taken over within their TTL), then pending tasks in order, one
         predicate each for the (job, epoch, state, position) index. Expired leases are read
-        plainly, then locked by key: on MariaDB (also at READ COMMITTED) a locking scan keeps
-        every live lease it passes locked until the claim commits."""
+        plainly, then locked by key: on MariaDB (also at READ COMMITTED) a locking scan
+        keeps every live lease it passes locked until the claim commits.
+        """
         where = "WHERE job = :j AND epoch = :e AND "
         values = {"j": job, "e": epoch, "now": now}
         expired = c.execute(
@@ -424,10 +437,13 @@ class SQLQueue(LeaseQueue):
         return bool(self._retrying(self._update, lease, assignments, extra, advance))
 
     def _update(self, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool) -> bool:
-        """Update the task while ``lease`` holds it; count acknowledged batches and rows for
-        its worker when they are new. With ``advance``, only an offset beyond the stored one
-        changes the row; a repeated one (a retry after a lost reply) changes nothing and is
-        answered by whether the lease still holds."""
+        """Update the task while ``lease`` holds it.
+
+        Count acknowledged batches and rows for its worker when they are new. With
+        ``advance``, only an offset beyond the stored one changes the row; a repeated one (a
+        retry after a lost reply) changes nothing and is answered by whether the lease still
+        holds.
+        """
         with self._tx() as c:
             return self._update_in(c, lease, assignments, extra, advance)
 

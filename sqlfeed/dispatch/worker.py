@@ -197,8 +197,11 @@ class Worker:
         on_sigterm(self, deadline)
 
     def request_stop(self, signum: int = 0) -> None:
-        """Stop at the next safe point; ``signum``: the signal that asked (then
-        :meth:`deliveries` raises ``SystemExit(128 + signum)`` once the leases are back)."""
+        """Stop at the next safe point.
+
+        ``signum``: the signal that asked (then :meth:`deliveries` raises
+        ``SystemExit(128 + signum)`` once the leases are back).
+        """
         self._signal = self._signal or signum
         self._stop.set()
         with self._guard:
@@ -207,21 +210,29 @@ class Worker:
             stop.set()
 
     def still_holds(self, epoch: int, partition: int) -> bool:
-        """Whether the lease on ``partition`` of ``epoch`` is still certainly this worker's
-        (renewed first when due): for a consumer about to make a batch of it permanent."""
+        """Whether the lease on ``partition`` of ``epoch`` is still certainly this worker's.
+
+        The lease is renewed first when due. For a consumer about to make a batch of it
+        permanent.
+        """
         return any(self._leases.trusted(hold) for hold in self._leases.holds(epoch, partition))
 
     def refuse(self, delivery: Delivery) -> None:
-        """The consumer could not take ``delivery`` (e.g. :meth:`still_holds` said no):
-        it is not acknowledged, and the rest of its partition is given back."""
+        """The consumer could not take ``delivery`` (e.g. :meth:`still_holds` said no).
+
+        It is not acknowledged, and the rest of its partition is given back.
+        """
         for hold in self._leases.holds(delivery.epoch, delivery.partition):
             hold.refused = True
 
     def give_back(self, timeout: float | None = None) -> None:
-        """Acknowledge what was taken and release every lease still held (best effort:
-        a lease the queue cannot be told about expires after its TTL); a partition whose
-        every batch was taken is completed instead. A claim running in the background is
-        waited for first (``timeout``), so the lease it brings is given back too."""
+        """Acknowledge what was taken and release every lease still held.
+
+        Best effort: a lease the queue cannot be told about expires after its TTL. A
+        partition whose every batch was taken is completed instead. A claim running in the
+        background is waited for first (``timeout``), so the lease it brings is given back
+        too.
+        """
         self._leases.give_back_all(timeout)
 
     # -- the stream ---------------------------------------------------------------------
@@ -293,8 +304,11 @@ class Worker:
     # -- one partition ------------------------------------------------------------------
 
     def _partition(self, hold: Hold[Delivery]) -> Generator[Delivery, None, bool]:
-        """The partition's batches; True once every one was taken (its completion is then
-        left to the caller: with the next claim, or when the lease is given back)."""
+        """The partition's batches; True once every one was taken.
+
+        Its completion is then left to the caller: with the next claim, or when the lease is
+        given back.
+        """
         lease = hold.lease
         if self.on_lease is not None:
             self.on_lease(lease)  # an error here gives the lease back (see deliveries)
@@ -324,8 +338,10 @@ class Worker:
             self._end_read(hold, stop, batches)
 
     def _read(self, lease: Lease, stop: threading.Event) -> Iterator[pa.RecordBatch]:
-        """The lease's partition read in the job's snapshot and order, rebatched; ``stop``
-        (registered for :meth:`request_stop`) cuts the read short."""
+        """The lease's partition read in the job's snapshot and order, rebatched.
+
+        ``stop`` (registered for :meth:`request_stop`) cuts the read short.
+        """
         with self._guard:
             self._reads.add(stop)
         partition = self.spec.plan.partitions[lease.partition]
@@ -356,8 +372,10 @@ class Worker:
         return not hold.lost
 
     def _ended(self, hold: Hold[Delivery], offset: int) -> bool:
-        """Every batch (``offset`` of them) was taken: noted in the ledger's log, and with
-        ``on_partition``, acknowledged and handed to it. False: the lease is lost."""
+        """Every batch (``offset`` of them) was taken: noted in the ledger's log.
+
+        With ``on_partition``, also acknowledged and handed to it. False: the lease is lost.
+        """
         lease = hold.lease
         self._log.ended(lease.epoch, lease.partition, offset)
         if self.on_partition is not None:
@@ -389,8 +407,10 @@ class Worker:
                     self.on_ack(delivery)
 
     def _completed(self, lease: Lease) -> None:
-        """The queue stored ``lease``'s completion: with even batches, a full share is
-        recorded as finished."""
+        """The queue stored ``lease``'s completion.
+
+        With even batches, a full share is recorded as finished.
+        """
         share = self.spec.share
         if share is not None and self.delivered.get(lease.epoch, 0) >= share:
             self.queue.finish_share(self.spec.name, lease.epoch, self.worker_id)
@@ -407,8 +427,11 @@ class Worker:
 
 
 def _after_rows(batches: Iterator[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:
-    """``batches`` after their first ``skip`` rows (acknowledged by earlier holders of the
-    lease, whose batch sizes may have differed: a batch across the boundary is cut)."""
+    """``batches`` after their first ``skip`` rows.
+
+    Those rows were acknowledged by earlier holders of the lease, whose batch sizes may have
+    differed: a batch across the boundary is cut.
+    """
     for batch in batches:
         if batch.num_rows <= skip:  # acknowledged by an earlier holder (or empty)
             skip -= batch.num_rows
