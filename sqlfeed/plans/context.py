@@ -50,8 +50,10 @@ class Strategy(Protocol):
         """
 
     def reason(self, ctx: PlanContext, auto: bool = False) -> str:
-        """Why the strategy was chosen, for :attr:`~sqlfeed.plans.model.Plan.reason`
-        (after ``asked for:`` or ``auto:``)."""
+        """Why the strategy was chosen, for :attr:`~sqlfeed.plans.model.Plan.reason`.
+
+        It comes after ``asked for:`` or ``auto:``.
+        """
 
     def build(self, ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
         """About ``m`` partitions whose rows add up to exactly the query's rows."""
@@ -117,15 +119,20 @@ class PlanContext:
 
     @cached_property
     def physical(self) -> Extent | str:
-        """The physical row addresses of the query's base table (PostgreSQL, DuckDB,
-        SQLite), or why it has none (a view, not found, a WITHOUT ROWID table)."""
+        """The physical row addresses of the query's base table, or why it has none.
+
+        On PostgreSQL, DuckDB and SQLite. Why it may have none: a view, not found, a WITHOUT
+        ROWID table.
+        """
         assert self.base_table is not None
         return physical_extent(self.source, self.base_table, self.quoted_table_name())
 
     @cached_property
     def catalog_rows(self) -> tuple[int, str] | None:
-        """(rows, where the number comes from) of the query's one base table, from the
-        catalog or the table's physical extent, without counting; None: no estimate."""
+        """(rows, where the number comes from) of the query's one base table, without counting.
+
+        From the catalog or the table's physical extent; None: no estimate.
+        """
         table = self.base_table
         if table is None:
             return None
@@ -138,18 +145,23 @@ class PlanContext:
 
     @cached_property
     def primary_key(self) -> list[str]:
-        """The columns of the query's base table's primary key, in key order, as the catalog
-        names them; empty when it has none (or the engine's catalog is not known)."""
+        """The columns of the query's base table's primary key, in key order.
+
+        As the catalog names them; empty when it has none (or the engine's catalog is not
+        known).
+        """
         return [str(row[0]) for row in self._primary_key_rows]
 
     @cached_property
     def integer_primary_key(self) -> str | None:
-        """The output column that is the first column of the query's table's primary key,
-        when it is an integer (the whole key, or the leading column of a composite one:
+        """The output column that is the first column of the query's table's primary key.
+
+        When it is an integer (the whole key, or the leading column of a composite one:
         ranges of it are disjoint whatever the other key columns, and follow the key's
-        index, as InnoDB's clustered index does). For a GROUP BY (:attr:`grouped`), only
-        an output column that is that key column unchanged, as a grouping column (see
-        :mod:`sqlfeed.sql.grouped`)."""
+        index, as InnoDB's clustered index does). For a GROUP BY (:attr:`grouped`), only an
+        output column that is that key column unchanged, as a grouping column (see
+        :mod:`sqlfeed.sql.grouped`).
+        """
         rows = self._primary_key_rows
         if not rows or "int" not in str(rows[0][1]).lower():
             return None
@@ -178,8 +190,9 @@ class PlanContext:
 
 
 def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
-    """The physical extent of ``table`` (spelled ``quoted``), or why it has none: the
-    dialect's :meth:`~dialects.Dialect.physical_extent`, run on ``source``.
+    """The physical extent of ``table`` (spelled ``quoted``), or why it has none.
+
+    The dialect's :meth:`~dialects.Dialect.physical_extent`, run on ``source``.
 
     PostgreSQL: its pages, and ``reltuples`` scaled to its current size as the planner
     does (None when never analyzed); DuckDB: rowids up to ``MAX(rowid)``; SQLite: rowids
@@ -189,8 +202,10 @@ def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | s
 
 
 def expensive(parsed: ParsedQuery) -> str:
-    """What makes re-running the query per partition costly (a join, an aggregate...);
-    empty when nothing does."""
+    """What makes re-running the query per partition costly (a join, an aggregate...).
+
+    Empty when nothing does.
+    """
     tree = parsed.tree
     if isinstance(tree, exp.SetOperation):
         return "a set operation"
@@ -208,8 +223,9 @@ def expensive(parsed: ParsedQuery) -> str:
 
 
 def unique_keys(source: Source, table: exp.Table) -> list[list[str]]:
-    """The primary and unique keys of ``table`` whose columns are all NOT NULL, from the
-    catalog (PostgreSQL, MySQL/MariaDB, SQLite, DuckDB; none elsewhere).
+    """The primary and unique keys of ``table`` whose columns are all NOT NULL, from the catalog.
+
+    PostgreSQL, MySQL/MariaDB, SQLite, DuckDB; none elsewhere.
 
     A key with a nullable column is left out: NULLs tie in an ORDER BY. Partial,
     expression and prefix indexes are left out too; INCLUDE columns are not key columns.

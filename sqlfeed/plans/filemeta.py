@@ -85,8 +85,10 @@ def orc_open(path: str | os.PathLike[str]) -> Any:
 
 
 def orc_stripes(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
-    """``(stripe, estimated rows)`` of an ORC file, from its footer (rows spread evenly:
-    pyarrow reports no per-stripe count without reading the stripe)."""
+    """``(stripe, estimated rows)`` of an ORC file, from its footer.
+
+    Rows are spread evenly: pyarrow reports no per-stripe count without reading the stripe.
+    """
     reader = orc_open(path)
     count, rows = int(reader.nstripes), int(reader.nrows)
     return [(s, rows * (s + 1) // count - rows * s // count) for s in range(count)]
@@ -149,8 +151,10 @@ def text_rows_estimate(path: str | os.PathLike[str], start: int = 0) -> int:
 
 
 def line_cuts(path: str | os.PathLike[str], start: int, pieces: int) -> list[int]:
-    """Offsets that cut bytes ``[start, size)`` into at most ``pieces`` ranges of about the
-    same size, each cut just after a newline (so every range holds whole lines).
+    """Offsets that cut bytes ``[start, size)`` into at most ``pieces`` ranges of whole lines.
+
+    The ranges are of about the same size, each cut just after a newline (so every range
+    holds whole lines).
 
     Returns the boundaries, ``start`` first and the file size last.
     """
@@ -184,8 +188,9 @@ _quoted_cache: dict[tuple[str, int, int, int, int], bool] = {}
 
 
 def quoted_newlines(path: str | os.PathLike[str], quote: str, escape: str = "") -> bool:
-    """Whether a CSV file may hold a value with a newline in it, so that its lines are not
-    its rows: some line has an odd number of ``quote`` characters, or an ``escape``
+    """Whether a CSV file may hold a value with a newline in it, so that its lines are not its rows.
+
+    It may when some line has an odd number of ``quote`` characters, or an ``escape``
     character other than the quote appears (it would hide a quote from the count).
 
     A vectorized scan of the bytes (no parsing), remembered for the file's size and
@@ -207,9 +212,11 @@ def quoted_newlines(path: str | os.PathLike[str], quote: str, escape: str = "") 
 
 
 def _scan_quotes(path: Path, quote: bytes, escape: bytes) -> bool:
-    """Whether a newline comes after an odd number of quotes, over the mapped file in
-    blocks scanned by a few threads at once (numpy releases the GIL), each for both
-    parities it may start with; the blocks' parities then tell which answer holds."""
+    """Whether a newline comes after an odd number of quotes, over the mapped file.
+
+    The file is scanned in blocks by a few threads at once (numpy releases the GIL), each
+    for both parities it may start with; the blocks' parities then tell which answer holds.
+    """
     if not quote or path.stat().st_size == 0:
         return False
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as m:
@@ -234,10 +241,12 @@ def _scan_quotes(path: Path, quote: bytes, escape: bytes) -> bool:
 
 
 def _odd_newline(block: np.ndarray, quote: int) -> tuple[tuple[bool, bool], int]:
-    """Whether a newline of ``block`` comes after an odd number of quotes, when an even
-    and when an odd number came before it, and the parity of its own quotes: quote and
-    newline bytes as bit masks, the parity as a prefix XOR within 64-bit words and across
-    them."""
+    """Whether a newline of ``block`` comes after an odd number of quotes.
+
+    Answered for when an even and when an odd number came before it, together with the
+    parity of its own quotes: quote and newline bytes as bit masks, the parity as a prefix
+    XOR within 64-bit words and across them.
+    """
     if len(block) % 64:
         block = np.concatenate([block, np.zeros(64 - len(block) % 64, np.uint8)])
     quotes = np.packbits(block == quote, bitorder="little").view("<u8")
@@ -254,8 +263,10 @@ def _odd_newline(block: np.ndarray, quote: int) -> tuple[tuple[bool, bool], int]
 
 
 def first_line_is_object(path: str | os.PathLike[str], start: int = 0) -> bool:
-    """Whether the first line after ``start`` is one whole JSON object (JSON lines of
-    records: a pretty-printed object or an array does not start so)."""
+    """Whether the first line after ``start`` is one whole JSON object.
+
+    True for JSON lines of records: a pretty-printed object or an array does not start so.
+    """
     with open(path, "rb") as handle:
         handle.seek(start)
         line = handle.readline(_SAMPLE)

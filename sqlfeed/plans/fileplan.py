@@ -106,8 +106,10 @@ class FileLayout:
 
     @cached_property
     def columns(self) -> list[tuple[str, str]]:
-        """The table's columns and types as the engine reads all its files (asked once,
-        when a text file is cut: for CSV and JSON it costs the engine a sniff)."""
+        """The table's columns and types as the engine reads all its files.
+
+        Asked once, when a text file is cut: for CSV and JSON it costs the engine a sniff.
+        """
         call = reader_call(self.table).sql("duckdb")
         return self.source.describe_columns(f"SELECT * FROM {call}")
 
@@ -120,8 +122,10 @@ class FileLayout:
 def chosen_table(
     parsed: ParsedQuery, size: Callable[[FileTable], int] | None = None
 ) -> tuple[FileTable | None, str]:
-    """The file table partitions can cut, or None and why none can be cut: with ``size``
-    (a table's bytes), the largest that can be cut; else the first."""
+    """The file table partitions can cut, or None and why none can be cut.
+
+    With ``size`` (a table's bytes), the largest that can be cut; else the first.
+    """
     found = file_tables(parsed)
     if not found:
         return None, (
@@ -213,9 +217,12 @@ def whole_reads(ctx: PlanContext) -> WholeReads:
 
 
 def reads_besides(ctx: PlanContext, cut: int, cut_bytes: int, cut_instead: str) -> WholeReads:
-    """The tables every partition reads whole when the partitions cut the table reference
-    at position ``cut`` (of ``cut_bytes`` bytes). ``cut_instead``: why a larger file table
-    that can be cut is not (empty: it would be, see :func:`chosen_table`)."""
+    """The tables every partition reads whole besides its piece of the cut table reference.
+
+    The partitions cut the table reference at position ``cut`` (of ``cut_bytes`` bytes).
+    ``cut_instead``: why a larger file table that can be cut is not (empty: it would be, see
+    :func:`chosen_table`).
+    """
     files, larger = [], ""
     for table, why in _cuttable(ctx.parsed):
         if table.position == cut:
@@ -299,8 +306,11 @@ class _Piece:
 
 
 def build(ctx: PlanContext, m: int) -> list[Partition]:
-    """About ``m`` partitions over pieces of the table's files, in file order: a file of
-    more than ``rows / m`` rows is cut, smaller consecutive files are gathered whole."""
+    """About ``m`` partitions over pieces of the table's files, in file order.
+
+    A file of more than ``rows / m`` rows is cut, smaller consecutive files are gathered
+    whole.
+    """
     found = layout(ctx)
     total = max(sum(found.rows), 1)
     target = max(1, -(-total // m))
@@ -338,8 +348,10 @@ def build(ctx: PlanContext, m: int) -> list[Partition]:
 def _span(
     sqls: PartSql, piece: _Piece, templates: dict[tuple[str, ...], str | None]
 ) -> tuple[str, int, int] | None:
-    """The partition's span: the template of its file's positions (made once per file
-    and kind), and the positions it reads."""
+    """The partition's span: the template of its file's positions, and the positions it reads.
+
+    The template is made once per file and kind.
+    """
     merged, part = piece.merged, piece.part
     if merged is None:
         return None
@@ -449,9 +461,11 @@ def _merged(kind: str, file: str) -> Callable[[int, int], FilePart]:
 def _text_spec(
     ctx: PlanContext, found: FileLayout, file: str, pieces: int, cuts: list[int]
 ) -> tuple[exp.Expr, int] | str:
-    """The reader call (its path to be replaced) and the bytes before the first row that
-    every range repeats (the header), or why the file must be read whole; ``cuts`` gets
-    the line-aligned boundaries of about ``pieces`` ranges."""
+    """The reader call and the header every range repeats, or why the file must be read whole.
+
+    The reader call's path is to be replaced; the header is the bytes before the first row.
+    ``cuts`` gets the line-aligned boundaries of about ``pieces`` ranges.
+    """
     table = found.table
     blocked = [name for name in _MULTI_FILE_OPTIONS if table.option(name) is not None]
     if blocked:

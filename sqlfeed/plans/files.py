@@ -137,8 +137,9 @@ def file_tables(parsed: ParsedQuery) -> list[tuple[exp.Table, FileTable]]:
 
 
 def table_problem(parsed: ParsedQuery, table: exp.Table) -> str | None:
-    """Why the query's result is not the union of the query over pieces of ``table``'s
-    rows (None: it is), ``table`` being one table reference of the query's tree.
+    """Why the query's result is not the union of the query over pieces of ``table``'s rows.
+
+    None: it is. ``table`` is one table reference of the query's tree.
 
     It is when ``table`` is in the top-level FROM or an inner join, and the query computes
     each output row from one row of it: no aggregates, DISTINCT, window functions, GROUP
@@ -237,8 +238,10 @@ def reader_call(
     extra: Sequence[tuple[str, exp.Expr]] = (),
     without: Sequence[str] = (),
 ) -> exp.Expr:
-    """The table's reader call (over ``paths``, else its own patterns), with its options
-    minus ``without`` plus ``extra``."""
+    """The table's reader call, with its options minus ``without`` plus ``extra``.
+
+    Over ``paths``, else over its own patterns.
+    """
     given = paths if paths is not None else table.patterns
     literals = [exp.Literal.string(p) for p in given]
     first: exp.Expr = literals[0] if len(literals) == 1 else exp.Array(expressions=literals)
@@ -250,8 +253,10 @@ def reader_call(
 
 
 class PartSql:
-    """Partition SQL for the parts of one file table: the query is rendered once, around a
-    placeholder, and each part's read is put in its place.
+    """Partition SQL for the parts of one file table.
+
+    The query is rendered once, around a placeholder, and each part's read is put in its
+    place.
 
     Args:
         parsed: the query.
@@ -287,9 +292,10 @@ class PartSql:
 
 
 def around_table(parsed: ParsedQuery, tree: exp.Expr, token: str) -> tuple[str, str]:
-    """The query's SQL before and after the table ``tree`` names ``token`` (the query's
-    tree with one table replaced), rendered once and checked to read back as that tree,
-    with no function or keyword the user did not write.
+    """The query's SQL before and after the table ``tree`` names ``token``.
+
+    ``tree`` is the query's tree with one table replaced. The SQL is rendered once and
+    checked to read back as that tree, with no function or keyword the user did not write.
 
     Raises:
         UnsupportedError: sqlglot would change the query (see
@@ -308,8 +314,11 @@ def around_table(parsed: ParsedQuery, tree: exp.Expr, token: str) -> tuple[str, 
 
 
 def piece_select(table: FileTable, part: FilePart, multi: bool) -> exp.Select:
-    """The rows of a whole-file or row-range ``part`` read by DuckDB's own reader:
-    ``SELECT * EXCLUDE (added) FROM reader(..., filename, file_row_number) WHERE piece``."""
+    """The rows of a whole-file or row-range ``part`` read by DuckDB's own reader.
+
+    That is:
+    ``SELECT * EXCLUDE (added) FROM reader(..., filename, file_row_number) WHERE piece``.
+    """
     extra: list[tuple[str, exp.Expr]] = []
     added: list[str] = []
     conditions: list[exp.Expr] = []

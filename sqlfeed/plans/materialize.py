@@ -64,10 +64,12 @@ _SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Without a scratch schema there is nowhere to write: on PostgreSQL and MySQL/MariaDB
-    :data:`DEFAULT_SCRATCH` is used when the user may create tables there (see
-    :func:`default_scratch`), asked for or chosen by ``auto``; ``auto`` also passes cheap
-    queries."""
+    """Without a scratch schema there is nowhere to write.
+
+    On PostgreSQL and MySQL/MariaDB :data:`DEFAULT_SCRATCH` is used when the user may create
+    tables there (see :func:`default_scratch`), asked for or chosen by ``auto``; ``auto``
+    also passes cheap queries.
+    """
     if auto and not expensive(ctx.parsed):
         return "the query is cheap to run once per partition"
     unstorable = _unstorable(ctx)
@@ -91,9 +93,11 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
 
 
 def default_scratch(ctx: PlanContext) -> str | None:
-    """Make :data:`DEFAULT_SCRATCH` the context's scratch schema, creating it if need be;
+    """Make :data:`DEFAULT_SCRATCH` the context's scratch schema, creating it if need be.
+
     None when done, else why the user may not (a read-only server or session, no CREATE
-    privilege), as the server says it."""
+    privilege), as the server says it.
+    """
     if _DEFAULT_MEMO not in ctx.memo:
         try:
             ctx.memo[_DEFAULT_MEMO] = _prepare_default(ctx.source)
@@ -106,8 +110,10 @@ def default_scratch(ctx: PlanContext) -> str | None:
 
 
 def _prepare_default(source: Source) -> str | None:
-    """Create :data:`DEFAULT_SCRATCH` where allowed (the dialect's
-    :meth:`~dialects.Dialect.prepare_scratch_schema`); None when a table can be made in it."""
+    """Create :data:`DEFAULT_SCRATCH` where allowed; None when a table can be made in it.
+
+    By the dialect's :meth:`~dialects.Dialect.prepare_scratch_schema`.
+    """
     probe = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
     return source.dialect.prepare_scratch_schema(source, DEFAULT_SCRATCH, probe)
 
@@ -152,8 +158,10 @@ def _unstorable(ctx: PlanContext) -> str:
 
 
 def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
-    """Run the query into a new scratch table (unless :func:`stored_rows` did), then up to
-    ``m`` ranges of it: ctid pages on PostgreSQL, row numbers elsewhere."""
+    """Run the query into a new scratch table (unless :func:`stored_rows` did).
+
+    Then up to ``m`` ranges of it: ctid pages on PostgreSQL, row numbers elsewhere.
+    """
     rows = stored_rows(ctx)
     table: exp.Table = ctx.memo[_TABLE_MEMO][0]
     projection = [exp.column(exp.to_identifier(c, quoted=True)) for c in ctx.columns]
@@ -210,8 +218,10 @@ def _page_ranges(
 
 
 def _fill(ctx: PlanContext, table: exp.Table, name: str) -> int:
-    """Create ``table`` from the query (numbered and indexed on its row numbers, except on
-    PostgreSQL, read by ctid pages); its row count."""
+    """Create ``table`` from the query; its row count.
+
+    It is numbered and indexed on its row numbers, except on PostgreSQL, read by ctid pages.
+    """
     assert ctx.scratch is not None
     engine = ctx.engine
     # Read by pages (PostgreSQL): no ROW_NUMBER() (a window: no parallel plan), no index.
@@ -249,10 +259,11 @@ def drop_scratch(plan_: Plan, source: Any) -> None:
 
 
 def drop_scratch_with(owner: object, plan_: Plan, source: Source | str) -> Callable[[], None]:
-    """Drop ``plan_``'s scratch table when ``owner`` is garbage-collected or the process
-    exits, whichever comes first: for the plans sqlfeed makes itself from SQL (a Feeder's,
-    a dataset's, a statistics pass's), which the user never sees to drop. ``source`` is a
-    live source or a URL (opened for the drop).
+    """Drop ``plan_``'s scratch table when ``owner`` is garbage-collected or the process exits.
+
+    Whichever comes first: for the plans sqlfeed makes itself from SQL (a Feeder's, a
+    dataset's, a statistics pass's), which the user never sees to drop. ``source`` is a live
+    source or a URL (opened for the drop).
 
     Returns the finalizer: call it to drop the table now (later calls do nothing). Only
     the process that registered it drops (a forked worker holding a copy of ``owner`` never
@@ -299,7 +310,7 @@ class ScratchTable:
 
 
 def list_scratch(source: Source, scratch: str) -> list[ScratchTable]:
-    """sqlfeed's scratch tables in the schema ``scratch``, oldest first."""
+    """The sqlfeed scratch tables in the schema ``scratch``, oldest first."""
     found = []
     catalog = source.dialect.scratch_tables_sql(scratch)
     for name, size, rows in source.rows(catalog, what="catalog query"):

@@ -39,8 +39,10 @@ _PLACEHOLDER_TEXT = re.compile("|".join(str(p) for p in _PLACEHOLDERS))
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Physical ranges need PostgreSQL, DuckDB or SQLite, a plain scan of one base table
-    with a row address (not a view, not a WITHOUT ROWID table), no key."""
+    """Physical ranges need PostgreSQL, DuckDB or SQLite, a plain scan of one base table, no key.
+
+    The table must have a row address (not a view, not a WITHOUT ROWID table).
+    """
     if not ctx.engine.PHYSICAL_ADDRESS:
         why = (
             f"{ctx.engine.name} has no physical row address (PostgreSQL ctid, DuckDB or "
@@ -110,9 +112,11 @@ def range_spans(
     cuts: list[int],
     allow_unstable: bool = False,
 ) -> list[tuple[str, int, int] | None]:
-    """The span (:mod:`sqlfeed.plans.spans`) of each partition of :func:`range_sqls`: the
-    closed ranges between cuts share one template, so a reader that takes several
-    adjacent ones runs one query; the open first and last ranges have none."""
+    """The span (:mod:`sqlfeed.plans.spans`) of each partition of :func:`range_sqls`.
+
+    The closed ranges between cuts share one template, so a reader that takes several
+    adjacent ones runs one query; the open first and last ranges have none.
+    """
     none: list[tuple[str, int, int] | None] = [None] * (len(cuts) + 1)
     if len(cuts) < 3:  # fewer than two closed ranges: nothing to merge
         return none
@@ -171,10 +175,12 @@ def range_sqls(
 def address_conditions(
     engine: str | Dialect, address: exp.Column, cuts: list[int]
 ) -> list[exp.Expr]:
-    """``address >= lo AND address < hi`` for each span between the cuts, the first and
-    last open-ended, so together they cover every row once. Each cut is written by the
-    dialect's :meth:`~dialects.Dialect.row_address`: PostgreSQL compares ctids with
-    ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids."""
+    """``address >= lo AND address < hi`` for each span between the cuts.
+
+    The first and last are open-ended, so together they cover every row once. Each cut is
+    written by the dialect's :meth:`~dialects.Dialect.row_address`: PostgreSQL compares
+    ctids with ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids.
+    """
     at = get_dialect(engine).row_address
 
     conditions: list[exp.Expr] = []

@@ -159,8 +159,10 @@ def plan(
 
 
 def choose(ctx: PlanContext, strategy: str) -> tuple[str, str]:
-    """The strategy to use and why: the one asked for (refused with its problem when it
-    cannot split the query), or for ``auto`` the first of :data:`AUTO_ORDER` that applies.
+    """The strategy to use and why.
+
+    The one asked for (refused with its problem when it cannot split the query), or for
+    ``auto`` the first of :data:`AUTO_ORDER` that applies.
     """
     if strategy != "auto":
         asked = STRATEGY_MODULES[strategy]
@@ -196,8 +198,10 @@ def scan_cost(strategy: str, partitions: int, ctx: PlanContext | None = None) ->
 
 
 def rereads(cost: float, strategy: str = "hash") -> str:
-    """The warning ``plan.reason`` gets when an auto hash plan reads the query ``cost``
-    times (a fragments plan's is in :func:`sqlfeed.plans.fragments.notes`)."""
+    """The warning ``plan.reason`` gets when an auto hash plan reads the query ``cost`` times.
+
+    A fragments plan's is in :func:`sqlfeed.plans.fragments.notes`.
+    """
     if strategy != "hash":
         return ""
     return (
@@ -209,9 +213,11 @@ def rereads(cost: float, strategy: str = "hash") -> str:
 
 
 def consistency(strategy: str, dialect: str, partitions: int) -> str:
-    """What ``plan.reason`` says of how a read of the plan sees one state of its tables
-    while they are written (see :mod:`sqlfeed.feed.snapshots`); nothing when the
-    partitions read a scratch copy, files, DuckDB, or are one query."""
+    """What ``plan.reason`` says of how a read of the plan sees one state of its tables.
+
+    That is, while they are written (see :mod:`sqlfeed.feed.snapshots`). Nothing when the
+    partitions read a scratch copy, files, DuckDB, or are one query.
+    """
     if partitions < 2 or strategy not in LIVE_STRATEGIES or dialect not in SNAPSHOT_ENGINES:
         return ""
     engine = get_dialect(dialect)

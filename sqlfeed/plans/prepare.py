@@ -120,10 +120,12 @@ class Sizing:
 def partition_count(
     context: PlanContext, chosen: str, partitions: int | None, target_rows: int, workers: int
 ) -> Sizing:
-    """M from ``partitions``, else from the rows: the files' own counts (``fragments``),
-    the scratch table's count (``materialize``: the query ran once already), the catalog's
-    estimate for a plain scan of one base table (see :func:`catalog_estimate`), else a
-    ``COUNT(*)`` of the query. Capped at :data:`MAX_PARTITIONS`."""
+    """M from ``partitions``, else from the rows; capped at :data:`MAX_PARTITIONS`.
+
+    The rows: the files' own counts (``fragments``), the scratch table's count
+    (``materialize``: the query ran once already), the catalog's estimate for a plain scan
+    of one base table (see :func:`catalog_estimate`), else a ``COUNT(*)`` of the query.
+    """
     if partitions is not None:
         if chosen == "materialize":  # the scratch table's count costs little: keep it
             stored = materialize.stored_rows(context)
@@ -181,8 +183,10 @@ def catalog_estimate(context: PlanContext, chosen: str) -> tuple[int, str] | Non
 def notes(
     tiebreaks: Sequence[str], capped: str, m: int, built: int, strategy: str, sized: str = ""
 ) -> str:
-    """What ``plan.reason`` adds after the strategy's own reason (empty, or ``; ...``);
-    ``sized`` says where the rows M was sized from came from, when not a count."""
+    """What ``plan.reason`` adds after the strategy's own reason (empty, or ``; ...``).
+
+    ``sized`` says where the rows M was sized from came from, when not a count.
+    """
     parts = []
     if tiebreaks:
         parts.append(

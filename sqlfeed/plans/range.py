@@ -46,8 +46,10 @@ Span = tuple[str, int, int] | None
 
 
 def range_key(ctx: PlanContext) -> str | None:
-    """The column to range-partition on: the one ordered key given, else the integer
-    primary key; None when there is none."""
+    """The column to range-partition on: the one ordered key given, else the integer primary key.
+
+    None when there is none.
+    """
     if ctx.keys:
         if len(ctx.keys) == 1 and _orderable(ctx.schema.field(ctx.keys[0]).type):
             return ctx.keys[0]
@@ -57,8 +59,11 @@ def range_key(ctx: PlanContext) -> str | None:
 
 
 def pushdown(ctx: PlanContext) -> str:
-    """Where the ranges go (:func:`sqlfeed.sql.range_pushdown`): ``query``, ``groups``
-    (before a GROUP BY), or an empty string (a wrap); empty without a key."""
+    """Where the ranges go (:func:`sqlfeed.sql.range_pushdown`).
+
+    ``query``, ``groups`` (before a GROUP BY), or an empty string (a wrap); empty without a
+    key.
+    """
     if _PUSHDOWN_MEMO not in ctx.memo:
         key = range_key(ctx)
         ctx.memo[_PUSHDOWN_MEMO] = (
@@ -112,9 +117,12 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
 
 
 def clustered_order(ctx: PlanContext, key: str) -> list[exp.Column]:
-    """MySQL/MariaDB ranges of the leading primary-key column pushed into a plain scan
-    without an ORDER BY: the primary key's columns (qualified by the table, so no output
-    alias can stand for them) to order each range by; empty otherwise."""
+    """The primary key's columns to order each range by, or empty.
+
+    Given for MySQL/MariaDB ranges of the leading primary-key column pushed into a plain
+    scan without an ORDER BY; empty otherwise. The columns are qualified by the table, so no
+    output alias can stand for them.
+    """
     if not ctx.engine.CLUSTERED_PRIMARY_KEY or ctx.table is None or ctx.keys:
         return []
     if key != ctx.integer_primary_key or ctx.parsed.tree.args.get("order"):
@@ -130,8 +138,10 @@ def clustered_order(ctx: PlanContext, key: str) -> list[exp.Column]:
 
 
 def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
-    """Up to ``m`` ranges of the key (fewer when it has fewer distinct bounds), then the
-    NULL rows when there are any."""
+    """Up to ``m`` ranges of the key, then the NULL rows when there are any.
+
+    Fewer ranges when the key has fewer distinct bounds.
+    """
     key = range_key(ctx)
     assert key is not None
     indexed = _index_extent(ctx, key, m)
@@ -177,8 +187,11 @@ def build(ctx: PlanContext, m: int, allow_unstable: bool) -> Built:
 def _key_spans(
     ctx: PlanContext, key: str, bounds: list[Any], order: list[exp.Column], allow_unstable: bool
 ) -> list[Span]:
-    """The span of each range (:func:`clustered_order` ranges: the closed middle ones
-    share one template; the open first and last have none)."""
+    """The span of each range.
+
+    For :func:`clustered_order` ranges: the closed middle ones share one template; the open
+    first and last have none.
+    """
     none: list[Span] = [None] * (len(bounds) + 1)
     integers = all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
     if not order or len(bounds) < 3 or not integers:  # fewer than two closed ranges
@@ -213,14 +226,16 @@ def _indexed(ctx: PlanContext, key: str) -> bool:
 def _index_extent(
     ctx: PlanContext, key: str, m: int
 ) -> tuple[int, int, Any, Any, list[int] | None] | None:
-    """PostgreSQL and MySQL/MariaDB, ranges of the table's integer primary key with the
-    catalog's row estimate: (rows, rows, MIN, MAX, cuts) of the key over the whole table;
-    its index answers MIN and MAX without a scan (a ``COUNT(*)`` would read every row;
-    the planning count only sizes), and on PostgreSQL the cuts come from the column's
-    histogram (None: cut evenly). The query's own rows (for a GROUP BY, its groups'
-    keys) lie within; the open first and last ranges take any outside, and the plan keeps
-    a ``key IS NULL`` partition (an index lookup) whatever the catalog says.
-    None: not this case (a key given, no estimate, another engine)."""
+    """(rows, rows, MIN, MAX, cuts) of the integer primary key over the whole table.
+
+    For PostgreSQL and MySQL/MariaDB, ranges of the table's integer primary key with the
+    catalog's row estimate. Its index answers MIN and MAX without a scan (a ``COUNT(*)``
+    would read every row; the planning count only sizes), and on PostgreSQL the cuts come
+    from the column's histogram (None: cut evenly). The query's own rows (for a GROUP BY,
+    its groups' keys) lie within; the open first and last ranges take any outside, and the
+    plan keeps a ``key IS NULL`` partition (an index lookup) whatever the catalog says.
+    None: not this case (a key given, no estimate, another engine).
+    """
     if not _indexed(ctx, key):
         return None
     assert ctx.catalog_rows is not None
@@ -240,8 +255,9 @@ def _index_extent(
 
 
 def _histogram_cuts(histogram: Sequence[int], m: int) -> list[int]:
-    """m - 1 cuts at the fractions 1/m, ..., (m-1)/m of an equal-count histogram's bounds,
-    exact integers interpolated within a bucket.
+    """The m - 1 cuts at the fractions 1/m, ..., (m-1)/m of an equal-count histogram's bounds.
+
+    Exact integers, interpolated within a bucket.
 
     >>> _histogram_cuts([0, 10, 20, 100], 6)
     [5, 10, 15, 20, 60]
@@ -267,7 +283,7 @@ def _orderable(arrow_type: pa.DataType) -> bool:
 
 
 def _even_bounds(low: Any, high: Any, m: int) -> list[Any]:
-    """m - 1 bounds spread evenly over [low, high], exact for integers, strictly increasing.
+    """The m - 1 bounds spread evenly over [low, high], exact for integers, strictly increasing.
 
     >>> _even_bounds(0, 9, 4)
     [2, 5, 7]

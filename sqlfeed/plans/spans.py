@@ -56,10 +56,13 @@ def fill(text: str, start: int, end: int) -> str:
 
 
 def template(render: Callable[[int, int], str], start: int, end: int) -> str | None:
-    """A span template from ``render(start, end) -> SQL`` (a strategy's own renderer of
-    the query over positions ``[start, end)``), or None when markers cannot stand in for
-    the positions: probe positions must appear once each in what ``render`` makes, and the
-    template filled with ``start, end`` must be what ``render`` makes of them."""
+    """A span template from ``render(start, end) -> SQL``, or None.
+
+    ``render`` is a strategy's own renderer of the query over positions ``[start, end)``.
+    None when markers cannot stand in for the positions: probe positions must appear once
+    each in what ``render`` makes, and the template filled with ``start, end`` must be what
+    ``render`` makes of them.
+    """
     probed = render(*_PROBE)
     first, last = (str(p) for p in _PROBE)
     if probed.count(first) != 1 or probed.count(last) != 1:
@@ -69,8 +72,9 @@ def template(render: Callable[[int, int], str], start: int, end: int) -> str | N
 
 
 def merge(partitions: Sequence[Partition]) -> Partition:
-    """One partition reading what adjacent ``partitions`` (spans of one template, each
-    starting where the one before ended) read, in the same order.
+    """One partition reading what adjacent ``partitions`` read, in the same order.
+
+    They are spans of one template, each starting where the one before ended.
 
     Raises:
         ValueError: they are not adjacent spans of one template.
@@ -97,10 +101,11 @@ def merge(partitions: Sequence[Partition]) -> Partition:
 def read_units(
     order: Sequence[Partition], shares: int, max_rows: int | None = None
 ) -> list[ReadUnit]:
-    """The queries that read ``order`` (in that order, the same rows): ``order`` cut into
-    at most ``shares`` consecutive shares of about as many partitions, and in each share
-    every run of adjacent spans merged into one query, of at most ``max_rows`` estimated
-    rows when given (a partition of unknown size is read alone then).
+    """The queries that read ``order`` (in that order, the same rows).
+
+    ``order`` is cut into at most ``shares`` consecutive shares of about as many partitions,
+    and in each share every run of adjacent spans is merged into one query, of at most
+    ``max_rows`` estimated rows when given (a partition of unknown size is read alone then).
 
     >>> t = f"SELECT * FROM t WHERE i >= {SPAN_START} AND i < {SPAN_END}"
     >>> parts = [Partition(k, fill(t, 10 * k, 10 * k + 10), 10, span=(t, 10 * k, 10 * k + 10))
