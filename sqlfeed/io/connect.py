@@ -104,8 +104,11 @@ def _open(target: Any, dialect: str | None) -> Source:
 
 
 def connect_output(target: Any) -> Source:
-    """:func:`connect` for a database written to: a SQLite or DuckDB file named by the URL
-    that does not exist yet is made first (reading never makes one)."""
+    """:func:`connect` for a database written to.
+
+    A SQLite or DuckDB file named by the URL that does not exist yet is made first (reading
+    never makes one).
+    """
     if isinstance(target, str) and _SCHEMES.get(target.partition(":")[0].lower()) is None:
         engine_dialect = dialect_for(target.strip())
         make = _MAKE_FILE.get(engine_dialect.name)

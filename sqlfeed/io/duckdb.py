@@ -151,9 +151,11 @@ class DuckDBSource(Source):
                 _configure(self.connection)
 
     def write_session(self) -> DuckDBSession:
-        """A session writing into this database: a cursor of a read-write connection (a
-        file sqlfeed opened read-only is reopened read-write, and stays so); one process
-        only, as DuckDB allows one writing process per file."""
+        """A session writing into this database: a cursor of a read-write connection.
+
+        A file sqlfeed opened read-only is reopened read-write, and stays so. One process
+        only, as DuckDB allows one writing process per file.
+        """
         if self.path is not None and not self._read_write:
             same = [s for s in list(_OPEN) if s.path == self.path and not s._read_write]
             for source in {id(s): s for s in [self, *same]}.values():  # one instance per file
@@ -168,8 +170,11 @@ class DuckDBSource(Source):
             return DuckDBSession(self.connection.cursor(), self.dialect)
 
     def _local_sql(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
-        """``sql`` as DuckDB runs it on ``cursor``: byte-range files readable, ``read_orc``
-        calls replaced by Arrow streams registered on the cursor."""
+        """``sql`` as DuckDB runs it on ``cursor``.
+
+        Byte-range files made readable, ``read_orc`` calls replaced by Arrow streams
+        registered on the cursor.
+        """
         if RANGE_PROTOCOL in sql:
             sql = _WHOLE_RANGE.sub(_whole_file, sql)
         if RANGE_PROTOCOL in sql:
@@ -240,9 +245,11 @@ class DuckDBSource(Source):
         return [(str(r[0]), str(r[1])) for r in rows]
 
     def sniff_csv(self, file: str, options: str) -> str:
-        """The ``read_csv(...)`` call DuckDB's sniffer finds for ``file`` read with the
-        ``read_csv`` ``options`` (SQL, may be empty): every option explicit. Remembered
-        for the file's size and modification time."""
+        """The ``read_csv(...)`` call DuckDB's sniffer finds for ``file``: every option explicit.
+
+        ``file`` is read with the ``read_csv`` ``options`` (SQL, may be empty). Remembered for
+        the file's size and modification time.
+        """
         try:
             stat = os.stat(file)
         except OSError:
@@ -261,10 +268,12 @@ class DuckDBSource(Source):
         return call
 
     def _sniffed_sql(self, sql: str) -> str:
-        """``sql`` with each ``read_csv`` of one local file (or ``FROM 'x.csv'``) replaced
-        by its sniffed call (see :meth:`sniff_csv`): the same columns and types, read
-        without sniffing again. For the planner's schema probes; ``sql`` unchanged when
-        it reads no such file, or a sniff fails."""
+        """``sql`` with each ``read_csv`` of one local file replaced by its sniffed call.
+
+        Each ``FROM 'x.csv'`` too (see :meth:`sniff_csv`): the same columns and types, read
+        without sniffing again. For the planner's schema probes; ``sql`` unchanged when it
+        reads no such file, or a sniff fails.
+        """
         if not _CSV.search(sql):
             return sql
         try:
@@ -347,9 +356,11 @@ READER_TABLE: tuple[type[Reader], ...] = (DuckDBReader,)
 
 
 def _whole_file(match: re.Match[str]) -> str:
-    """A byte-range file literal as its plain path when the range is the whole file as it
-    is now (the header prefix, then every byte after it): DuckDB reads the file itself,
-    without the Python file system in between; else the literal unchanged."""
+    """A byte-range file literal as its plain path when the range is the whole file as it is now.
+
+    That is, the header prefix, then every byte after it: DuckDB reads the file itself,
+    without the Python file system in between; else the literal unchanged.
+    """
     prefix, start, end = (int(match.group(i)) for i in (1, 2, 3))
     path = match.group(4).replace("''", "'")
     try:
@@ -362,8 +373,10 @@ def _whole_file(match: re.Match[str]) -> str:
 
 
 def _csv_call(table: exp.Table) -> tuple[str, str, str] | None:
-    """``(path, options SQL, default alias)`` of a table that reads one local CSV file by
-    ``read_csv(_auto)`` (sniffable options only) or ``FROM 'x.csv'``; None otherwise."""
+    """``(path, options SQL, default alias)`` of a table that reads one local CSV file.
+
+    By ``read_csv(_auto)`` (sniffable options only) or ``FROM 'x.csv'``; None otherwise.
+    """
     call = table.this
     if isinstance(call, exp.Identifier):
         path = call.name
@@ -391,8 +404,10 @@ def _csv_call(table: exp.Table) -> tuple[str, str, str] | None:
 
 
 def _spliced(sql: str, calls: list[tuple[exp.Expr, str]]) -> str | None:
-    """``sql`` with each call's text (a function name to its closing parenthesis, or a
-    quoted file name) replaced; None when a call's place in the text is not known."""
+    """``sql`` with each call's text replaced; None when a call's place in the text is not known.
+
+    A call's text: a function name to its closing parenthesis, or a quoted file name.
+    """
     tokens = list(sqlglot.Dialect.get_or_raise("duckdb").tokenize(sql))
     spans = []
     for call, text in calls:
@@ -488,8 +503,10 @@ def make_duckdb_file(url: str) -> None:
 
 
 def is_duckdb_connection(target: Any) -> bool:
-    """Whether ``target`` is a DuckDB connection (read through as it is by :func:`connect
-    <sqlfeed.io.connect>`)."""
+    """Whether ``target`` is a DuckDB connection.
+
+    Such a connection is read through as it is by :func:`connect <sqlfeed.io.connect>`.
+    """
     module = type(target).__module__ or ""
     return module.split(".")[0] in ("duckdb", "_duckdb")
 
@@ -506,16 +523,22 @@ def duckdb_file(url: str) -> str:
 
 
 def _configure(connection: duckdb.DuckDBPyConnection) -> None:
-    """Settings of a connection sqlfeed opened: Parquet footers are parsed once per file
-    and kept (DuckDB checks the file's modification time before it uses a kept footer),
-    not once per query; a plan's partitions read the same footer over and over (5 ms of
-    CPU a query on TPC-H lineitem, 53 row groups, against 1 ms kept)."""
+    """Settings of a connection sqlfeed opened.
+
+    Parquet footers are parsed once per file and kept (DuckDB checks the file's modification
+    time before it uses a kept footer), not once per query; a plan's partitions read the
+    same footer over and over (5 ms of CPU a query on TPC-H lineitem, 53 row groups, against
+    1 ms kept).
+    """
     connection.execute("SET GLOBAL parquet_metadata_cache = true")  # a plain SET skips cursors
 
 
 def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection to the file ``path``; read-only, unless this process has it open
-    read-write already (DuckDB shares one database per file and process)."""
+    """A connection to the file ``path``.
+
+    Read-only, unless this process has it open read-write already (DuckDB shares one
+    database per file and process).
+    """
     try:
         return duckdb.connect(path, read_only=read_only)
     except duckdb.ConnectionException as err:
@@ -539,16 +562,20 @@ def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
 
 @atexit.register
 def _close_all() -> None:
-    """Close every connection sqlfeed opened before the interpreter tears DuckDB down
-    (a connection still alive then makes DuckDB print "nanobind: leaked N instances")."""
+    """Close every connection sqlfeed opened before the interpreter tears DuckDB down.
+
+    A connection still alive then makes DuckDB print "nanobind: leaked N instances".
+    """
     for source in list(_OPEN):
         with contextlib.suppress(Exception):
             source.close()
 
 
 class DuckDBSession(WriteSession):
-    """A DuckDB cursor writing in explicit transactions; a batch inserted by a scan of
-    the Arrow batch itself (no conversion of values)."""
+    """A DuckDB cursor writing in explicit transactions.
+
+    A batch is inserted by a scan of the Arrow batch itself (no conversion of values).
+    """
 
     def __init__(self, cursor: duckdb.DuckDBPyConnection, dialect: Any) -> None:
         self.cursor = cursor
