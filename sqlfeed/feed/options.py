@@ -167,8 +167,10 @@ def resolve_plan(
 def check_given_plan(
     plan: Plan, dialect: str, plan_options: Mapping[str, Any], where: str = "the source"
 ) -> Plan:
-    """``plan``, given instead of SQL, if it can be read on ``dialect`` (the source's
-    engine, or a URL's: ``where`` says which) and no plan options came with it.
+    """``plan``, given instead of SQL, if it can be read on ``dialect``.
+
+    No plan options may come with it. ``dialect`` is the source's engine, or a URL's
+    (``where`` says which).
 
     Raises:
         InvalidArgumentError: plan options with a Plan, or a Plan of another dialect.
@@ -183,8 +185,10 @@ def check_given_plan(
 
 
 def own_scratch(owner: object, query: object, plan: Plan, source: Source | str) -> None:
-    """Drop ``plan``'s scratch table with ``owner`` if sqlfeed planned it from ``query``
-    (SQL: the user never sees the plan to drop it); a Plan given is its owner's.
+    """Drop ``plan``'s scratch table with ``owner`` if sqlfeed planned it from ``query``.
+
+    That is, when ``query`` is SQL: the user never sees the plan to drop it. A Plan given is
+    its owner's.
 
     The one place that decides who drops an auto-materialized table
     (:func:`sqlfeed.plans.drop_scratch_with` does the dropping).
@@ -206,8 +210,10 @@ class _FromKeywords:
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any], **fixed: Any) -> Self:
-        """The group of the keywords in ``options`` that are its own (the others are
-        left alone), and ``fixed``; the dataclass's defaults for those not given."""
+        """The group of the keywords in ``options`` that are its own, and ``fixed``.
+
+        The others are left alone; the dataclass's defaults for those not given.
+        """
         return cls(**{n: options[n] for n in cls.names() if n in options}, **fixed)
 
     def replace(self, **changes: Any) -> Self:
@@ -216,8 +222,11 @@ class _FromKeywords:
 
 
 class ReadKeywords(TypedDict, total=False):
-    """The flat keywords of :class:`ReadOptions` (see its fields) but ``batch_size``, which
-    each facade declares itself: optional in the Feeder, required in tf and torch."""
+    """The flat keywords of :class:`ReadOptions` (see its fields) but ``batch_size``.
+
+    Each facade declares ``batch_size`` itself: optional in the Feeder, required in tf and
+    torch.
+    """
 
     shuffle_buffer: int
     shuffle: bool | None
@@ -297,8 +306,7 @@ class ReadOptions(_FromKeywords):
 
     @property
     def shuffles(self) -> bool:
-        """Whether the partition order is shuffled (``shuffle``, default: a record
-        shuffle)."""
+        """Whether the partition order is shuffled (``shuffle``, default: a record shuffle)."""
         return self.shuffle_buffer > 0 if self.shuffle is None else self.shuffle
 
 
@@ -416,20 +424,23 @@ class FeederKeywords(ReadKeywords, PlanOptions, total=False):
 
 
 class JobFeederKeywords(FeederKeywords, JobKeywords, total=False):
-    """The flat keywords of :class:`sqlfeed.Feeder` beside its own: read, job and plan
-    options."""
+    """The flat keywords of :class:`sqlfeed.Feeder` beside its own: read, job and plan options."""
 
 
 class TensorKeywords(ReadKeywords, JobKeywords, ColumnKeywords, PlanOptions, total=False):
-    """The flat keywords tf's ``Feed`` and torch's ``SQLDataset`` share beside their own:
-    read, job, column and plan options."""
+    """The flat keywords tf's ``Feed`` and torch's ``SQLDataset`` share beside their own.
+
+    Read, job, column and plan options.
+    """
 
 
 def read_options(
     read: ReadOptions | None, batch_size: int | None, options: Mapping[str, Any]
 ) -> ReadOptions:
-    """The read options of a facade: ``read`` given as one object, or made from the
-    :class:`ReadOptions` keywords in ``options``; an explicit ``batch_size`` wins.
+    """The read options of a facade.
+
+    ``read`` given as one object, or made from the :class:`ReadOptions` keywords in
+    ``options``; an explicit ``batch_size`` wins.
 
     Raises:
         InvalidArgumentError: ``read`` and some of its keywords both given, or a check of
@@ -448,9 +459,11 @@ def read_options(
 def plan_options_of(
     options: Mapping[str, Any], groups: Iterable[type[_FromKeywords]], own: Iterable[str] = ()
 ) -> PlanOptions:
-    """The keywords of ``options`` that belong to none of ``groups``: plan options,
-    checked (see :func:`check_plan_options`; ``own`` and the groups' names are the
-    known names of the hint)."""
+    """The keywords of ``options`` that belong to none of ``groups``: plan options, checked.
+
+    See :func:`check_plan_options`; ``own`` and the groups' names are the known names of the
+    hint.
+    """
     names = [name for group in groups for name in group.names()]
     rest = {k: v for k, v in options.items() if k not in names}
     return check_plan_options(rest, [*own, *names])
@@ -461,8 +474,9 @@ def split_options(
     *groups: type[_FromKeywords],
     own: Iterable[str] = (),
 ) -> tuple[list[Any], PlanOptions]:
-    """The flat keywords ``options`` cut into ``groups`` (each made by its
-    ``from_kwargs``) and the plan options that remain (checked).
+    """The flat keywords ``options`` cut into ``groups`` and the plan options that remain.
+
+    Each group is made by its ``from_kwargs``; the plan options are checked.
 
     Args:
         options: the keywords a facade received beside its own.
