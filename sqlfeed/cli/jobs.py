@@ -474,9 +474,11 @@ def _check_job_name(name: str) -> None:
 
 
 def check_queue_url(url: str, *, must_exist: bool) -> None:
-    """``--queue``, checked without connecting: a URL SQLAlchemy reads, of a backend a
-    queue lives in, whose driver is installed; a SQLite queue's folder exists, and with
-    ``must_exist`` its file too (reading a queue never creates one).
+    """``--queue``, checked without connecting.
+
+    A URL SQLAlchemy reads, of a backend a queue lives in, whose driver is installed; a
+    SQLite queue's folder exists, and with ``must_exist`` its file too (reading a queue
+    never creates one).
 
     Raises:
         InvalidArgumentError: it is not such a URL.
@@ -513,10 +515,12 @@ def check_queue_url(url: str, *, must_exist: bool) -> None:
 
 
 def _work(worker: Worker, target: Path | None, ledger: Checkpoints, waits: WaitReporter) -> None:
-    """Read the job's partitions until it is done; with ``--out``, write every batch into
-    a :class:`~sqlfeed.dispatch.folder.BatchFolder` (a batch the worker no longer holds
-    the lease of is refused, so it is neither written nor acknowledged); record
-    checkpoints in the job's ledger as they fall due."""
+    """Read the job's partitions until it is done.
+
+    With ``--out``, write every batch into a :class:`~sqlfeed.dispatch.folder.BatchFolder`
+    (a batch the worker no longer holds the lease of is refused, so it is neither written
+    nor acknowledged). Record checkpoints in the job's ledger as they fall due.
+    """
     folder = None if target is None else _batch_folder(target, worker)
     worker.release_on_sigterm()
     for delivery in worker.deliveries():
