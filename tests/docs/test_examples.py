@@ -163,7 +163,7 @@ def test_expected_output_follows_a_python_block() -> None:
     for p in pages():
         lines = p.read_text().split("\n")
         for i, line in enumerate(lines):
-            if "<!-- expected-output -->" in line:
+            if line.strip() == "<!-- expected-output -->":
                 before = [b for b in examples(p) if b.line < i + 1]
                 if not before or before[-1].kind != "python" or before[-1].expected is None:
                     stray.append(f"{p.relative_to(ROOT)}:{i + 1}")
