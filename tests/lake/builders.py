@@ -184,6 +184,11 @@ class LiveFile:
     partition: Record
     sequence_number: int
 
+    @property
+    def path(self) -> str:
+        """:attr:`file_path` (the key :func:`delete_positions` takes)."""
+        return self.file_path
+
 
 def live_data_files(table: Table, snapshot_id: int | None = None) -> list[LiveFile]:
     """The data files of a snapshot (the current one by default), in manifest order."""

@@ -74,8 +74,9 @@ class LakeTable:
 
     @property
     def url(self) -> str:
-        """The sqlfeed URL: ``iceberg:///`` + metadata path, or ``delta:///`` + folder."""
-        return f"{self.format}://{self.location}"
+        """The sqlfeed URL of the absolute path: ``iceberg:////abs/…metadata.json``,
+        ``delta:////abs/folder``."""
+        return f"{self.format}:///{self.location}"
 
     @property
     def latest(self) -> int:
