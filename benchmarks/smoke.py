@@ -60,6 +60,7 @@ SMOKES: dict[str, tuple[str, ...]] = {
     "tpc_queries": (),
     "accuracy": (),
     "predict": ("--only", "sqlfeed-1", "sqlfeed-threads4", "pandas", "sink-*"),
+    "lakehouse": (),
 }
 """Every benchmark and the arguments its smoke run adds to ``--smoke`` (the longest first,
 so two at a time finish together)."""
