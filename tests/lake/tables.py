@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,6 +78,15 @@ class LakeTable:
         """The sqlfeed URL of the absolute path: ``iceberg:////abs/…metadata.json``,
         ``delta:////abs/folder``."""
         return f"{self.format}:///{self.location}"
+
+    @property
+    def catalog_url(self) -> str:
+        """Iceberg: ``iceberg://CATALOG/lake.<name>?uri=…&warehouse=…`` (the SQLite catalog's
+        properties as URL options); empty for Delta."""
+        if not self.catalog:
+            return ""
+        options = urlencode({k: v for k, v in self.catalog.items() if k != "name"})
+        return f"iceberg://{self.catalog['name']}/{self.table_name}?{options}"
 
     @property
     def latest(self) -> int:

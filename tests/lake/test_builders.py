@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyiceberg.avro.file import AvroFile
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
     MANIFEST_ENTRY_SCHEMAS,
@@ -261,3 +262,15 @@ def test_same_rows_is_a_multiset_comparison() -> None:
         same_rows(a, a.select(["k"]))
     dates = pa.table({"d": [datetime.date(2020, 1, 1)]})
     same_rows(dates, dates)
+
+
+def test_entries_name_their_catalog_and_urls(lake_tables: dict[str, LakeTable]) -> None:
+    entry = lake_tables["iceberg_mixed"]
+    properties = {k: v for k, v in entry.catalog.items() if k != "name"}
+    table = SqlCatalog(entry.catalog["name"], **properties).load_table(entry.table_name)
+    assert table.metadata_location.removeprefix("file://") == entry.location
+    assert entry.url == f"iceberg:///{entry.location}"
+    assert entry.url.startswith("iceberg:////")
+    assert entry.catalog_url.startswith(f"iceberg://{entry.catalog['name']}/lake.iceberg_mixed?")
+    assert lake_tables["delta_plain"].url.startswith("delta:////")
+    assert lake_tables["delta_plain"].catalog_url == ""
