@@ -17,6 +17,7 @@ from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.dispatch.worker import Worker
 from sqlfeed.feed.feeder import PartitionFeeder
+from sqlfeed.feed.follow import FollowFeeder
 from sqlfeed.feed.options import (
     JobFeederKeywords,
     JobOptions,
@@ -46,7 +47,9 @@ class Feeder(PartitionFeeder):
             columns make them float with NaN, as in pandas).
         batch_size: rows per batch (the last of an epoch may be smaller unless
             ``drop_remainder``); None: batches as the database delivers them.
-        rank, world_size: this worker's static share of the partitions.
+        rank: this worker's index among the ``world_size`` workers (its static share of
+            the partitions).
+        world_size: how many workers share the partitions statically.
         state: static mode: resume from what :meth:`state_dict` returned (the rows after
             the restore are exactly those the uninterrupted run would have delivered).
         **options: the keywords of the option groups every facade shares
@@ -72,12 +75,31 @@ class Feeder(PartitionFeeder):
             * for a SQL query, the :class:`~sqlfeed.feed.options.PlanOptions` of
               :func:`sqlfeed.plan` (``partitions``, ``strategy``, ``key``,
               ``target_rows``, ``workers``, ``scratch``, ``allow_unstable``,
-              ``sample_rows``, ``strict``).
+              ``sample_rows``, ``strict``);
+            * ``follow=True`` (a lakehouse table), ``new_only``, ``watermark=COLUMN``:
+              every epoch planned over the table as it has grown since the previous one
+              (returns a :class:`~sqlfeed.feed.follow.FollowFeeder`).
 
     Raises:
         InvalidArgumentError: a bad or unknown option (the closest known name is named),
             or static options a job cannot honour (``shuffle_buffer``, ``rank``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """A :class:`~sqlfeed.feed.follow.FollowFeeder` when following a table, else a Feeder.
+
+        Following is ``follow=True``, ``new_only`` or ``watermark=COLUMN``: each epoch
+        planned over the table as it has grown.
+        """
+        follow = kwargs.pop("follow", False)
+        if follow or kwargs.get("watermark") is not None or kwargs.get("new_only"):
+            if kwargs.get("job") is not None:
+                raise InvalidArgumentError(
+                    "follow=True reads epochs of a growing table in this process; with "
+                    "job=..., create one job per epoch (each pinned to its snapshot)"
+                )
+            return FollowFeeder(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -89,6 +111,7 @@ class Feeder(PartitionFeeder):
         rank: int = 0,
         world_size: int = 1,
         state: Mapping[str, Any] | None = None,
+        follow: bool = False,
         **options: Unpack[JobFeederKeywords],
     ) -> None:
         plan_options_of(options, [ReadOptions, JobOptions], own=_OWN)  # unknown: refused
@@ -110,7 +133,7 @@ class Feeder(PartitionFeeder):
         )
 
 
-_OWN = ("format", "batch_size", "rank", "world_size", "state")
+_OWN = ("format", "batch_size", "rank", "world_size", "state", "follow")
 """The Feeder's own keywords (for the "did you mean" hint of an unknown one)."""
 
 
@@ -157,7 +180,8 @@ def create_job(
         job: the job's options (``job`` is its name).
         plan: the plan the job hands out.
         source: where ``plan`` runs (for the count).
-        epochs, seed: the job's epochs and its hand-out order's seed.
+        epochs: the job's epochs.
+        seed: the seed of the job's hand-out order.
         batch_size: the rows per batch of ``even_batches`` (ignored without).
         snapshot: a PostgreSQL snapshot id every worker reads inside.
 

@@ -75,8 +75,11 @@ class FragmentSource(Protocol):
     def fragment_partitions(
         self, parsed: ParsedQuery, target_rows: int
     ) -> Sequence[tuple[str, FragmentInfo]]:
-        """``(partition SQL, fragment)`` for fragments of about ``target_rows`` rows, in
-        storage order: the query with the view replaced by one fragment."""
+        """``(partition SQL, fragment)`` for fragments of about ``target_rows`` rows.
+
+        In storage order; each partition SQL is the query with the view replaced by one
+        fragment.
+        """
 
 
 def _dataset(ctx: PlanContext) -> bool:
@@ -88,8 +91,11 @@ def _dataset(ctx: PlanContext) -> bool:
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
-    """Fragments need no key and a row-by-row query over a shardset dataset's view or
-    over one table of plain files (Parquet, CSV, JSON, ORC) on DuckDB."""
+    """Why strategy fragments cannot plan the query (None: it can).
+
+    Fragments need no key and a row-by-row query over a shardset dataset's view or over one
+    table of plain files (Parquet, CSV, JSON, ORC) on DuckDB.
+    """
     source = ctx.source
     if ctx.keys:
         why: str | None = "a key was given"
@@ -104,10 +110,12 @@ def problem(ctx: PlanContext, auto: bool = False) -> str | None:
 
 
 def _rather_materialized(ctx: PlanContext) -> str | None:
-    """For ``auto``: why a scratch table is cheaper than pieces of files (None: it is
-    not). When the tables every partition reads whole are no smaller than the table cut,
-    M partitions read more than twice the files' bytes from M = 3 on, while materialize
-    reads them once and its table once."""
+    """For ``auto``: why a scratch table is cheaper than pieces of files (None: it is not).
+
+    When the tables every partition reads whole are no smaller than the table cut, M
+    partitions read more than twice the files' bytes from M = 3 on, while materialize reads
+    them once and its table once.
+    """
     extra = fileplan.whole_reads(ctx)
     whole = sum(size for _name, size in extra.files)
     if whole < max(extra.cut, 1) or materialize.problem(ctx, auto=True) is not None:
@@ -142,6 +150,9 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
                 f"(or {pieces} of one){once}{also}"
             )
         return f"the {files}, whole or in {pieces}{also}"
+    described = getattr(ctx.source, "fragments_reason", None)
+    if described is not None:  # a lakehouse table: its snapshot and files
+        return str(described(auto))
     if auto:
         return (
             "a row-by-row query over a shardset dataset, so each partition reads its "
@@ -151,8 +162,11 @@ def reason(ctx: PlanContext, auto: bool = False) -> str:
 
 
 def notes(ctx: PlanContext, partitions: int = 1, warn_above: float = 2.0) -> str:
-    """After :func:`build`: what it left whole and why (``; ...``), and a warning when
-    the ``partitions`` cost more than ``warn_above`` reads; empty if nothing."""
+    """After :func:`build`: what it left whole and why (``; ...``), and any cost warning.
+
+    The warning is given when the ``partitions`` cost more than ``warn_above`` reads; the
+    text is empty if there is nothing to say.
+    """
     spent = cost(ctx, partitions)
     warning = rereads(ctx, spent) if spent > warn_above else ""
     if _dataset(ctx):
@@ -161,9 +175,11 @@ def notes(ctx: PlanContext, partitions: int = 1, warn_above: float = 2.0) -> str
 
 
 def cost(ctx: PlanContext, partitions: int) -> float:
-    """What reading all ``partitions`` costs, in reads of the data once (``plan.cost``):
-    the bytes every partition reads (its piece, and every other table whole) over the
-    bytes of all the files (a dataset's shards, or the files a query reads)."""
+    """What reading all ``partitions`` costs, in reads of the data once (``plan.cost``).
+
+    The bytes every partition reads (its piece, and every other table whole) over the
+    bytes of all the files (a dataset's shards, or the files a query reads).
+    """
     return _whole(ctx).cost(partitions)
 
 
@@ -196,8 +212,10 @@ def rereads(ctx: PlanContext, cost: float) -> str:
 
 
 def stored_rows(ctx: PlanContext) -> int:
-    """Rows the source stores, by the files' own counts: fragment plans are sized by it
-    instead of a COUNT(*) scan."""
+    """Rows the source stores, by the files' own counts.
+
+    Fragment plans are sized by it instead of a COUNT(*) scan.
+    """
     if not _dataset(ctx):
         return fileplan.stored_rows(ctx)
     assert isinstance(ctx.source, FragmentSource)

@@ -1,0 +1,376 @@
+"""Iceberg tables through pyiceberg's metadata: a snapshot's data files and their deletes.
+
+pyiceberg loads the table (a catalog by name, or a metadata JSON file) and reads its
+manifests; sqlfeed matches the deletes to the data files itself, per the Iceberg spec, so
+that it can apply them to pieces of files (pyiceberg's own scan reads files whole when they
+have deletes, and refuses equality deletes):
+
+* a position delete file applies to a data file when its data sequence number is at least
+  the data file's, and it is in the same partition (or its spec is unpartitioned);
+* an equality delete file when its sequence number is greater than the data file's
+  (strictly: rows added in the same commit are not deleted by it), same scope rule;
+* a deletion vector (v3, in a Puffin file) to the one data file it references.
+
+Columns are matched to each data file by field id (the Parquet files Iceberg writers make
+carry them), so a renamed column is read by its old name and a column added later is NULL
+in older files. ``new_only`` keeps the data files added after a given snapshot, for
+incremental epochs; it refuses when a snapshot in between rewrote data files (an overwrite
+or compaction would read rewritten rows again).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dialects import InvalidArgumentError, UnsupportedError
+from dialects.optional import require
+from sqlfeed.lake.model import Column, DataFile, EqualityDeletes, TableSnapshot
+from sqlfeed.lake.sidecar import positions_file
+from sqlfeed.lake.types import duckdb_type
+
+__all__ = ["load_table", "snapshot_id_at", "table_snapshot"]
+
+_FIELD_ID = b"PARQUET:field_id"
+
+
+def load_table(
+    location: str, catalog: str | None = None, properties: dict[str, str] | None = None
+) -> Any:
+    """The pyiceberg table at ``location``.
+
+    ``location`` is a metadata JSON path (``catalog`` None), or the ``namespace.table`` of
+    catalog ``catalog`` (pyiceberg's configuration: ``~/.pyiceberg.yaml`` or
+    ``PYICEBERG_CATALOG__NAME__...`` variables, plus ``properties``).
+    """
+    require("pyiceberg", "reading Iceberg tables")
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table import StaticTable
+
+    if catalog is None:
+        if not os.path.isfile(location):
+            raise InvalidArgumentError(
+                f"no Iceberg metadata file at {location}: give the table's "
+                "metadata/vN.metadata.json, or iceberg://CATALOG/namespace.table"
+            )
+        return StaticTable.from_metadata(location)
+    try:
+        return load_catalog(catalog, **(properties or {})).load_table(location)
+    except NoSuchTableError:
+        raise InvalidArgumentError(
+            f"no Iceberg table {location!r} in catalog {catalog!r}; check the name "
+            "(namespace.table)"
+        ) from None
+    except (ValueError, KeyError) as err:
+        raise InvalidArgumentError(
+            f"the Iceberg catalog {catalog!r} cannot be loaded ({err}); configure it in "
+            "~/.pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__URI / __WAREHOUSE"
+        ) from None
+
+
+def snapshot_id_at(
+    table: Any, snapshot: int | None = None, as_of_ms: int | None = None
+) -> int | None:
+    """The snapshot to read: ``snapshot`` (checked), the one current at ``as_of_ms``, or now.
+
+    Without either: the table's current snapshot (None: the table has none yet).
+    """
+    metadata = table.metadata
+    if snapshot is not None:
+        if metadata.snapshot_by_id(snapshot) is None:
+            known = ", ".join(str(s.snapshot_id) for s in metadata.snapshots[-5:]) or "none"
+            raise InvalidArgumentError(
+                f"Iceberg table has no snapshot {snapshot} (latest: {known}); see "
+                "`sqlfeed lake snapshots` or the table's history"
+            )
+        return snapshot
+    if as_of_ms is not None:
+        found = table.snapshot_as_of_timestamp(as_of_ms)
+        if found is None:
+            raise InvalidArgumentError(
+                f"the Iceberg table had no snapshot at {as_of_ms} ms since the epoch "
+                "(it is younger): give a later time"
+            )
+        return int(found.snapshot_id)
+    current = table.current_snapshot()
+    return None if current is None else int(current.snapshot_id)
+
+
+def table_snapshot(
+    table: Any, name: str, location: str, snapshot: int | None, since: int | None = None
+) -> TableSnapshot:
+    """The table at ``snapshot`` (None: empty, no snapshot yet).
+
+    With ``since``: only the data files added after snapshot ``since``.
+    """
+    metadata = table.metadata
+    if snapshot is None:
+        columns = _columns(table.schema())
+        return TableSnapshot("iceberg", name, location, 0, columns, ())
+    found = metadata.snapshot_by_id(snapshot)
+    schema = metadata.schema_by_id(found.schema_id) if found.schema_id is not None else None
+    schema = schema or table.schema()
+    added = _added_since(table, since, snapshot) if since is not None else None
+    data, deletes = _entries(table, found)
+    files = _data_files(table, schema, data, deletes, added)
+    return TableSnapshot(
+        "iceberg",
+        name,
+        location,
+        snapshot,
+        _columns(schema),
+        tuple(files),
+        timestamp_ms=found.timestamp_ms,
+        since=since,
+    )
+
+
+def _columns(schema: Any) -> tuple[tuple[str, str], ...]:
+    arrow = _arrow_schema(schema)
+    return tuple((f.name, duckdb_type(f.type)) for f in arrow)
+
+
+def _arrow_schema(schema: Any) -> pa.Schema:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    out: pa.Schema = schema_to_pyarrow(schema, include_field_ids=False)
+    return out
+
+
+def _entries(table: Any, snapshot: Any) -> tuple[list[Any], list[Any]]:
+    """The snapshot's live data and delete manifest entries."""
+    from pyiceberg.manifest import DataFileContent
+
+    io = table.io
+    data, deletes = [], []
+    for manifest in snapshot.manifests(io):
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            if entry.data_file.content == DataFileContent.DATA:
+                data.append(entry)
+            else:
+                deletes.append(entry)
+    return data, deletes
+
+
+def _added_since(table: Any, since: int, snapshot: int) -> set[int]:
+    """The snapshots after ``since`` up to ``snapshot``, each checked to only add rows."""
+    from pyiceberg.table.snapshots import Operation
+
+    metadata = table.metadata
+    if metadata.snapshot_by_id(since) is None:
+        raise InvalidArgumentError(f"Iceberg table has no snapshot {since} to read new rows after")
+    out: set[int] = set()
+    current = metadata.snapshot_by_id(snapshot)
+    while current is not None and current.snapshot_id != since:
+        operation = current.summary.operation if current.summary else None
+        if operation in (Operation.OVERWRITE, Operation.REPLACE) and _adds_data(current):
+            raise UnsupportedError(
+                f"Iceberg snapshot {current.snapshot_id} ({operation.value}) rewrote data files "
+                f"after snapshot {since}: rows it rewrote would be read again as new; read the "
+                "whole table (no new_only) for this epoch"
+            )
+        out.add(int(current.snapshot_id))
+        parent = current.parent_snapshot_id
+        current = metadata.snapshot_by_id(parent) if parent is not None else None
+    if current is None:
+        raise InvalidArgumentError(
+            f"Iceberg snapshot {since} is not an ancestor of snapshot {snapshot}: the table's "
+            "history was rewritten (rollback); read the whole table"
+        )
+    return out
+
+
+def _adds_data(snapshot: Any) -> bool:
+    summary = snapshot.summary
+    added = summary.additional_properties.get("added-data-files") if summary else None
+    return bool(added and int(added) > 0)
+
+
+def _scope(entry: Any, specs: dict[int, Any]) -> tuple[int, Any] | None:
+    """What a delete file is scoped to.
+
+    None (global: unpartitioned spec), else its ``(spec id, partition)``.
+    """
+    spec = specs.get(entry.data_file.spec_id)
+    if spec is None or spec.is_unpartitioned():
+        return None
+    return entry.data_file.spec_id, tuple(entry.data_file.partition)
+
+
+def _data_files(
+    table: Any, schema: Any, data: list[Any], deletes: list[Any], added: set[int] | None
+) -> list[DataFile]:
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    specs = table.metadata.specs()
+    positions: dict[Any, list[Any]] = defaultdict(list)
+    vectors: dict[str, list[Any]] = defaultdict(list)
+    equalities: dict[Any, list[Any]] = defaultdict(list)
+    for entry in deletes:
+        delete = entry.data_file
+        if delete.file_format == FileFormat.PUFFIN:
+            for referenced in _referenced(table, delete):
+                vectors[referenced].append(entry)
+        elif delete.content == DataFileContent.POSITION_DELETES:
+            positions[_scope(entry, specs)].append(entry)
+        else:
+            equalities[_scope(entry, specs)].append(entry)
+    out = []
+    arrow = _arrow_schema(schema)
+    for entry in sorted(data, key=lambda e: (e.sequence_number or 0, e.data_file.file_path)):
+        if added is not None and entry.snapshot_id not in added:
+            continue
+        scope = _scope(entry, specs)
+        out.append(_data_file(table, arrow, schema, entry, positions, vectors, equalities, scope))
+    return out
+
+
+def _referenced(table: Any, delete: Any) -> list[str]:
+    """The data files a deletion vector's Puffin file applies to.
+
+    Its manifest entry's ``referenced_data_file``, else (a manifest read without it) its
+    blobs' own.
+    """
+    from pyiceberg.io.pyarrow import _read_deletes
+
+    named = getattr(delete, "referenced_data_file", None)
+    return [named] if named else list(_read_deletes(table.io, delete))
+
+
+def _applies(deletes: Iterable[Any], sequence: int, strictly: bool) -> list[Any]:
+    return [
+        d
+        for d in deletes
+        if (d.sequence_number or 0) > sequence or (not strictly and d.sequence_number == sequence)
+    ]
+
+
+def _data_file(
+    table: Any,
+    arrow: pa.Schema,
+    schema: Any,
+    entry: Any,
+    positions: dict[Any, list[Any]],
+    vectors: dict[str, list[Any]],
+    equalities: dict[Any, list[Any]],
+    scope: Any,
+) -> DataFile:
+    data = entry.data_file
+    sequence = entry.sequence_number or 0
+    uri = data.file_path
+    path = local_path(uri)
+    if str(data.file_format.value).lower() != "parquet":
+        raise UnsupportedError(
+            f"Iceberg data file {uri} is {data.file_format.value}: sqlfeed reads Parquet data files"
+        )
+    ids = _field_ids(path)
+    columns = tuple(_column(f, ids, schema) for f in arrow)
+    position = [
+        d
+        for d in _applies([*positions.get(None, []), *positions.get(scope, [])], sequence, False)
+        if getattr(d.data_file, "referenced_data_file", None) in (None, uri)
+    ]
+    equality = _applies([*equalities.get(None, []), *equalities.get(scope, [])], sequence, True)
+    vector = _applies(vectors.get(uri, []), sequence, False)
+    return DataFile(
+        path=path,
+        uri=uri,
+        rows=int(data.record_count),
+        size=int(data.file_size_in_bytes),
+        columns=columns,
+        position_deletes=tuple(local_path(d.data_file.file_path) for d in position),
+        deleted_positions=_vector_file(table, vector, uri) if vector else None,
+        equality_deletes=_equality_groups(equality, ids, schema),
+        added_in=entry.snapshot_id,
+    )
+
+
+def local_path(uri: str) -> str:
+    """A local file's path from its URI (``file:///x`` or ``/x``); other schemes refused."""
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    if "://" in uri:
+        raise UnsupportedError(
+            f"{uri}: sqlfeed reads lakehouse tables on a local or mounted file system "
+            "(object stores are not supported yet)"
+        )
+    return uri
+
+
+def _field_ids(path: str) -> dict[int, tuple[str, pa.DataType]]:
+    """A Parquet file's top-level columns by field id: ``id -> (name, type)``."""
+    try:
+        file_schema = pq.read_schema(path)
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot read the Iceberg data file {path}: {err}") from None
+    out = {}
+    for position, field in enumerate(file_schema):
+        raw = (field.metadata or {}).get(_FIELD_ID)
+        key = int(raw) if raw is not None else -1 - position
+        out[key] = (field.name, field.type)
+    return out
+
+
+def _column(field: pa.Field, ids: dict[int, tuple[str, pa.DataType]], schema: Any) -> Column:
+    iceberg_field = schema.find_field(field.name)
+    found = ids.get(iceberg_field.field_id)
+    if found is None:
+        # a file without field ids (a migrated table) is read by name
+        found = next(((n, t) for key, (n, t) in ids.items() if key < 0 and n == field.name), None)
+    sql_type = duckdb_type(field.type)
+    if found is None:
+        return Column(field.name, sql_type)
+    name, file_type = found
+    return Column(field.name, sql_type, source=name, cast=duckdb_type(file_type) != sql_type)
+
+
+def _equality_groups(
+    deletes: list[Any], data_ids: dict[int, tuple[str, pa.DataType]], schema: Any
+) -> tuple[EqualityDeletes, ...]:
+    """The equality delete files grouped by the columns they compare."""
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = defaultdict(list)
+    for entry in deletes:
+        delete = entry.data_file
+        path = local_path(delete.file_path)
+        delete_ids = _field_ids(path)
+        pairs = []
+        for field_id in delete.equality_ids or []:
+            if field_id not in delete_ids:
+                raise UnsupportedError(
+                    f"Iceberg equality delete file {path} lacks field id {field_id} it "
+                    "names as an equality column"
+                )
+            data = data_ids.get(field_id)
+            pairs.append((delete_ids[field_id][0], data[0] if data else ""))
+        groups[tuple(pairs)].append(path)
+    return tuple(EqualityDeletes(tuple(files), pairs) for pairs, files in groups.items())
+
+
+def _vector_file(table: Any, entries: list[Any], uri: str) -> str:
+    """The positions the deletion vectors of ``uri`` remove, as a Parquet file.
+
+    See :func:`sqlfeed.lake.sidecar.positions_file`.
+    """
+    from pyiceberg.io.pyarrow import _read_deletes
+
+    def positions() -> pa.Array:
+        arrays = []
+        for entry in entries:
+            for referenced, vector in _read_deletes(table.io, entry.data_file).items():
+                if referenced == uri:
+                    arrays.extend(pa.chunked_array(vector).cast(pa.int64()).chunks)
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
+
+    key = "|".join(
+        sorted(
+            f"{e.data_file.file_path}@{getattr(e.data_file, 'content_offset', None)}"
+            for e in entries
+        )
+    )
+    return positions_file(f"iceberg|{uri}|{key}", positions)
