@@ -108,6 +108,7 @@ def __getattr__(name: str) -> Any:
     else:
         if home not in _LIGHT:
             importlib.import_module("sqlfeed.shards")  # dataset: URLs open everywhere
+            importlib.import_module("sqlfeed.lake")  # and iceberg: and delta: URLs
         value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

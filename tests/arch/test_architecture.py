@@ -32,6 +32,8 @@ LAZY_IMPORTS_ALLOWED = frozenset(
     {
         "tensorflow",
         "keras",
+        "pyiceberg",
+        "deltalake",
         "torch",
         "torchdata",
         "connectorx",

@@ -1,0 +1,177 @@
+"""Iceberg and Delta tables as sources: partitions add up to the table's own read of the
+same snapshot (deletes of every kind applied, files with deletes still split), plans are
+pinned to their snapshot, and epochs follow a growing table exactly once."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import sqlfeed
+from sqlfeed.lake import LakeSource
+from tests.lake import builders as b
+from tests.lake.oracle import iceberg_rows, same_rows
+from tests.lake.tables import LakeTable, rows
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def url_of(entry: LakeTable, snapshot: int | None = None, **options: object) -> str:
+    """The sqlfeed URL of a test table (four slashes: an absolute path)."""
+    pin = "snapshot" if entry.format == "iceberg" else "version"
+    query = {"view": "t", **({pin: snapshot} if snapshot is not None else {}), **options}
+    text = "&".join(f"{k}={v}" for k, v in query.items())
+    return f"{entry.format}:///{entry.location}?{text}"
+
+
+def read_all(source: sqlfeed.Source, plan: sqlfeed.Plan) -> pa.Table:
+    feeder = sqlfeed.Feeder(plan, source, readers=2)
+    batches = list(feeder)
+    return pa.Table.from_batches(batches, schema=feeder.schema)
+
+
+@pytest.mark.parametrize("m", [1, 7, 64])
+def test_partitions_add_up_to_the_tables_own_read_of_every_snapshot(
+    lake_tables: dict[str, LakeTable], m: int
+) -> None:
+    for name, entry in lake_tables.items():
+        for snapshot in entry.snapshots:
+            source = sqlfeed.connect(url_of(entry, snapshot))
+            plan = sqlfeed.plan("SELECT * FROM t", source, partitions=m)
+            assert plan.strategy == "fragments", (name, plan.reason)
+            expected = entry.expected[snapshot]
+            got = read_all(source, plan).select(expected.column_names)
+            try:
+                same_rows(got, expected)
+            except AssertionError as err:
+                raise AssertionError(f"{name} at {snapshot}, M={m}: {err}") from None
+            source.close()
+
+
+def test_a_file_with_deletes_is_still_split(lake_tables: dict[str, LakeTable]) -> None:
+    for name in ("iceberg_pos_deletes", "iceberg_eq_deletes", "iceberg_mixed", "iceberg_dv"):
+        entry = lake_tables[name]
+        source = sqlfeed.connect(url_of(entry))
+        assert isinstance(source, LakeSource)
+        deleted = {f.path for f in source.current.files if f.has_deletes}
+        assert deleted, name
+        plan = sqlfeed.plan("SELECT * FROM t", source, partitions=64)
+        per_file: dict[str, int] = {}
+        for partition in plan.partitions:
+            if partition.file in deleted:
+                per_file[partition.file] = per_file.get(partition.file, 0) + 1
+        assert max(per_file.values()) >= 2, (name, per_file)
+        assert "deletes applied" in plan.reason
+        assert "snapshot" in plan.reason
+
+
+def test_filters_joins_and_aggregates_over_a_table_with_deletes(
+    lake_tables: dict[str, LakeTable],
+) -> None:
+    entry = lake_tables["iceberg_mixed"]
+    expected = entry.expected[entry.latest]
+    source = sqlfeed.connect(url_of(entry))
+    rows_plan = sqlfeed.plan(
+        "SELECT id, s FROM t WHERE a > 1 AND x IS NOT NULL", source, partitions=7
+    )
+    want = expected.filter((pa.compute.field("a") > 1) & pa.compute.field("x").is_valid())
+    same_rows(read_all(source, rows_plan), want.select(["id", "s"]))
+    grouped = sqlfeed.plan("SELECT a, COUNT(*) AS n FROM t GROUP BY a", source, partitions=5)
+    assert grouped.strategy != "fragments"
+    counts = expected.group_by("a").aggregate([("id", "count")]).rename_columns(["a", "n"])
+    same_rows(read_all(source, grouped), counts)
+    joined = sqlfeed.plan(
+        "SELECT t.id, u.id AS other FROM t JOIN (SELECT id FROM t WHERE a = 0) AS u ON t.id = u.id",
+        source,
+        partitions=4,
+    )
+    got = read_all(source, joined)
+    assert sorted(got.column("id").to_pylist()) == sorted(
+        expected.filter(pa.compute.field("a") == 0).column("id").to_pylist()
+    )
+
+
+def _catalog_table(tmp_path: Path) -> tuple[object, str, dict[str, str]]:
+    catalog = b.iceberg_catalog(tmp_path)
+    name = f"growing_{uuid.uuid4().hex[:6]}"
+    table = b.iceberg_table(catalog, name, rows(0, 4000), target_file_rows=500)
+    properties = {k: str(v) for k, v in catalog.properties.items()}
+    return table, f"{b.NAMESPACE}.{name}", {"name": catalog.name, **properties}
+
+
+def _catalog_url(table_name: str, catalog: dict[str, str], **options: object) -> str:
+    extra = "&".join(f"{k}={v}" for k, v in options.items())
+    return (
+        f"iceberg://{catalog['name']}/{table_name}?uri={catalog['uri']}"
+        f"&warehouse={catalog['warehouse']}&view=t" + (f"&{extra}" if extra else "")
+    )
+
+
+def test_a_plan_reads_its_snapshot_while_the_table_grows(tmp_path: Path) -> None:
+    """Every strategy's SQL names its snapshot: a process opening the table later (a worker,
+    a resume) reads the plan's rows, not the new ones."""
+    table, table_name, catalog = _catalog_table(tmp_path)
+    source = sqlfeed.connect(_catalog_url(table_name, catalog))
+    pinned = table.current_snapshot().snapshot_id
+    fragments = sqlfeed.plan("SELECT id, a FROM t", source, partitions=4)
+    hashed = sqlfeed.plan("SELECT a, COUNT(*) AS n FROM t GROUP BY a", source, partitions=3)
+    assert f"t__at_{pinned}" in fragments.sql
+    assert f"t__at_{pinned}" in hashed.sql
+    b.append(table, rows(4000, 1000))
+    b.delete_positions(table, {b.live_data_files(table)[0].file_path: [0, 1, 2]})
+    later = sqlfeed.connect(_catalog_url(table_name, catalog))  # at the newest snapshot
+    expected = iceberg_rows(table, pinned)
+    same_rows(read_all(later, fragments), expected.select(["id", "a"]))
+    counts = expected.group_by("a").aggregate([("id", "count")]).rename_columns(["a", "n"])
+    same_rows(read_all(later, hashed), counts)
+    assert later.scalar("SELECT COUNT(*) FROM t") == 5000 - 3
+
+
+def test_follow_new_only_reads_every_appended_row_once_and_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    table, table_name, catalog = _catalog_table(tmp_path)
+    url = _catalog_url(table_name, catalog)
+    options = {"follow": True, "new_only": True, "epochs": 4, "batch_size": 300}
+    feeder = sqlfeed.Feeder("SELECT id FROM t", url, **options)
+    seen: list[int] = []
+    state = None
+    for epoch in range(4):
+        for number, batch in enumerate(feeder.epoch(epoch)):
+            seen.extend(batch.column("id").to_pylist())
+            if epoch == 2 and number == 1:
+                state = feeder.state_dict()
+                at_state = len(seen)
+        if epoch == 2:
+            end_of_2 = len(seen)
+        b.append(table, rows(10_000 * (epoch + 1), 700))
+    assert sorted(seen) == sorted(
+        [*range(4000), *range(10_000, 10_700), *range(20_000, 20_700), *range(30_000, 30_700)]
+    )
+    assert [e["since"] for e in feeder.ledger][1:] == [e["snapshot"] for e in feeder.ledger][:-1]
+    # resumed in epoch 2 after the table grew again: the rest of epoch 2 as it was, then on
+    assert state is not None
+    resumed = sqlfeed.Feeder("SELECT id FROM t", url, state=state, **options)
+    rest = [i for batch in resumed for i in batch.column("id").to_pylist()]
+    assert rest[: end_of_2 - at_state] == seen[at_state:end_of_2]
+    # epoch 3 reads what was appended after epoch 2's snapshot: then and since
+    after = sorted(rest[end_of_2 - at_state :])
+    assert after == [*range(30_000, 30_700), *range(40_000, 40_700)]
+
+
+def test_bad_lakehouse_input_is_one_line(tmp_path: Path, lake_tables: dict[str, LakeTable]) -> None:
+    entry = lake_tables["iceberg_plain"]
+    cases = [
+        (url_of(entry, 12345), "no snapshot 12345"),
+        (f"iceberg:///{tmp_path}/missing.metadata.json", "no Iceberg metadata file"),
+        (f"delta:///{tmp_path}/nothing", "no Delta table"),
+        (url_of(entry, None, as_of="yesterday"), "as_of="),
+        (url_of(lake_tables["delta_plain"], 99), "Delta table"),
+    ]
+    for url, message in cases:
+        with pytest.raises(sqlfeed.SqlfeedError, match=message) as caught:
+            sqlfeed.connect(url)
+        assert "\n" not in str(caught.value)
