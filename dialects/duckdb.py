@@ -57,7 +57,8 @@ class DuckDB(Dialect):
     """DuckDB: ``hash(...)`` is variadic, NULL-safe and returns UBIGINT."""
 
     name = "duckdb"
-    aliases = ("dataset",)  # dataset:///folder: a shardset dataset queried in DuckDB
+    # dataset:///folder: a shardset dataset; iceberg:, delta: lakehouse tables (all in DuckDB)
+    aliases = ("dataset", "iceberg", "delta")
     sqlglot_dialect = "duckdb"
     HASH_FUNCTION = "hash"
     HASH_IS_UNSIGNED = True

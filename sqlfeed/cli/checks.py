@@ -134,8 +134,9 @@ def cli_wording(message: str, names: Mapping[str, str]) -> str:
 
 # -- database URLs, before anything connects ----------------------------------------------
 
-_NATIVE = ("duckdb", "dataset", "memory")
-"""Schemes sqlfeed opens itself (DuckDB files, shardset datasets), not through SQLAlchemy."""
+_NATIVE = ("duckdb", "dataset", "iceberg", "delta", "memory")
+"""Schemes sqlfeed opens itself (DuckDB files, shardset datasets, lakehouse tables), not through
+SQLAlchemy."""
 
 
 def db_url(text: str) -> str:

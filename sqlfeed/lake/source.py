@@ -32,6 +32,7 @@ from sqlglot import exp
 
 from dialects import InvalidArgumentError
 from sqlfeed.io import DuckDBSource
+from sqlfeed.lake.arrow import LakeArrowReader, marked, projection
 from sqlfeed.lake.model import DataFile, TableSnapshot
 from sqlfeed.lake.pieces import Piece, fragment_sql, ident, table_sql
 from sqlfeed.plans import filemeta
@@ -108,6 +109,9 @@ class LakeSource(DuckDBSource):
         self._snapshots: dict[tuple[int, int | None], TableSnapshot] = {}
         self._views: set[str] = set()
         self.since = since
+        # partitions that only pick columns are read by pyarrow, the others by DuckDB
+        self._readers = {LakeArrowReader.name: LakeArrowReader(self), **self._readers}
+        self.readers = tuple(self._readers)
         self.snapshot_id = table.latest(snapshot, as_of_ms)
         self._make_view(table.name, self.snapshot_id, since)
 
@@ -140,6 +144,13 @@ class LakeSource(DuckDBSource):
             self.snapshot_id = self.table.latest(snapshot, None) if snapshot else snapshot
             self.since = since
             self._make_view(self.table.name, self.snapshot_id, since, replace=True)
+
+    def snapshot_at(self, snapshot: int | None, since: int | None = None) -> TableSnapshot:
+        """The table at ``snapshot`` (with ``since``: its files added after that one).
+
+        Loaded from its metadata once per source.
+        """
+        return self._snapshot(snapshot, since)
 
     def _snapshot(self, snapshot: int | None, since: int | None) -> TableSnapshot:
         key = (snapshot or 0, since)
@@ -191,9 +202,11 @@ class LakeSource(DuckDBSource):
 
     def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
         """Parse ``sql`` with the table's name pinned to the snapshot read now."""
-        if isinstance(sql, str):
-            sql = pin(sql, self.table.name, self.view)
-        return super().parse(sql)
+        text = sql if isinstance(sql, str) else sql.sql
+        pinned = pin(text, self.table.name, self.view)
+        if not isinstance(sql, str) and pinned == text:
+            return super().parse(sql)  # parsed already, nothing to pin
+        return super().parse(pinned)
 
     # -- fragments -------------------------------------------------------------------------
 
@@ -234,10 +247,14 @@ class LakeSource(DuckDBSource):
         table.replace(exp.Table(this=exp.to_identifier(token), alias=alias))
         before, after = around_table(parsed, tree, token)
         columns = self.current.columns
-        return [
-            (f"{before}({fragment_sql(f.pieces, columns)}){after}", f)
-            for f in self.fragments(target_rows)
-        ]
+        picked = projection(parsed, self.view)
+        out = []
+        for fragment in self.fragments(target_rows):
+            sql = f"{before}({fragment_sql(fragment.pieces, columns)}){after}"
+            if picked is not None and self.snapshot_id is not None:
+                sql = marked(sql, self.snapshot_id, self.since, picked, fragment.pieces)
+            out.append((sql, fragment))
+        return out
 
 
 def _runs(file: DataFile, target_rows: int) -> list[Piece]:

@@ -177,6 +177,20 @@ def _create(growing: Growing, queue: SQLQueue, job: str, epochs: int, ttl: float
     return pinned
 
 
+def _stopped_holding(
+    process: subprocess.Popen[bytes], queue: SQLQueue, job: str, worker: str
+) -> bool:
+    """Whether ``worker`` holds a lease: then it is left stopped (SIGSTOP) holding it, so a
+    kill lands mid-partition however fast it reads; else it goes on."""
+    if not _holds_lease(queue, job, worker):
+        return False
+    process.send_signal(signal.SIGSTOP)
+    if _holds_lease(queue, job, worker):
+        return True
+    process.send_signal(signal.SIGCONT)  # it gave the lease back meanwhile: try again
+    return False
+
+
 def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     until = time.monotonic() + timeout
     while not condition():
@@ -256,12 +270,9 @@ def test_a_worker_killed_mid_epoch_and_replaced_leaves_every_epoch_exact(
     queue = queues(url, job)
     pinned = _create(grow_table, queue, job, epochs=2, ttl=3)
     killed = grow_table.start(url, job, "a")
-    grow_table.start(url, job, "b")
-    _wait(
-        lambda: _started(grow_table.out, 0)() and _holds_lease(queue, job, "a"),
-        "batch of epoch 0 while worker a holds a lease",
-    )
+    _wait(lambda: _stopped_holding(killed, queue, job, "a"), "worker a stopped holding a lease")
     killed.send_signal(signal.SIGKILL)
+    grow_table.start(url, job, "b")
     assert killed.wait(timeout=30) == -signal.SIGKILL
     assert _holds_lease(queue, job, "a")  # killed mid-partition: its lease waits to expire
     grow_table.frozen(grow_table.grow)

@@ -11,7 +11,9 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
+from sqlfeed.io.readers import ReadRequest
 from sqlfeed.lake import LakeSource
+from sqlfeed.lake.arrow import MARK
 from tests.lake import builders as b
 from tests.lake.oracle import iceberg_rows, same_rows
 from tests.lake.tables import LakeTable, rows
@@ -175,3 +177,26 @@ def test_bad_lakehouse_input_is_one_line(tmp_path: Path, lake_tables: dict[str, 
         with pytest.raises(sqlfeed.SqlfeedError, match=message) as caught:
             sqlfeed.connect(url)
         assert "\n" not in str(caught.value)
+
+
+def test_the_direct_reader_reads_what_duckdb_reads_in_the_same_order(
+    lake_tables: dict[str, LakeTable],
+) -> None:
+    """Partitions that only pick columns are read by pyarrow (``lakearrow``): the same rows
+    in the same order as DuckDB's read of their SQL (a resume skips rows by their place)."""
+    direct = 0
+    for name, entry in lake_tables.items():
+        source = sqlfeed.connect(url_of(entry))
+        plan = sqlfeed.plan("SELECT x, id AS key FROM t", source, partitions=7)
+        for partition in plan.partitions:
+            assert partition.sql.startswith(MARK), name
+            plain = partition.sql[partition.sql.index(" */ ") + 4 :]
+            request = ReadRequest(partition.sql, plan.arrow_schema(), batch_rows=1000)
+            if source.reader_table()["lakearrow"].carries(request):
+                direct += 1
+            got = pa.Table.from_batches(list(source.read(partition.sql)))
+            want = pa.Table.from_batches(list(source.read(plain)))
+            assert got.to_pylist() == want.to_pylist(), (name, partition.label)
+        filtered = sqlfeed.plan("SELECT x FROM t WHERE id > 5", source, partitions=3)
+        assert not any(p.sql.startswith(MARK) for p in filtered.partitions)
+    assert direct > 20
