@@ -146,6 +146,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Feed machine-learning training straight from a SQL SELECT.",
     )
     parser.add_argument("--version", action="version", version=f"sqlfeed {__version__}")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="draw no progress bars, even on a terminal (results and errors still print)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     commands.required = True
     named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
@@ -163,6 +169,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
+    if args.quiet:
+        set_terminal(None)  # the bars draw where the terminal is: nowhere
     runner = importlib.import_module("sqlfeed.cli.run")
     code: int = runner.run_command(args, out or sys.stdout)
     return code

@@ -68,6 +68,17 @@ def test_export_draws_its_bar_on_a_terminal_without_artefacts(tmp_path: Path, de
     assert lines[1] == "wrote 1000000 rows to o.parquet (parquet, 1 file(s), 16 hash partitions)"
 
 
+def test_quiet_draws_no_bar_on_a_terminal(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "d.duckdb")) as conn:
+        conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(300000)")
+    command = (
+        f"env -u SQLFEED_DEBUG {shlex.quote(str(SQLFEED))} --quiet export --db duckdb:///d.duckdb "
+        "--out o.parquet -m 8 'SELECT id FROM t'"
+    )
+    lines = _screen(command, tmp_path)
+    assert lines == ["wrote 300000 rows to o.parquet (parquet, 1 file(s), 8 ctid partitions)"]
+
+
 def test_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     with duckdb.connect(str(tmp_path / "d.duckdb")) as conn:
         conn.execute("CREATE TABLE t AS SELECT range AS id FROM range(1000)")
