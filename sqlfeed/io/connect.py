@@ -6,6 +6,7 @@ plug in sources of their own without ``io`` importing them.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,12 @@ from sqlfeed.io.sqlite import SQLiteSource
 __all__ = ["connect", "connect_output", "register_scheme"]
 
 _SCHEMES: dict[str, Callable[[str], Source]] = {}
+SCHEME_HOMES = {"dataset": "sqlfeed.shards", "iceberg": "sqlfeed.lake", "delta": "sqlfeed.lake"}
+"""The package that registers each scheme of the layers above.
+
+Imported when a URL of it is opened first (a Ray or Dask task, a DataLoader worker, a script
+importing only ``sqlfeed.torch`` have not imported it).
+"""
 
 _FAMILIES: dict[str, type[SQLAlchemySource]] = {
     "postgres": PostgresSource,
@@ -83,7 +90,10 @@ def _open(target: Any, dialect: str | None) -> Source:
         return target.source()  # type: ignore[no-any-return]
     if isinstance(target, str):
         url = target.strip()
-        opener = _SCHEMES.get(url.partition(":")[0].lower())
+        scheme = url.partition(":")[0].lower()
+        if scheme not in _SCHEMES and scheme in SCHEME_HOMES:
+            importlib.import_module(SCHEME_HOMES[scheme])  # it registers its schemes
+        opener = _SCHEMES.get(scheme)
         if opener is not None:
             return opener(url)
         engine_dialect = get_dialect(dialect) if dialect else dialect_for(url)

@@ -16,6 +16,7 @@ actions with ``dataChange``), for incremental epochs; a commit in between that r
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import os
 from typing import Any
@@ -127,16 +128,37 @@ def _data_file(
         cast = duckdb_type(file_schema.field(index).type) != sql_type
         columns.append(Column(field.name, sql_type, source=stored, cast=cast))
     vector = vectors.get(full)
+    bounds: dict[str, tuple[object, object]] = {}
+    nulls: dict[str, int] = {}
+    for column in columns:
+        if column.constant is not None:  # a partition value: exact
+            value = action.get(f"partition.{column.name}")
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                bounds[column.name] = (value, value)
+            nulls[column.name] = int(file_rows(action, full)) if value is None else 0
+            continue
+        low, high = action.get(f"min.{column.name}"), action.get(f"max.{column.name}")
+        if isinstance(low, int | dt.date | decimal.Decimal) and type(low) is type(high):
+            bounds[column.name] = (low, high)  # strings left out: Delta may cut them short
+        if action.get(f"null_count.{column.name}") is not None:
+            nulls[column.name] = int(action[f"null_count.{column.name}"])
     return DataFile(
         path=full,
         uri=full,
-        rows=int(action.get("num_records") or pq.ParquetFile(full).metadata.num_rows),
+        rows=file_rows(action, full),
         size=int(action["size_bytes"]),
         columns=tuple(columns),
         deleted_positions=None
         if vector is None
         else positions_file(f"delta|{full}|{action['modification_time']}", lambda: vector),
+        bounds=bounds,
+        null_counts=nulls,
     )
+
+
+def file_rows(action: dict[str, Any], full: str) -> int:
+    """A data file's rows: its add action's count, else its footer's."""
+    return int(action.get("num_records") or pq.ParquetFile(full).metadata.num_rows)
 
 
 def _deletion_vectors(table: Any, path: str) -> dict[str, pa.Array]:

@@ -20,6 +20,7 @@ or compaction would read rewritten rows again).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections import defaultdict
 from collections.abc import Iterable
@@ -288,7 +289,45 @@ def _data_file(
         deleted_positions=_vector_file(table, vector, uri) if vector else None,
         equality_deletes=_equality_groups(equality, ids, schema),
         added_in=entry.snapshot_id,
+        bounds=_bounds(data, schema),
+        null_counts=_null_counts(data, schema),
     )
+
+
+_EPOCH = dt.date(1970, 1, 1)
+
+
+def _bounds(data: Any, schema: Any) -> dict[str, tuple[object, object]]:
+    """``column -> (lower, upper)`` of the data file's values, from its manifest entry.
+
+    Integers, decimals, dates and strings (a truncated string bound still bounds).
+    """
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, StringType
+
+    lower, upper = data.lower_bounds or {}, data.upper_bounds or {}
+    out: dict[str, tuple[object, object]] = {}
+    for field in schema.fields:
+        kind = field.field_type
+        if not isinstance(kind, IntegerType | LongType | DecimalType | DateType | StringType):
+            continue
+        if field.field_id not in lower or field.field_id not in upper:
+            continue
+        low, high = (from_bytes(kind, b[field.field_id]) for b in (lower, upper))
+        if isinstance(kind, DateType):
+            out[field.name] = (_day(low), _day(high))
+        else:
+            out[field.name] = (low, high)
+    return out
+
+
+def _day(days: object) -> dt.date:
+    return _EPOCH + dt.timedelta(days=int(str(days)))
+
+
+def _null_counts(data: Any, schema: Any) -> dict[str, int]:
+    counts = data.null_value_counts or {}
+    return {f.name: int(counts[f.field_id]) for f in schema.fields if f.field_id in counts}
 
 
 def local_path(uri: str) -> str:

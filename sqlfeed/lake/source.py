@@ -35,6 +35,7 @@ from sqlfeed.io import DuckDBSource
 from sqlfeed.lake.arrow import LakeArrowReader, marked, projection
 from sqlfeed.lake.model import DataFile, TableSnapshot
 from sqlfeed.lake.pieces import Piece, fragment_sql, ident, table_sql
+from sqlfeed.lake.prune import Term, skipped, terms
 from sqlfeed.plans import filemeta
 from sqlfeed.plans.files import around_table
 from sqlfeed.plans.fragments import fragment_problem, view_reference
@@ -108,6 +109,8 @@ class LakeSource(DuckDBSource):
         self._lock = threading.RLock()
         self._snapshots: dict[tuple[int, int | None], TableSnapshot] = {}
         self._views: set[str] = set()
+        self.skipped_files = 0
+        """Data files the last fragment plan left out by their bounds."""
         self.since = since
         # partitions that only pick columns are read by pyarrow, the others by DuckDB
         self._readers = {LakeArrowReader.name: LakeArrowReader(self), **self._readers}
@@ -210,14 +213,18 @@ class LakeSource(DuckDBSource):
 
     # -- fragments -------------------------------------------------------------------------
 
-    def fragments(self, target_rows: int) -> list[Fragment]:
+    def fragments(self, target_rows: int, parsed: ParsedQuery | None = None) -> list[Fragment]:
         """The snapshot's data files cut into fragments of about ``target_rows`` rows.
 
         Small files go together (in storage order), big files in runs of row groups.
         """
         out: list[Fragment] = []
         pending: list[Piece] = []
-        for file in self.current.files:
+        found = self.current
+        decided = self._terms(parsed) if parsed is not None else []
+        files = [f for f in found.files if not (decided and skipped(f, decided))]
+        self.skipped_files = len(found.files) - len(files)
+        for file in files:
             if file.rows >= target_rows:
                 out.extend(Fragment((p,)) for p in _runs(file, target_rows))
                 continue
@@ -228,6 +235,21 @@ class LakeSource(DuckDBSource):
         if pending:
             out.append(Fragment(tuple(pending)))
         return out or [Fragment(())]
+
+    def _terms(self, parsed: ParsedQuery) -> list[Term]:
+        table = view_reference(parsed.tree, self.view)
+        if table is None:
+            return []
+        kinds = {name: _kind(sql_type) for name, sql_type in self.current.columns}
+        return terms(parsed.tree, self.view, table.alias_or_name, kinds)
+
+    def fragments_note(self) -> str:
+        """What the last fragment plan left out (``; ...``), or nothing."""
+        count = self.skipped_files
+        if not count:
+            return ""
+        files = f"{count} data file{'s' if count != 1 else ''}"
+        return f"; {files} skipped: the WHERE is false for every value their bounds allow"
 
     def fragment_partitions(
         self, parsed: ParsedQuery, target_rows: int
@@ -249,12 +271,21 @@ class LakeSource(DuckDBSource):
         columns = self.current.columns
         picked = projection(parsed, self.view)
         out = []
-        for fragment in self.fragments(target_rows):
+        for fragment in self.fragments(target_rows, parsed):
             sql = f"{before}({fragment_sql(fragment.pieces, columns)}){after}"
             if picked is not None and self.snapshot_id is not None:
                 sql = marked(sql, self.snapshot_id, self.since, picked, fragment.pieces)
             out.append((sql, fragment))
         return out
+
+
+def _kind(sql_type: str) -> str:
+    """What :mod:`sqlfeed.lake.prune` compares a column as (empty: it does not)."""
+    if sql_type in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
+        return "int"
+    if sql_type.startswith("DECIMAL"):
+        return "decimal"
+    return {"DATE": "date", "VARCHAR": "string"}.get(sql_type, "")
 
 
 def _runs(file: DataFile, target_rows: int) -> list[Piece]:

@@ -170,7 +170,9 @@ def notes(ctx: PlanContext, partitions: int = 1, warn_above: float = 2.0) -> str
     spent = cost(ctx, partitions)
     warning = rereads(ctx, spent) if spent > warn_above else ""
     if _dataset(ctx):
-        return _whole(ctx).text() + warning  # a dataset's reason is said before it is cut
+        skipped = getattr(ctx.source, "fragments_note", None)  # a lakehouse table's files
+        note = str(skipped()) if skipped is not None else ""
+        return note + _whole(ctx).text() + warning  # a dataset's reason is said before it is cut
     return fileplan.notes(ctx) + warning
 
 

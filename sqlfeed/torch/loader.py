@@ -9,6 +9,7 @@ each worker's share of the partitions depends on them. Imports torch.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -62,6 +63,10 @@ def dataloader(dataset: LoadedDataset, **options: Any) -> Any:
         )
     if dataset.job is not None and options.get("num_workers", 0) > 1:
         options.setdefault("in_order", False)
+    if workers > 0 and "deltalake" in sys.modules:
+        # delta-rs's runtime panics in a forked child ("Forked process detected"): a Delta
+        # table opened here (planning) would break every forked worker that opens it again
+        options.setdefault("multiprocessing_context", "forkserver")
     loader_class: Any = torch.utils.data.DataLoader
     if stateful:
         try:
