@@ -45,7 +45,7 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
             "--db",
             metavar="URL",
             type=db_url,
-            help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)",
+            help="database URL (SQLAlchemy form, duckdb:///file.duckdb, iceberg:, delta:)",
         )
         where.add_argument(
             "--dialect",
@@ -59,8 +59,19 @@ def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
             metavar="URL",
             type=db_url,
             required=True,
-            help="database URL (SQLAlchemy form, or duckdb:///file.duckdb)",
+            help="database URL (SQLAlchemy form, duckdb:///file.duckdb, iceberg:, delta:)",
         )
+    add_as_of(parser)
+
+
+def add_as_of(parser: argparse.ArgumentParser) -> None:
+    """Add ``--as-of SNAPSHOT|TIME``: a lakehouse table read at a snapshot (time travel)."""
+    parser.add_argument(
+        "--as-of",
+        metavar="SNAPSHOT|TIME",
+        help="an iceberg:/delta: table read at this snapshot id (Delta: version), or at the "
+        "snapshot current at this time (ISO, or 13 digits: milliseconds since the epoch)",
+    )
 
 
 def add_sql(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from dialects import EngineError, SqlfeedError
 from sqlfeed.cli.checks import cli_wording, missing_module_hint
 from sqlfeed.cli.common import drop_warnings, flush_warnings
 from sqlfeed.cli.parsing import EXIT_BAD_INPUT, EXIT_ENGINE, EXIT_OK
+from sqlfeed.lake.urls import at_snapshot
 
 __all__ = ["run_command"]
 
@@ -38,6 +39,8 @@ def run_command(args: argparse.Namespace, stream: TextIO) -> int:
 def _run(args: argparse.Namespace, stream: TextIO) -> int:
     """Run the command's handler: its exit code, every error turned into one stderr line."""
     try:
+        if getattr(args, "as_of", None) is not None:
+            args.db = at_snapshot(args.db, args.as_of)
         args.handler(args, stream)
     except EngineError as err:
         _say(f"sqlfeed: engine error: {_one_line(err)}")

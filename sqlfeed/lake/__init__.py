@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlfeed.io import register_scheme
 from sqlfeed.lake.model import Column, DataFile, EqualityDeletes, TableSnapshot
 from sqlfeed.lake.source import LakeSource, LakeTable, pin, pinned_name
-from sqlfeed.lake.urls import open_delta_url, open_iceberg_url, parse_time
+from sqlfeed.lake.urls import at_snapshot, open_delta_url, open_iceberg_url, parse_time
 
 __all__ = [
     "Column",
@@ -23,6 +23,7 @@ __all__ = [
     "LakeSource",
     "LakeTable",
     "TableSnapshot",
+    "at_snapshot",
     "open_delta_url",
     "open_iceberg_url",
     "parse_time",

@@ -87,8 +87,8 @@ def snapshot_id_at(
         if metadata.snapshot_by_id(snapshot) is None:
             known = ", ".join(str(s.snapshot_id) for s in metadata.snapshots[-5:]) or "none"
             raise InvalidArgumentError(
-                f"Iceberg table has no snapshot {snapshot} (latest: {known}); see "
-                "`sqlfeed lake snapshots` or the table's history"
+                f"Iceberg table has no snapshot {snapshot} (latest: {known}); pick one "
+                "of its history (pyiceberg: table.history())"
             )
         return snapshot
     if as_of_ms is not None:

@@ -26,7 +26,7 @@ from sqlfeed.lake.delta import delta_snapshot, delta_version
 from sqlfeed.lake.iceberg import load_table, snapshot_id_at, table_snapshot
 from sqlfeed.lake.source import LakeSource, LakeTable
 
-__all__ = ["open_delta_url", "open_iceberg_url", "parse_time"]
+__all__ = ["at_snapshot", "open_delta_url", "open_iceberg_url", "parse_time"]
 
 _OPTIONS = {"snapshot", "version", "as_of", "since", "view"}
 
@@ -155,3 +155,29 @@ def _source(lake: LakeTable, options: dict[str, str], url: str, pin: str) -> Lak
         as_of_ms=as_of,
         since=_number(options, "since", url),
     )
+
+
+def at_snapshot(url: str | None, as_of: str) -> str:
+    """``url`` read at ``as_of`` (``--as-of``): a snapshot id / version, or a time.
+
+    Raises:
+        InvalidArgumentError: ``url`` is not a lakehouse table, or pins a snapshot already.
+    """
+    scheme = (url or "").partition(":")[0].lower()
+    if scheme not in ("iceberg", "delta"):
+        raise InvalidArgumentError(
+            f"--as-of reads an iceberg: or delta: table at a snapshot; {scheme or 'this'} "
+            "sources have none (time travel in SQL: the engine's own AS OF, where it has one)"
+        )
+    assert url is not None
+    options = _options(url)
+    if {"snapshot", "version", "as_of"} & set(options):
+        raise InvalidArgumentError(
+            "--as-of and the URL's snapshot=/version=/as_of= both pin a snapshot: keep one"
+        )
+    pin = "snapshot" if scheme == "iceberg" else "version"
+    value = as_of.strip()
+    option = f"{pin}={value}" if re.fullmatch(r"\d{1,12}|\d{14,}", value) else ""
+    if not option:
+        option = f"as_of={parse_time(value)}"
+    return url + ("&" if "?" in url else "?") + option

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
+from sqlfeed.cli.main import main
 from sqlfeed.io.readers import ReadRequest
 from sqlfeed.lake import LakeSource
 from sqlfeed.lake.arrow import MARK
@@ -243,3 +244,18 @@ def test_files_skipped_by_their_bounds_leave_the_result_exact(
             assert "skipped: the WHERE is false" in plan.reason
     if where.startswith(("id < 300", "id BETWEEN", "t.id", "id >= 15000")):
         assert skipped > 0, where
+
+
+def test_the_command_line_reads_a_snapshot_with_as_of(
+    lake_tables: dict[str, LakeTable], capsys: pytest.CaptureFixture[str]
+) -> None:
+    entry = lake_tables["iceberg_pos_deletes"]
+    url = url_of(entry)
+    for snapshot in entry.snapshots:
+        assert main(["count", "--db", url, "--as-of", str(snapshot), "SELECT * FROM t"]) == 0
+        assert capsys.readouterr().out.strip() == str(entry.expected[snapshot].num_rows)
+    assert main(["count", "--db", "duckdb://", "--as-of", "3", "SELECT 1"]) == 2
+    assert "--as-of reads an iceberg: or delta: table" in capsys.readouterr().err
+    pinned = url_of(entry, entry.snapshots[0])
+    assert main(["count", "--db", pinned, "--as-of", "3", "SELECT * FROM t"]) == 2
+    assert "both pin a snapshot" in capsys.readouterr().err
