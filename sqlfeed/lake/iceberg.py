@@ -115,6 +115,11 @@ def table_snapshot(
         columns = _columns(table.schema())
         return TableSnapshot("iceberg", name, location, 0, columns, ())
     found = metadata.snapshot_by_id(snapshot)
+    if found is None:
+        raise InvalidArgumentError(
+            f"the plan reads snapshot {snapshot} of Iceberg table {name}, which the table no "
+            "longer has (expired): plan the query again"
+        )
     schema = metadata.schema_by_id(found.schema_id) if found.schema_id is not None else None
     schema = schema or table.schema()
     added = _added_since(table, since, snapshot) if since is not None else None
@@ -215,6 +220,11 @@ def _data_files(
     equalities: dict[Any, list[Any]] = defaultdict(list)
     for entry in deletes:
         delete = entry.data_file
+        if delete.file_format not in (FileFormat.PUFFIN, FileFormat.PARQUET):
+            raise UnsupportedError(
+                f"Iceberg delete file {delete.file_path} is {delete.file_format.value}: "
+                "sqlfeed applies Parquet delete files and Puffin deletion vectors"
+            )
         if delete.file_format == FileFormat.PUFFIN:
             for referenced in _referenced(table, delete):
                 vectors[referenced].append(entry)
@@ -238,10 +248,23 @@ def _referenced(table: Any, delete: Any) -> list[str]:
     Its manifest entry's ``referenced_data_file``, else (a manifest read without it) its
     blobs' own.
     """
-    from pyiceberg.io.pyarrow import _read_deletes
-
     named = getattr(delete, "referenced_data_file", None)
-    return [named] if named else list(_read_deletes(table.io, delete))
+    return [named] if named else list(_read_vectors(table, delete))
+
+
+def _read_vectors(table: Any, delete: Any) -> dict[str, Any]:
+    """``data file -> deleted positions`` of a Puffin file, read by pyiceberg."""
+    import pyiceberg
+    from pyiceberg.io import pyarrow as reading
+
+    try:
+        found: dict[str, Any] = reading._read_deletes(table.io, delete)
+    except (ValueError, NotImplementedError, AttributeError) as err:
+        raise UnsupportedError(
+            f"Iceberg deletion vectors in {delete.file_path} cannot be read by pyiceberg "
+            f"{pyiceberg.__version__} ({err}): pyiceberg 0.12 reads them"
+        ) from None
+    return found
 
 
 def _applies(deletes: Iterable[Any], sequence: int, strictly: bool) -> list[Any]:
@@ -396,12 +419,11 @@ def _vector_file(table: Any, entries: list[Any], uri: str) -> str:
 
     See :func:`sqlfeed.lake.sidecar.positions_file`.
     """
-    from pyiceberg.io.pyarrow import _read_deletes
 
     def positions() -> pa.Array:
         arrays = []
         for entry in entries:
-            for referenced, vector in _read_deletes(table.io, entry.data_file).items():
+            for referenced, vector in _read_vectors(table, entry.data_file).items():
                 if referenced == uri:
                     arrays.extend(pa.chunked_array(vector).cast(pa.int64()).chunks)
         return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())

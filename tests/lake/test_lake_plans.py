@@ -259,3 +259,11 @@ def test_the_command_line_reads_a_snapshot_with_as_of(
     pinned = url_of(entry, entry.snapshots[0])
     assert main(["count", "--db", pinned, "--as-of", "3", "SELECT * FROM t"]) == 2
     assert "both pin a snapshot" in capsys.readouterr().err
+
+
+def test_a_plan_of_a_snapshot_the_table_no_longer_has_says_so(
+    lake_tables: dict[str, LakeTable],
+) -> None:
+    source = sqlfeed.connect(url_of(lake_tables["iceberg_plain"]))
+    with pytest.raises(sqlfeed.SqlfeedError, match="no longer has .expired.: plan the query"):
+        source.scalar("SELECT COUNT(*) FROM t__at_123456789")
