@@ -14,6 +14,7 @@ from typing import Any, Unpack
 
 from dialects import InvalidArgumentError
 from sqlfeed.dispatch.backends import open_queue
+from sqlfeed.dispatch.follow import JobFollower
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.dispatch.worker import Worker
 from sqlfeed.feed.feeder import PartitionFeeder
@@ -21,6 +22,7 @@ from sqlfeed.feed.follow import FollowFeeder
 from sqlfeed.feed.options import (
     JobFeederKeywords,
     JobOptions,
+    PlanOptions,
     ReadOptions,
     plan_options_of,
     read_options,
@@ -94,10 +96,7 @@ class Feeder(PartitionFeeder):
         follow = kwargs.pop("follow", False)
         if follow or kwargs.get("watermark") is not None or kwargs.get("new_only"):
             if kwargs.get("job") is not None:
-                raise InvalidArgumentError(
-                    "follow=True reads epochs of a growing table in this process; with "
-                    "job=..., create one job per epoch (each pinned to its snapshot)"
-                )
+                return _follow_job(*args, **kwargs)
             return FollowFeeder(*args, **kwargs)
         return super().__new__(cls)
 
@@ -131,6 +130,46 @@ class Feeder(PartitionFeeder):
             state=state,
             **rest,  # type: ignore[arg-type]
         )
+
+
+def _follow_job(
+    query: str,
+    source: Any = None,
+    *,
+    job: str,
+    queue: Any = None,
+    epochs: int = 1,
+    new_only: bool = False,
+    watermark: str | None = None,
+    **options: Any,
+) -> JobFollower:
+    """``Feeder(..., job=J, follow=True)``: each epoch a job of its own.
+
+    Each pinned to the snapshot it began at (:mod:`sqlfeed.dispatch.follow`).
+    """
+    if watermark is not None:
+        raise InvalidArgumentError(
+            "watermark=COLUMN reads epochs in one process; with job=..., follow a lakehouse "
+            "table (iceberg:/delta: URL), whose snapshots pin each epoch's job"
+        )
+    if not isinstance(query, str):
+        raise InvalidArgumentError("follow=True plans every epoch: give the SQL, not a Plan")
+    planning = {k: options.pop(k) for k in list(options) if k in PlanOptions.__annotations__}
+    shared = open_queue(queue if queue is not None else "memory://")
+
+    def feeder(plan: Plan, src: Source, name: str) -> Feeder:
+        return Feeder(plan, src, job=name, queue=shared, **options)
+
+    return JobFollower(
+        query,
+        source,
+        job=job,
+        queue=shared,
+        epochs=epochs,
+        new_only=new_only,
+        plan_options=planning,
+        feeder=feeder,
+    )
 
 
 _OWN = ("format", "batch_size", "rank", "world_size", "state", "follow")
