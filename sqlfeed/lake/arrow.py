@@ -29,7 +29,7 @@ from sqlfeed.lake.pieces import Piece
 from sqlfeed.plans import filemeta
 from sqlfeed.sql import ParsedQuery
 
-__all__ = ["MARK", "LakeArrowReader", "marked", "projection"]
+__all__ = ["MARK", "LakeArrowReader", "marked", "marker", "projection"]
 
 MARK = "/* sqlfeed-lake "
 """How a partition SQL the direct reader can read begins."""
@@ -80,21 +80,25 @@ def marked(
     sql: str,
     snapshot: int,
     since: int | None,
-    columns: Sequence[tuple[str, str]],
+    columns: Sequence[tuple[str, str]] | None,
     pieces: Sequence[Piece],
 ) -> str:
-    """``sql`` with the comment that lets :class:`LakeArrowReader` read it."""
+    """``sql`` with the comment that names its snapshot and pieces.
+
+    With ``columns`` (a query that only picks them), :class:`LakeArrowReader` reads it.
+    """
     spec = {
         "at": snapshot,
         "since": since,
-        "columns": [list(c) for c in columns],
+        "columns": None if columns is None else [list(c) for c in columns],
         "pieces": [[p.file.path, p.start, p.end] for p in pieces],
     }
     text = json.dumps(spec, separators=(",", ":")).replace("*/", "*\\/")
     return f"{MARK}{text} */ {sql}"
 
 
-def _spec(sql: str) -> dict[str, Any] | None:
+def marker(sql: str) -> dict[str, Any] | None:
+    """What a partition's marker comment says (None: it has none)."""
     if not sql.startswith(MARK):
         return None
     end = sql.find(" */", len(MARK))
@@ -112,8 +116,8 @@ class LakeArrowReader(Reader):
 
     def carries(self, request: ReadRequest) -> bool:
         """Whether the request is a marked partition whose pieces need no join."""
-        spec = _spec(request.sql)
-        if spec is None:
+        spec = marker(request.sql)
+        if spec is None or spec["columns"] is None:
             return False
         files = self._files(spec)
         for path, _start, _end in spec["pieces"]:
@@ -130,7 +134,7 @@ class LakeArrowReader(Reader):
 
     def batches(self, request: ReadRequest) -> Iterator[pa.RecordBatch]:
         """The pieces' rows, deletes removed, as the request's columns."""
-        spec = _spec(request.sql)
+        spec = marker(request.sql)
         assert spec is not None
         files = self._files(spec)
         for path, start, end in spec["pieces"]:

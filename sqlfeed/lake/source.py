@@ -32,10 +32,11 @@ from sqlglot import exp
 
 from dialects import InvalidArgumentError
 from sqlfeed.io import DuckDBSource
-from sqlfeed.lake.arrow import LakeArrowReader, marked, projection
+from sqlfeed.lake.arrow import LakeArrowReader, marked, marker, projection
 from sqlfeed.lake.model import DataFile, TableSnapshot
 from sqlfeed.lake.pieces import Piece, fragment_sql, ident, table_sql
 from sqlfeed.lake.prune import Term, skipped, terms
+from sqlfeed.lake.sidecar import SIDECAR, local_sidecars
 from sqlfeed.plans import filemeta
 from sqlfeed.plans.files import around_table
 from sqlfeed.plans.fragments import fragment_problem, view_reference
@@ -203,6 +204,18 @@ class LakeSource(DuckDBSource):
                 )
         return super()._cursor(sql)
 
+    def _local_sql(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
+        """``sql`` with the deletion-vector files of this machine's cache.
+
+        Made if missing: the snapshot its marker names is loaded.
+        """
+        if SIDECAR.search(sql):
+            spec = marker(sql)
+            if spec is not None:
+                self.snapshot_at(spec["at"], spec["since"])
+            sql = local_sidecars(sql)
+        return super()._local_sql(cursor, sql)
+
     def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
         """Parse ``sql`` with the table's name pinned to the snapshot read now."""
         text = sql if isinstance(sql, str) else sql.sql
@@ -273,7 +286,8 @@ class LakeSource(DuckDBSource):
         out = []
         for fragment in self.fragments(target_rows, parsed):
             sql = f"{before}({fragment_sql(fragment.pieces, columns)}){after}"
-            if picked is not None and self.snapshot_id is not None:
+            vectors = any(p.file.deleted_positions for p in fragment.pieces)
+            if (picked is not None or vectors) and self.snapshot_id is not None:
                 sql = marked(sql, self.snapshot_id, self.since, picked, fragment.pieces)
             out.append((sql, fragment))
         return out

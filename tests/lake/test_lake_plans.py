@@ -265,5 +265,27 @@ def test_a_plan_of_a_snapshot_the_table_no_longer_has_says_so(
     lake_tables: dict[str, LakeTable],
 ) -> None:
     source = sqlfeed.connect(url_of(lake_tables["iceberg_plain"]))
-    with pytest.raises(sqlfeed.SqlfeedError, match="no longer has .expired.: plan the query"):
+    with pytest.raises(sqlfeed.SqlfeedError, match=r"no longer has \(expired\): plan the query"):
         source.scalar("SELECT COUNT(*) FROM t__at_123456789")
+
+
+@pytest.mark.parametrize("name", ["iceberg_dv", "delta_dv"])
+def test_deletion_vectors_are_read_on_a_machine_that_did_not_plan(
+    lake_tables: dict[str, LakeTable], name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan names the deletion-vector positions in the planner's cache; a worker with
+    another (empty) cache makes its own from the snapshot the partition names."""
+    entry = lake_tables[name]
+    monkeypatch.setenv("SQLFEED_CACHE", str(tmp_path / "planner"))
+    planner = sqlfeed.connect(url_of(entry))
+    plans = [
+        sqlfeed.plan("SELECT id, a FROM t WHERE a <> 3", planner, partitions=5),
+        sqlfeed.plan("SELECT id, a FROM t", planner, partitions=5),
+    ]
+    monkeypatch.setenv("SQLFEED_CACHE", str(tmp_path / "worker"))
+    worker = sqlfeed.connect(url_of(entry))
+    expected = entry.expected[entry.latest].select(["id", "a"])
+    want = [expected.filter(pa.compute.field("a") != 3), expected]
+    for plan, rows_wanted in zip(plans, want, strict=True):
+        same_rows(read_all(worker, plan), rows_wanted)
+    assert list((tmp_path / "worker").rglob("*.parquet"))
