@@ -63,7 +63,9 @@ def dataloader(dataset: LoadedDataset, **options: Any) -> Any:
         )
     if dataset.job is not None and options.get("num_workers", 0) > 1:
         options.setdefault("in_order", False)
-    if workers > 0 and "deltalake" in sys.modules:
+    target = getattr(dataset, "target", None)
+    delta = isinstance(target, str) and target.strip().lower().startswith("delta:")
+    if workers > 0 and delta and "deltalake" in sys.modules:
         # delta-rs's runtime panics in a forked child ("Forked process detected"): a Delta
         # table opened here (planning) would break every forked worker that opens it again
         options.setdefault("multiprocessing_context", "forkserver")
