@@ -9,6 +9,7 @@ shared with :mod:`sqlfeed.torch` and ``sqlfeed job create``) and hands that Feed
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Unpack
 
@@ -130,6 +131,12 @@ class Feeder(PartitionFeeder):
             state=state,
             **rest,  # type: ignore[arg-type]
         )
+
+
+# __new__ takes (*args, **kwargs): the class's signature (help(), IDEs, inspect) is __init__'s
+Feeder.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    list(inspect.signature(Feeder.__init__).parameters.values())[1:]
+)
 
 
 def _follow_job(

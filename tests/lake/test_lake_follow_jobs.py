@@ -37,10 +37,10 @@ def test_workers_following_a_growing_table_read_every_row_once(tmp_path: Path) -
     epochs = 3
 
     def work(name: str) -> None:
+        options = {"job": "follow", "queue": queue_url, "follow": True, "new_only": True}
         feeder = sqlfeed.Feeder(
-            "SELECT id FROM t", url, job="follow", queue=queue_url, follow=True,
-            new_only=True, epochs=epochs, partitions=4, worker_id=name,
-        )  # fmt: skip
+            "SELECT id FROM t", url, epochs=epochs, partitions=4, worker_id=name, **options
+        )
         for epoch in range(epochs):
             for batch in feeder.epoch(epoch):
                 with lock:

@@ -465,15 +465,17 @@ def test_atomic_replace(tmp_path: Path, names: dict[str, str]) -> None:
         source.execute(f"CREATE TABLE {old} AS SELECT id FROM {names['input']} WHERE id < 1000")
         queue = f"sqlite:///{tmp_path / 'queue.db'}"
         job = [*args, "--queue", queue, "--job", "r", "--batch-size", "500"]
-        job += ["--partitions", "16", sql]
+        job += ["--partitions", "64", sql]
         worker = _worker(job, log)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             state = _status(queue, "r")
-            if state and state["per_epoch"][0]["done"] >= 2:
+            if state and state["per_epoch"][0]["done"] >= 1:
+                worker.send_signal(signal.SIGSTOP)  # frozen mid-run, however fast it writes
+                state = _status(queue, "r")
                 break
-            time.sleep(0.3)
-        assert not state.get("complete"), "the worker finished before it could be killed"
+            time.sleep(0.02)
+        assert not state.get("complete"), "the worker finished before it could be stopped"
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         assert source.rows(f"SELECT COUNT(*) FROM {old}")[0][0] == 1000
