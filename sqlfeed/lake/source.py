@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +29,6 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
 from sqlfeed.io import DuckDBSource
 from sqlfeed.lake.arrow import LakeArrowReader, marked, marker, projection
 from sqlfeed.lake.model import DataFile, TableSnapshot
@@ -38,8 +36,7 @@ from sqlfeed.lake.pieces import Piece, fragment_sql, ident, table_sql
 from sqlfeed.lake.prune import Term, skipped, terms
 from sqlfeed.lake.sidecar import SIDECAR, local_sidecars
 from sqlfeed.plans import filemeta
-from sqlfeed.plans.files import around_table
-from sqlfeed.plans.fragments import fragment_problem, view_reference
+from sqlfeed.plans.fragments import around_view, view_reference
 from sqlfeed.sql import ParsedQuery
 
 __all__ = ["Fragment", "LakeSource", "LakeTable"]
@@ -271,16 +268,7 @@ class LakeSource(DuckDBSource):
 
         The partition SQL is the query with the pinned view replaced by the fragment's pieces.
         """
-        problem = fragment_problem(parsed, self.view)
-        if problem:
-            raise InvalidArgumentError(f"strategy fragments: {problem}")
-        tree = parsed.tree.copy()
-        table = view_reference(tree, self.view)
-        assert table is not None  # fragment_problem checked it
-        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(self.table.name))
-        token = f"sqlfeed_view_{uuid.uuid4().hex}"
-        table.replace(exp.Table(this=exp.to_identifier(token), alias=alias))
-        before, after = around_table(parsed, tree, token)
+        before, after = around_view(parsed, self.view, self.table.name)
         columns = self.current.columns
         picked = projection(parsed, self.view)
         out = []

@@ -18,20 +18,23 @@ the union of the query over fragments.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sqlglot import exp
 
+from dialects import InvalidArgumentError
 from sqlfeed.plans import fileplan, materialize
 from sqlfeed.plans.context import Built, PlanContext
-from sqlfeed.plans.files import file_tables, table_problem
+from sqlfeed.plans.files import around_table, file_tables, table_problem
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery
 
 __all__ = [
     "FragmentInfo",
     "FragmentSource",
+    "around_view",
     "build",
     "cost",
     "fragment_problem",
@@ -271,3 +274,25 @@ def view_reference(tree: exp.Expr, view: str) -> exp.Table | None:
         if _is_view(table, view):
             return table
     return None
+
+
+def around_view(parsed: ParsedQuery, view: str, alias: str) -> tuple[str, str]:
+    """The query's SQL before and after its one reference to ``view``.
+
+    The query is rendered once around a placeholder for the view (named ``alias`` when it
+    has no alias of its own), checked to read back unchanged; each fragment's own SQL goes
+    in its place as text.
+
+    Raises:
+        InvalidArgumentError: the query is not the union of the query over fragments.
+    """
+    problem = fragment_problem(parsed, view)
+    if problem:
+        raise InvalidArgumentError(f"strategy fragments: {problem}")
+    tree = parsed.tree.copy()
+    table = view_reference(tree, view)
+    assert table is not None  # fragment_problem checked it
+    named = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(alias))
+    token = f"sqlfeed_view_{uuid.uuid4().hex}"
+    table.replace(exp.Table(this=exp.to_identifier(token), alias=named))
+    return around_table(parsed, tree, token)

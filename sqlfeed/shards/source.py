@@ -33,13 +33,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlglot import exp
 
 from dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io import DEFAULT_BATCH_ROWS, DuckDBSource
 from sqlfeed.plans.filemeta import even_runs, orc_open, orc_stripes, parquet_row_groups
-from sqlfeed.plans.files import around_table
-from sqlfeed.plans.fragments import fragment_problem, view_reference
+from sqlfeed.plans.fragments import around_view
 from sqlfeed.shards.join import join_on_uid
 from sqlfeed.shards.reader import lines_are_rows, read_shard, read_text_range
 from sqlfeed.shards.shardset import Shardset
@@ -388,18 +386,7 @@ class DatasetSource(DuckDBSource):
 
         The partition SQL is the query with the view replaced by the fragment.
         """
-        problem = fragment_problem(parsed, self.view)
-        if problem:
-            raise InvalidArgumentError(f"strategy fragments: {problem}")
-        # The query is rendered once around a placeholder for the view, checked to read
-        # back unchanged; each fragment's own SQL goes in its place as text.
-        tree = parsed.tree.copy()
-        table = view_reference(tree, self.view)
-        assert table is not None  # fragment_problem checked it
-        alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(self.view))
-        token = f"sqlfeed_view_{uuid.uuid4().hex}"
-        table.replace(exp.Table(this=exp.to_identifier(token), alias=alias))
-        before, after = around_table(parsed, tree, token)
+        before, after = around_view(parsed, self.view, self.view)
         return [
             (f"{before}({self.fragment_sql(fragment)}){after}", fragment)
             for fragment in self.fragments(target_rows)
