@@ -7,6 +7,7 @@ import contextlib
 import math
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TextIO
@@ -32,14 +33,24 @@ from sqlfeed.cli.common import (
     validated_query,
     write_json,
 )
+from sqlfeed.cli.follow import (
+    add_follow_options,
+    check_follow_create,
+    create_followed,
+    delete_followed,
+    status_followed,
+)
 from sqlfeed.cli.saved import add_plan_file, load_plan
 from sqlfeed.cli.worker import Checkpoints, WaitReporter
 from sqlfeed.dispatch import ORDERS, Delivery, Lease, Worker, open_queue
 from sqlfeed.dispatch.feeder import create_job
 from sqlfeed.dispatch.folder import BatchFolder
+from sqlfeed.dispatch.follow import JobFollower, followed_job
+from sqlfeed.dispatch.worker import default_worker_id
 from sqlfeed.feed.options import JobOptions
 from sqlfeed.io import Source, redact_url
 from sqlfeed.plans.materialize import drop_scratch
+from sqlfeed.plans.model import Plan
 from sqlfeed.sql import ParsedQuery
 
 MAX_BATCH_ROWS = 2**31 - 1
@@ -196,6 +207,7 @@ def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None
         "see the same data under concurrent writes; this command then stays running, holding "
         "the snapshot, until every epoch is done",
     )
+    add_follow_options(create)
     create.add_argument("--format", choices=("text", "json"), default="text")
     add_sql(create)
     create.set_defaults(handler=_cmd_job_create)
@@ -244,10 +256,14 @@ def _check_job_create(args: argparse.Namespace) -> None:
 
 
 def _cmd_job_create(args: argparse.Namespace, out: TextIO) -> None:
+    follow = check_follow_create(args)
     _check_job_create(args)
     parsed = validated_query(args, dialect_for(args.db))
     with connect(args.db) as source:  # closed on return: a DuckDB file is free again
-        _create_job(args, parsed, source, out)
+        if follow:
+            create_followed(args, parsed, source, out)
+        else:
+            _create_job(args, parsed, source, out)
 
 
 def _create_job(args: argparse.Namespace, parsed: ParsedQuery, source: Source, out: TextIO) -> None:
@@ -310,6 +326,8 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_name(args.job)
     check_queue_url(args.queue, must_exist=True)
     queue = open_queue(args.queue)
+    if queue.find_job(args.job) is None and status_followed(queue, args.job, args.format, out):
+        return
     status = queue.status(args.job)
     checkpoints = queue.checkpoints(args.job)  # for sqlfeed job rewind --to ID
     if args.format == "json":
@@ -360,6 +378,8 @@ def _cmd_job_delete(args: argparse.Namespace, out: TextIO) -> None:
     if args.db is not None:
         dialect_for(args.db)
     queue = open_queue(args.queue)
+    if queue.find_job(args.job) is None and delete_followed(queue, args.job, out):
+        return
     plan = queue.job(args.job).plan
     table = None if args.keep_scratch else plan.scratch_table
     if table is not None:
@@ -401,32 +421,12 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
 
     stopped: SystemExit | None = None
     fresh = target is not None and not target.exists()
+    args.worker_id = args.worker_id or default_worker_id()  # one name in every epoch's job
     try:
-        with Worker(
-            args.queue,
-            args.job,
-            args.db,
-            worker_id=args.worker_id,
-            batch_size=args.batch_size,
-            on_ack=acknowledged,
-        ) as worker:
-            if saved is not None and worker.spec.plan.fingerprint != saved.fingerprint:
-                raise InvalidArgumentError(
-                    f"job {args.job} reads plan {worker.spec.plan.fingerprint}, not --plan "
-                    f"{args.plan} ({saved.fingerprint}): give the job made from it"
-                )
-            ledger = Checkpoints(worker, args.checkpoint_every)
-            waits = WaitReporter(
-                open_queue(args.queue), args.job, worker.worker_id, worker.spec.lease_ttl
-            )
-            try:
-                with waits:
-                    _work(worker, target, ledger, waits)
-            except SystemExit as exit_:  # SIGTERM: the leases are back; say what was done
-                stopped = exit_
-            finally:
-                waits.queue.close()
-            ledger.record()  # what was delivered since the last one (done, or stopped)
+        for name in _worker_jobs(args, saved):
+            stopped = _work_job(args, name, target, saved, acknowledged)
+            if stopped is not None:
+                break
     except BaseException:
         if fresh and target is not None:
             _remove_if_unused(target)
@@ -434,7 +434,7 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
     elapsed = time.perf_counter() - started
     rows, batches = acked["rows"], acked["batches"]
     summary = {
-        "worker": worker.worker_id,
+        "worker": args.worker_id,
         "batches": batches,
         "rows": rows,
         "seconds": round(elapsed, 3),
@@ -443,11 +443,65 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
         write_json(out, summary)
     else:
         out.write(
-            f"worker {worker.worker_id}: {rows} rows in {batches} batches "
+            f"worker {args.worker_id}: {rows} rows in {batches} batches "
             f"acknowledged ({elapsed:.1f}s)\n"
         )
     if stopped is not None:
         raise stopped
+
+
+def _worker_jobs(args: argparse.Namespace, saved: Plan | None) -> Iterator[str]:
+    """The jobs a worker reads: ``--job``, or each epoch's job of a followed job in turn.
+
+    A followed job's next epoch is found (or planned over the table as it is now) only
+    once the previous epoch is done.
+    """
+    queue = open_queue(args.queue)
+    if queue.find_job(args.job) is not None or followed_job(queue, args.job) is None:
+        yield args.job  # a plain job (or none: the Worker says so)
+        return
+    if saved is not None:
+        raise InvalidArgumentError(
+            f"job {args.job} follows the table (a plan per epoch): leave out --plan"
+        )
+    follower = JobFollower.resume(queue, args.job, args.db)
+    for epoch in range(follower.epochs):
+        yield follower.epoch_job(epoch).name
+
+
+def _work_job(
+    args: argparse.Namespace,
+    job: str,
+    target: Path | None,
+    saved: Plan | None,
+    acknowledged: Callable[[Delivery], None],
+) -> SystemExit | None:
+    """Read job ``job`` until it is done; the SIGTERM that stopped it, if one did."""
+    with Worker(
+        args.queue,
+        job,
+        args.db,
+        worker_id=args.worker_id,
+        batch_size=args.batch_size,
+        on_ack=acknowledged,
+    ) as worker:
+        if saved is not None and worker.spec.plan.fingerprint != saved.fingerprint:
+            raise InvalidArgumentError(
+                f"job {job} reads plan {worker.spec.plan.fingerprint}, not --plan "
+                f"{args.plan} ({saved.fingerprint}): give the job made from it"
+            )
+        ledger = Checkpoints(worker, args.checkpoint_every)
+        waits = WaitReporter(open_queue(args.queue), job, worker.worker_id, worker.spec.lease_ttl)
+        stopped = None
+        try:
+            with waits:
+                _work(worker, target, ledger, waits)
+        except SystemExit as exit_:  # SIGTERM: the leases are back; say what was done
+            stopped = exit_
+        finally:
+            waits.queue.close()
+        ledger.record()  # what was delivered since the last one (done, or stopped)
+    return stopped
 
 
 def _remove_if_unused(folder: Path) -> None:

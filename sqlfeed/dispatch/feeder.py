@@ -152,20 +152,20 @@ def _follow_job(
 ) -> JobFollower:
     """``Feeder(..., job=J, follow=True)``: each epoch a job of its own.
 
-    Each pinned to the snapshot it began at (:mod:`sqlfeed.dispatch.follow`).
+    Each planned over the table as it was when the epoch began
+    (:mod:`sqlfeed.dispatch.follow`).
     """
-    if watermark is not None:
-        raise InvalidArgumentError(
-            "watermark=COLUMN reads epochs in one process; with job=..., follow a lakehouse "
-            "table (iceberg:/delta: URL), whose snapshots pin each epoch's job"
-        )
     if not isinstance(query, str):
         raise InvalidArgumentError("follow=True plans every epoch: give the SQL, not a Plan")
     planning = {k: options.pop(k) for k in list(options) if k in PlanOptions.__annotations__}
+    job_options: dict[str, Any] = {
+        k: options.pop(k) for k in ("seed", "lease_ttl", "order") if k in options
+    }
     shared = open_queue(queue if queue is not None else "memory://")
 
-    def feeder(plan: Plan, src: Source, name: str) -> Feeder:
-        return Feeder(plan, src, job=name, queue=shared, **options)
+    def feeder(spec: JobSpec, src: Source) -> Feeder:
+        own: dict[str, Any] = {"seed": spec.seed, "lease_ttl": spec.lease_ttl, "order": spec.order}
+        return Feeder(spec.plan, src, job=spec.name, queue=shared, **own, **options)
 
     return JobFollower(
         query,
@@ -174,7 +174,9 @@ def _follow_job(
         queue=shared,
         epochs=epochs,
         new_only=new_only,
+        watermark=watermark,
         plan_options=planning,
+        job_options=job_options,
         feeder=feeder,
     )
 

@@ -2,7 +2,8 @@
 
 Layout::
 
-    DIR/_job.json                          the job the folder belongs to (name, plan)
+    DIR/_job.json                          the job the folder belongs to (name, plan; a
+                                           followed job's name, for all its epoch jobs)
     DIR/epoch=E/part-PPPPP-BBBBBB.parquet  batch B of partition P in epoch E
     DIR/epoch=E/_manifest-PPPPP.json       partition P of epoch E is committed: its files
     DIR/epoch=E/.part-PPPPP-BBBBBB.parquet.<hex>   a batch being written (hidden)
@@ -65,6 +66,11 @@ class BatchFolder:
         self.root = Path(root)
         self.spec = spec
         identity = {"job": spec.name, "fingerprint": spec.plan.fingerprint}
+        self.first_epoch = 0
+        """The folder's epoch of the job's epoch 0 (a followed job's epoch ``k`` is ``k``)."""
+        if spec.follow is not None:  # one folder for every epoch's job
+            identity = {"job": spec.follow["job"], "fingerprint": "follow"}
+            self.first_epoch = int(spec.follow["epoch"])
         marker = self.root / "_job.json"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -89,7 +95,7 @@ class BatchFolder:
 
     def epoch_dir(self, epoch: int) -> Path:
         """The folder of one epoch's files."""
-        return self.root / f"epoch={epoch}"
+        return self.root / f"epoch={self.first_epoch + epoch}"
 
     def on_lease(self, lease: Lease, trusted: Callable[[], bool]) -> None:
         """A partition was taken: remove what earlier holders (or runs) left for it."""
@@ -145,7 +151,7 @@ class BatchFolder:
         manifest = {
             "job": self.spec.name,
             "fingerprint": self.spec.plan.fingerprint,
-            "epoch": lease.epoch,
+            "epoch": self.first_epoch + lease.epoch,
             "partition": lease.partition,
             "batches": batches,
             "rows": sum(int(f["rows"]) for f in files if f["rows"] is not None),

@@ -84,6 +84,10 @@ class JobSpec:
     sink: dict[str, Any] | None = None
     """Where the job's output goes (:class:`sqlfeed.sink.TableSink`'s spec): workers
     joining the job write there. Its ``identity`` part must match on every create."""
+    follow: dict[str, Any] | None = None
+    """An epoch of a followed job (:mod:`sqlfeed.dispatch.follow`): the followed job's
+    name, this epoch's number and what it read (``entry``), and what every later epoch
+    is planned from (the query, ``epochs``, ``new_only``, ``watermark``, plan options)."""
 
     @property
     def share(self) -> int | None:

@@ -35,7 +35,7 @@ from sqlfeed.io import Source, connect
 from sqlfeed.plans.model import Plan
 from sqlfeed.sql.partition import literal
 
-__all__ = ["FollowFeeder"]
+__all__ = ["FollowFeeder", "check_follow", "epoch_query", "next_entry"]
 
 _STATE = "sqlfeed.follow/1"
 
@@ -72,20 +72,7 @@ class FollowFeeder:
             raise InvalidArgumentError("follow=True plans every epoch: give the SQL, not a Plan")
         self.query = query
         self.source: Source = connect(source)
-        self.lake = callable(getattr(self.source, "refresh", None))
-        if watermark is None and not self.lake:
-            raise InvalidArgumentError(
-                f"follow=True needs a lakehouse table (iceberg:/delta: URL) or a "
-                f"watermark=COLUMN on {self.source.dialect.name}: a monotone key that says "
-                "which rows are new"
-            )
-        if watermark is not None:
-            columns = self.source.output_columns(query)
-            if watermark not in columns:
-                raise InvalidArgumentError(
-                    f"watermark={watermark!r} is not an output column of the query "
-                    f"({', '.join(columns)}): select it"
-                )
+        check_follow(self.source, query, watermark)
         self.epochs = epochs
         self.new_only = new_only or watermark is not None
         self.watermark = watermark
@@ -116,7 +103,7 @@ class FollowFeeder:
                 f"epoch {epoch} cannot begin before epoch {len(self.ledger)}: epochs follow "
                 "the table in order"
             )
-        sql = self._epoch_sql(entry)
+        sql = epoch_query(self.source, self.query, entry, self.watermark)
         seed = int(self.options.get("seed", 0)) + 1_000_003 * epoch
         options = {**self.options, "seed": seed, "epochs": 1}
         if self.watermark is not None:
@@ -136,35 +123,9 @@ class FollowFeeder:
 
     def _next_entry(self) -> dict[str, Any]:
         previous = self.ledger[-1] if self.ledger else None
-        if self.watermark is None:
-            since = previous["snapshot"] if previous is not None and self.new_only else None
-            snapshot = self.source.refresh(since=since)  # type: ignore[attr-defined]
-            return {"snapshot": snapshot, "since": since}
-        column = exp.to_identifier(self.watermark, quoted=True).sql(
-            self.source.dialect.sqlglot_dialect
+        return next_entry(
+            self.source, self.query, previous, new_only=self.new_only, watermark=self.watermark
         )
-        high = self.source.scalar(
-            f"SELECT MAX({column}) FROM ({self.query}) AS sqlfeed_follow", what="watermark query"
-        )
-        low = previous["high"] if previous is not None else None
-        if high is None:
-            high = low
-        return {"low": low, "high": _json_value(high)}
-
-    def _epoch_sql(self, entry: Mapping[str, Any]) -> str:
-        if self.watermark is None:
-            self.source.at(entry["snapshot"], entry["since"])  # type: ignore[attr-defined]
-            return self.query
-        dialect = self.source.dialect.sqlglot_dialect
-        column = exp.to_identifier(self.watermark, quoted=True).sql(dialect)
-        low, high = _python_value(entry["low"]), _python_value(entry["high"])
-        if high is None:
-            where = "1 = 0"
-        else:
-            where = f"{column} <= {literal(high).sql(dialect)}"
-            if low is not None:
-                where = f"{column} > {literal(low).sql(dialect)} AND {where}"
-        return f"SELECT * FROM ({self.query}) AS sqlfeed_follow WHERE {where}"
 
     # -- resuming --------------------------------------------------------------------------
 
@@ -185,6 +146,74 @@ class FollowFeeder:
         self._plan = Plan.from_dict(plan) if plan is not None else None
         if self._resume is None and self.ledger:
             self.ledger.pop()  # begun, nothing read: it is planned again
+
+
+def check_follow(source: Source, query: str, watermark: str | None) -> None:
+    """Refuse a follow feed ``source`` cannot tell new rows in (before anything is read)."""
+    if watermark is None and not callable(getattr(source, "refresh", None)):
+        raise InvalidArgumentError(
+            f"follow=True needs a lakehouse table (iceberg:/delta: URL) or a "
+            f"watermark=COLUMN on {source.dialect.name}: a monotone key that says "
+            "which rows are new"
+        )
+    if watermark is not None:
+        columns = source.output_columns(query)
+        if watermark not in columns:
+            raise InvalidArgumentError(
+                f"watermark={watermark!r} is not an output column of the query "
+                f"({', '.join(columns)}): select it"
+            )
+
+
+def next_entry(
+    source: Source,
+    query: str,
+    previous: Mapping[str, Any] | None,
+    *,
+    new_only: bool,
+    watermark: str | None,
+) -> dict[str, Any]:
+    """What the epoch after ``previous`` reads: the table's latest snapshot, or key bounds.
+
+    Args:
+        source: the followed source (a lakehouse table, or any with ``watermark``).
+        query: the SELECT.
+        previous: the previous epoch's entry (None: this is the first epoch).
+        new_only: a lakehouse table: only the rows appended since ``previous``'s snapshot.
+        watermark: the monotone key column (None: a lakehouse snapshot).
+
+    Returns:
+        ``{"snapshot", "since"}`` (lakehouse) or ``{"low", "high"}`` (watermark), as JSON.
+    """
+    if watermark is None:
+        since = previous["snapshot"] if previous is not None and new_only else None
+        snapshot = source.refresh(since=since)  # type: ignore[attr-defined]
+        return {"snapshot": snapshot, "since": since}
+    column = exp.to_identifier(watermark, quoted=True).sql(source.dialect.sqlglot_dialect)
+    high = source.scalar(
+        f"SELECT MAX({column}) FROM ({query}) AS sqlfeed_follow", what="watermark query"
+    )
+    low = previous["high"] if previous is not None else None
+    if high is None:
+        high = low
+    return {"low": low, "high": _json_value(high)}
+
+
+def epoch_query(source: Source, query: str, entry: Mapping[str, Any], watermark: str | None) -> str:
+    """The SQL of the epoch ``entry`` describes (a lakehouse source is pinned to its snapshot)."""
+    if watermark is None:
+        source.at(entry["snapshot"], entry["since"])  # type: ignore[attr-defined]
+        return query
+    dialect = source.dialect.sqlglot_dialect
+    column = exp.to_identifier(watermark, quoted=True).sql(dialect)
+    low, high = _python_value(entry["low"]), _python_value(entry["high"])
+    if high is None:
+        where = "1 = 0"
+    else:
+        where = f"{column} <= {literal(high).sql(dialect)}"
+        if low is not None:
+            where = f"{column} > {literal(low).sql(dialect)} AND {where}"
+    return f"SELECT * FROM ({query}) AS sqlfeed_follow WHERE {where}"
 
 
 def _json_value(value: Any) -> Any:
