@@ -29,6 +29,7 @@ __all__ = [
     "create_followed",
     "delete_followed",
     "epoch_summary",
+    "refuse_followed",
     "status_followed",
 ]
 
@@ -229,3 +230,14 @@ def delete_followed(queue: LeaseQueue, job: str, out: TextIO) -> bool:
     if specs:
         out.write(f"job {job}: deleted with its {len(specs)} epoch job(s)\n")
     return bool(specs)
+
+
+def refuse_followed(queue: LeaseQueue, job: str, action: str) -> None:
+    """``job reset|rewind`` acts on one job: name the epoch's job of a followed one."""
+    specs = [] if queue.find_job(job) is not None else _epoch_jobs(queue, job)
+    if specs:
+        last = specs[-1].name
+        raise InvalidArgumentError(
+            f"job {job} follows the table, a job per epoch: {action} one of them "
+            f"(--job {specs[0].name} ... --job {last})"
+        )

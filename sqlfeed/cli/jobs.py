@@ -38,6 +38,7 @@ from sqlfeed.cli.follow import (
     check_follow_create,
     create_followed,
     delete_followed,
+    refuse_followed,
     status_followed,
 )
 from sqlfeed.cli.saved import add_plan_file, load_plan
@@ -358,6 +359,7 @@ def _cmd_job_status(args: argparse.Namespace, out: TextIO) -> None:
 def _cmd_job_reset(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_name(args.job)
     check_queue_url(args.queue, must_exist=True)
+    refuse_followed(open_queue(args.queue), args.job, "reset")
     open_queue(args.queue).reset(args.job)
     out.write(f"job {args.job}: every partition pending again\n")
 
@@ -365,6 +367,7 @@ def _cmd_job_reset(args: argparse.Namespace, out: TextIO) -> None:
 def _cmd_job_rewind(args: argparse.Namespace, out: TextIO) -> None:
     _check_job_name(args.job)
     check_queue_url(args.queue, must_exist=True)
+    refuse_followed(open_queue(args.queue), args.job, "rewind")
     summary = open_queue(args.queue).rewind(args.job, args.to)
     out.write(
         f"job {args.job}: rewound to checkpoint {args.to}: {summary['done']} partitions "

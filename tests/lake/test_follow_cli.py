@@ -108,6 +108,12 @@ def test_job_create_follow_and_a_worker_read_each_epochs_new_rows(tmp_path: Path
     assert [j["job"] for j in shown["jobs"]] == ["f@0", "f@1", "f@2"]
     text = run_cli(["job", "status", *target])
     assert "job f: follows the table, 3 of 3 epoch(s) begun, complete" in text.out
+    reset = run_cli(["job", "reset", *target])
+    assert reset.code == 2
+    assert (
+        "job f follows the table, a job per epoch: reset one of them (--job f@0 ... --job f@2)"
+        in reset.err
+    )
     deleted = run_cli(["job", "delete", *target])
     assert deleted.code == 0
     assert "deleted with its 3 epoch job(s)" in deleted.out
