@@ -6,9 +6,11 @@ removed. Such a partition's SQL starts with a comment naming its pieces
 (:func:`marked`); :class:`LakeArrowReader`, first in a lake source's reader table, reads
 them with pyarrow (the selected row groups and columns only), drops the rows position
 deletes and deletion vectors remove (a mask per batch), renames and casts as the snapshot's
-schema says. The same rows as DuckDB's read of the SQL, in the same order, without a
-``file_row_number`` column or an ordered engine pipeline. Partitions with equality deletes
-or Delta partition values are read by DuckDB (the next reader), as is any other query.
+schema says; equality deletes drop the rows whose key equals a deleted key (a NULL
+matches a NULL, as in the Iceberg spec: :func:`equality_mask`). The same rows as DuckDB's
+read of the SQL, in the same order, without a ``file_row_number`` column, an anti-join or
+an ordered engine pipeline. Partitions with Delta partition values are read by DuckDB (the
+next reader), as is any other query.
 """
 
 from __future__ import annotations
@@ -20,16 +22,25 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlglot import exp
 
 from sqlfeed.io.readers import Reader, ReadRequest
-from sqlfeed.lake.model import Column, DataFile
+from sqlfeed.lake.model import Column, DataFile, EqualityDeletes
 from sqlfeed.lake.pieces import Piece
 from sqlfeed.plans import filemeta
 from sqlfeed.sql import ParsedQuery
 
-__all__ = ["MARK", "LakeArrowReader", "marked", "marker", "projection"]
+__all__ = [
+    "MARK",
+    "LakeArrowReader",
+    "deleted_keys",
+    "equality_mask",
+    "marked",
+    "marker",
+    "projection",
+]
 
 MARK = "/* sqlfeed-lake "
 """How a partition SQL the direct reader can read begins."""
@@ -115,14 +126,14 @@ class LakeArrowReader(Reader):
     name = "lakearrow"
 
     def carries(self, request: ReadRequest) -> bool:
-        """Whether the request is a marked partition whose pieces need no join."""
+        """Whether the request is a marked partition whose pieces hold no constant column."""
         spec = marker(request.sql)
         if spec is None or spec["columns"] is None:
             return False
         files = self._files(spec)
         for path, _start, _end in spec["pieces"]:
             file = files.get(path)
-            if file is None or file.equality_deletes:
+            if file is None:
                 return False
             if any(c.constant is not None for c in file.columns):
                 return False
@@ -170,18 +181,26 @@ def _piece_batches(
         for number, (first, _rows) in enumerate(filemeta.parquet_row_groups(file.path))
         if start <= first < stop
     ]
-    stored = sorted({c.source for _n, c in columns if c.source is not None})
-    deleted = deleted_rows(file) if file.has_deletes else _NONE
+    keys = [deleted_keys(group) for group in file.equality_deletes]
+    stored = {c.source for _n, c in columns if c.source is not None}
+    stored.update(data for group in file.equality_deletes for _d, data in group.pairs if data)
+    deleted = deleted_rows(file) if file.position_deletes or file.deleted_positions else _NONE
     parquet = pq.ParquetFile(file.path)
     row = start
     for batch in parquet.iter_batches(
-        batch_size=request.batch_rows, row_groups=groups, columns=stored, use_threads=True
+        batch_size=request.batch_rows, row_groups=groups, columns=sorted(stored), use_threads=True
     ):
         count = batch.num_rows
         first, last = np.searchsorted(deleted, [row, row + count])
+        keep = None
         if last > first:
             keep = np.ones(count, dtype=bool)
             keep[deleted[first:last] - row] = False
+        for group, found in zip(file.equality_deletes, keys, strict=True):
+            hit = equality_mask(batch, group, found)
+            if hit is not None:
+                keep = ~hit if keep is None else keep & ~hit
+        if keep is not None:
             batch = batch.filter(pa.array(keep))
         row += count
         yield _project(batch, columns, request.schema)
@@ -237,3 +256,140 @@ def _project(
         arrays.append(values)
         names.append(name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+class _KeyColumn:
+    """The distinct deleted values of one equality column, and how a value is coded.
+
+    A value's code is its place among them (-1: not there); NULL has one too when a delete
+    holds NULL. Signed integers are sorted and looked up with numpy (no hash table built
+    per batch); other types are looked up with Arrow's ``index_in``.
+    """
+
+    __slots__ = ("distinct", "null_code", "size", "sorted")
+
+    def __init__(self, values: pa.ChunkedArray) -> None:
+        distinct = pc.unique(values.combine_chunks())
+        self.sorted: np.ndarray | None = None
+        self.null_code = -1
+        if pa.types.is_signed_integer(distinct.type):
+            self.sorted = np.sort(distinct.drop_null().to_numpy().astype(np.int64))
+            self.null_code = len(self.sorted) if distinct.null_count else -1
+        self.distinct = distinct
+        self.size = len(distinct)
+
+    def codes(self, values: pa.Array) -> np.ndarray:
+        """The code of each of ``values`` (NULL matches NULL), -1 where it is not deleted."""
+        if self.sorted is None:
+            try:
+                found = pc.index_in(values, value_set=self.distinct, skip_nulls=False)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a type the value lacks
+                cast = values.cast(self.distinct.type)
+                found = pc.index_in(cast, value_set=self.distinct, skip_nulls=False)
+            out: np.ndarray = found.fill_null(-1).to_numpy(zero_copy_only=False)
+            return out.astype(np.int64)
+        if not pa.types.is_signed_integer(values.type):
+            values = values.cast(pa.int64())
+        plain = values.fill_null(0) if values.null_count else values
+        numbers = plain.to_numpy(zero_copy_only=False)
+        if not len(self.sorted):
+            codes = np.full(len(numbers), -1, dtype=np.int64)
+        else:
+            at = np.minimum(np.searchsorted(self.sorted, numbers), len(self.sorted) - 1)
+            codes = np.where(self.sorted[at] == numbers, at, -1)
+        if values.null_count:
+            nulls = values.is_null().to_numpy(zero_copy_only=False)
+            codes[nulls] = self.null_code
+        return codes
+
+
+class DeletedKeys:
+    """The distinct key tuples of equality delete files, coded for look-ups.
+
+    ``columns[j]``: the distinct values of the ``j``-th equality column; ``steps[j - 1]``:
+    the sorted distinct codes ``prefix * columns[j].size + code`` of the deleted tuples'
+    first ``j + 1`` columns, a prefix's code being its place in the step before.
+    """
+
+    __slots__ = ("columns", "empty", "steps")
+
+    def __init__(self, columns: list[_KeyColumn], steps: list[np.ndarray], empty: bool):
+        self.columns, self.steps, self.empty = columns, steps, empty
+
+
+_KEYS: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], DeletedKeys] = {}
+
+
+def deleted_keys(group: EqualityDeletes) -> DeletedKeys:
+    """The key tuples ``group``'s delete files remove, read once per process (then kept)."""
+    key = (group.files, group.pairs)
+    with _DELETED_LOCK:
+        found = _KEYS.get(key)
+    if found is not None:
+        return found
+    names = [deleted for deleted, _data in group.pairs]
+    tables = [pq.read_table(path, columns=names) for path in group.files]
+    table = pa.concat_tables(tables, promote_options="permissive")
+    columns = [_KeyColumn(table.column(name)) for name in names]
+    combined = columns[0].codes(table.column(names[0]).combine_chunks())
+    steps: list[np.ndarray] = []
+    for j in range(1, len(columns)):
+        pairs = combined * columns[j].size + columns[j].codes(
+            table.column(names[j]).combine_chunks()
+        )
+        step = _distinct(pairs)
+        steps.append(step)
+        combined = np.searchsorted(step, pairs)
+    found = DeletedKeys(columns, steps, table.num_rows == 0)
+    with _DELETED_LOCK:
+        if len(_KEYS) >= _KEPT:
+            _KEYS.pop(next(iter(_KEYS)))
+        _KEYS[key] = found
+    return found
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, each once (``np.unique`` hashes, many times slower here)."""
+    ordered = np.sort(values)
+    if not len(ordered):
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def equality_mask(
+    batch: pa.RecordBatch, group: EqualityDeletes, keys: DeletedKeys
+) -> np.ndarray | None:
+    """Which rows of ``batch`` (a data file's columns) ``group`` deletes (None: none).
+
+    A row is deleted when its value of every equality column is not distinct from a deleted
+    tuple's (``IS NOT DISTINCT FROM``: NULL equals NULL); a column the data file predates
+    is NULL in every row. Each column after the first is looked up for the rows whose
+    columns before it match a deleted tuple's only.
+    """
+    if keys.empty or not batch.num_rows:
+        return None
+    rows = None
+    combined = np.empty(0, dtype=np.int64)
+    for j, ((_deleted, data), column) in enumerate(zip(group.pairs, keys.columns, strict=True)):
+        values = batch.column(data) if data else pa.nulls(batch.num_rows, column.distinct.type)
+        if rows is not None:
+            values = values.take(pa.array(rows))
+        codes = column.codes(values)
+        if j == 0:
+            combined = codes
+        else:
+            step = keys.steps[j - 1]
+            pairs = combined * column.size + codes
+            at = np.minimum(np.searchsorted(step, pairs), len(step) - 1)
+            combined = np.where((codes >= 0) & (step[at] == pairs), at, -1)
+        there = np.flatnonzero(combined >= 0)
+        if not len(there):
+            return None
+        rows = there if rows is None else rows[there]
+        combined = combined[there]
+    hit = np.zeros(batch.num_rows, dtype=bool)
+    hit[rows] = True
+    return hit
