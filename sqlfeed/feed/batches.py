@@ -221,21 +221,29 @@ def rebatch(
         drop_remainder: drop the last batch when it has fewer than ``size`` rows.
 
     Yields:
-        The rows of ``batches`` in order, cut into ``size``-row batches.
+        The rows of ``batches`` in order, cut into ``size``-row batches: slices of the
+        input where a batch holds them (no copy), else the held rows topped up with the
+        head of the next batch (``size`` rows copied, not the whole next batch).
     """
     pending: list[pa.RecordBatch] = []
     held = 0
     for batch in batches:
-        if not batch.num_rows:
-            continue
-        pending.append(batch)
-        held += batch.num_rows
-        while held >= size:
-            merged = pa.concat_batches(pending) if len(pending) > 1 else pending[0]
-            yield merged.slice(0, size)
-            rest = merged.slice(size)
-            pending = [rest] if rest.num_rows else []
-            held = rest.num_rows
+        count = batch.num_rows
+        offset = 0
+        if held and count:
+            offset = min(size - held, count)
+            pending.append(batch.slice(0, offset))
+            held += offset
+            if held < size:
+                continue
+            yield pa.concat_batches(pending)
+            pending, held = [], 0
+        while count - offset >= size:
+            yield batch.slice(offset, size)
+            offset += size
+        if offset < count:
+            pending.append(batch.slice(offset))
+            held = count - offset
     if held and not drop_remainder:
         yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
 
