@@ -11,6 +11,9 @@ matches a NULL, as in the Iceberg spec: :func:`equality_mask`). The same rows as
 read of the SQL, in the same order, without a ``file_row_number`` column, an anti-join or
 an ordered engine pipeline. Partitions with Delta partition values are read by DuckDB (the
 next reader), as is any other query.
+
+Why this is long: the reader and the three kinds of deletes it applies are one read path,
+kept together.
 """
 
 from __future__ import annotations
@@ -223,22 +226,53 @@ def deleted_rows(file: DataFile) -> np.ndarray:
         found = _DELETED.get(key)
     if found is not None:
         return found
-    parts = []
-    if file.position_deletes:
-        table = pq.read_table(
-            list(file.position_deletes), columns=["pos"], filters=[("file_path", "=", file.uri)]
-        )
-        parts.append(table.column("pos").to_numpy())
+    parts = [
+        _positions_by_file(path).get(file.uri, _NONE)
+        for path in dict.fromkeys(file.position_deletes)  # a file listed twice is read once
+    ]
     if file.deleted_positions:
         parts.append(
-            pq.read_table(file.deleted_positions, columns=["pos"]).column("pos").to_numpy()
+            pq.ParquetFile(file.deleted_positions).read(columns=["pos"]).column("pos").to_numpy()
         )
-    rows = np.unique(np.concatenate(parts).astype(np.int64)) if parts else _NONE
+    rows = _distinct(np.concatenate(parts).astype(np.int64)) if parts else _NONE
     with _DELETED_LOCK:
         if len(_DELETED) >= _KEPT:
             _DELETED.pop(next(iter(_DELETED)))
         _DELETED[key] = rows
     return rows
+
+
+_POSITIONS: dict[str, dict[str, np.ndarray]] = {}
+
+
+def _positions_by_file(path: str) -> dict[str, np.ndarray]:
+    """A position delete file's ``pos`` by the data file they name, read once (then kept).
+
+    One read of ``file_path`` (as a dictionary) and ``pos`` for all the data files it names
+    (``read_table`` filtered by ``file_path`` for each data file scanned a dataset, 0.2 s a
+    data file at TPC-H SF1).
+    """
+    with _DELETED_LOCK:
+        known = _POSITIONS.get(path)
+    if known is not None:
+        return known
+    parquet = pq.ParquetFile(path, read_dictionary=["file_path"])
+    table = parquet.read(columns=["file_path", "pos"], use_threads=False).unify_dictionaries()
+    names = table.column("file_path").chunks
+    if not table.num_rows:
+        found: dict[str, np.ndarray] = {}
+    else:
+        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in names])
+        positions = table.column("pos").to_numpy().astype(np.int64)
+        order = np.argsort(codes, kind="stable")
+        ends = np.cumsum(np.bincount(codes, minlength=len(names[0].dictionary)))
+        runs = np.split(positions[order], ends[:-1])
+        found = dict(zip(names[0].dictionary.to_pylist(), runs, strict=True))
+    with _DELETED_LOCK:
+        if len(_POSITIONS) >= _KEPT:
+            _POSITIONS.pop(next(iter(_POSITIONS)))
+        _POSITIONS[path] = found
+    return found
 
 
 def _project(
@@ -328,7 +362,7 @@ def deleted_keys(group: EqualityDeletes) -> DeletedKeys:
     if found is not None:
         return found
     names = [deleted for deleted, _data in group.pairs]
-    tables = [pq.read_table(path, columns=names) for path in group.files]
+    tables = [pq.ParquetFile(path).read(columns=names) for path in dict.fromkeys(group.files)]
     table = pa.concat_tables(tables, promote_options="permissive")
     columns = [_KeyColumn(table.column(name)) for name in names]
     combined = columns[0].codes(table.column(names[0]).combine_chunks())

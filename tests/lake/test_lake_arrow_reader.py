@@ -18,8 +18,8 @@ import pytest
 import sqlfeed
 from sqlfeed.io.readers import ReadRequest
 from sqlfeed.lake import LakeSource
-from sqlfeed.lake.arrow import MARK, deleted_keys, equality_mask, marker
-from sqlfeed.lake.model import EqualityDeletes
+from sqlfeed.lake.arrow import MARK, deleted_keys, deleted_rows, equality_mask, marker
+from sqlfeed.lake.model import DataFile, EqualityDeletes
 from tests.lake.oracle import same_rows
 from tests.lake.tables import LakeTable
 
@@ -175,3 +175,22 @@ def test_equality_mask_deletes_what_the_spec_deletes(tmp_path: Path, case: str) 
     data, deletes, pairs = CASES[case]
     group = _group(tmp_path, deletes, pairs)
     assert _mask(data, group) == _brute(data, deletes, pairs)
+
+
+def test_position_deletes_are_split_by_the_data_file_they_name(tmp_path: Path) -> None:
+    """One delete file naming two data files, listed twice, beside an empty one."""
+    names = pa.array(["file:///d/b", "file:///d/a", "file:///d/b", "file:///d/a", "file:///d/b"])
+    first = tmp_path / "pos-1.parquet"
+    pq.write_table(
+        pa.table({"file_path": names, "pos": pa.array([9, 4, 1, 4, 5], pa.int64())}), first
+    )
+    empty = tmp_path / "pos-2.parquet"
+    pq.write_table(
+        pa.table({"file_path": pa.array([], pa.string()), "pos": pa.array([], pa.int64())}), empty
+    )
+    files = (str(first), str(empty), str(first))
+    got = {
+        uri: deleted_rows(DataFile("/d/x", uri, 20, 1, (), position_deletes=files)).tolist()
+        for uri in ("file:///d/a", "file:///d/b", "file:///d/c")
+    }
+    assert got == {"file:///d/a": [4], "file:///d/b": [1, 5, 9], "file:///d/c": []}
