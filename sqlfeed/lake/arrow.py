@@ -188,7 +188,7 @@ def _piece_batches(
     stored = {c.source for _n, c in columns if c.source is not None}
     stored.update(data for group in file.equality_deletes for _d, data in group.pairs if data)
     deleted = deleted_rows(file) if file.position_deletes or file.deleted_positions else _NONE
-    parquet = pq.ParquetFile(file.path)
+    parquet = pq.ParquetFile(file.path, memory_map=True)  # no copy into read buffers
     row = start
     for batch in parquet.iter_batches(
         batch_size=request.batch_rows, row_groups=groups, columns=sorted(stored), use_threads=True
