@@ -103,6 +103,7 @@ def _details(tally: Tally, cfg: Config, **more: Any) -> dict[str, Any]:
 def _feeder(cfg: Config) -> Outcome:
     import pyiceberg.io.pyarrow  # imported before the clock, as the others do
     import pyiceberg.table  # noqa: F401
+    import sqlglot.dialects.duckdb  # noqa: F401  (the lake source's SQL dialect: an import)
 
     import sqlfeed
     import sqlfeed.lake  # the Iceberg source
