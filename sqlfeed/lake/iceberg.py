@@ -267,6 +267,14 @@ def _read_vectors(table: Any, delete: Any) -> dict[str, Any]:
     return found
 
 
+def _in_scope(deletes: dict[Any, list[Any]], scope: Any) -> list[Any]:
+    """The delete entries of the data file's partition and the global ones, each once.
+
+    An unpartitioned table's scope is the global one (None): listed once, not twice.
+    """
+    return [*deletes.get(None, [])] + ([] if scope is None else [*deletes.get(scope, [])])
+
+
 def _applies(deletes: Iterable[Any], sequence: int, strictly: bool) -> list[Any]:
     return [
         d
@@ -297,10 +305,10 @@ def _data_file(
     columns = tuple(_column(f, ids, schema) for f in arrow)
     position = [
         d
-        for d in _applies([*positions.get(None, []), *positions.get(scope, [])], sequence, False)
+        for d in _applies(_in_scope(positions, scope), sequence, False)
         if getattr(d.data_file, "referenced_data_file", None) in (None, uri)
     ]
-    equality = _applies([*equalities.get(None, []), *equalities.get(scope, [])], sequence, True)
+    equality = _applies(_in_scope(equalities, scope), sequence, True)
     vector = _applies(vectors.get(uri, []), sequence, False)
     return DataFile(
         path=path,
