@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlalchemy as sa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.types import LongType
@@ -329,3 +330,12 @@ def build_lake_tables(folder: Path) -> dict[str, LakeTable]:
         "extra added (v1, merge); column mapping on (v2), s renamed label (v3), hand-written",
     )
     return out
+
+
+def insert_ids(engine: sa.Engine, table: str, ids: range) -> None:
+    """Insert rows ``(id, id % 7)`` into a watermark test table (see ``growing``)."""
+    with engine.begin() as c:
+        c.execute(
+            sa.text(f"INSERT INTO {table} (id, v) VALUES (:id, :v)"),
+            [{"id": i, "v": i % 7} for i in ids],
+        )

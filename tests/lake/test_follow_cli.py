@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -29,10 +28,9 @@ from sqlfeed.dispatch.folder import committed_files
 from sqlfeed.dispatch.follow import epoch_job_name
 from sqlfeed.dispatch.sqlqueue import SQLQueue
 from tests.helpers.cli import run_cli
-from tests.helpers.remote_engines import url_engine
 from tests.lake import builders as b
 from tests.lake.oracle import iceberg_rows
-from tests.lake.tables import rows
+from tests.lake.tables import insert_ids, rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,67 +175,19 @@ def test_follow_needs_a_lakehouse_table_or_a_watermark(tmp_path: Path) -> None:
     db = tmp_path / "d.duckdb"
     with duckdb.connect(str(db)) as c:
         c.execute("CREATE TABLE t AS SELECT range AS id FROM range(10)")
-    run = run_cli(
-        [
-            "job",
-            "create",
-            "--queue",
-            f"sqlite:///{tmp_path / 'q.db'}",
-            "--job",
-            "x",
-            "--db",
-            f"duckdb:///{db}",
-            "--follow",
-            "SELECT id FROM t",
-        ]
-    )
+    create = ["job", "create", "--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "x"]
+    create += ["--db", f"duckdb:///{db}"]
+    run = run_cli([*create, "--follow", "SELECT id FROM t"])
     assert run.code == 2
     assert (
         "--follow needs a lakehouse table (iceberg:/delta: URL) or a --watermark COLUMN" in run.err
     )
-    missing = run_cli(
-        [
-            "job",
-            "create",
-            "--queue",
-            f"sqlite:///{tmp_path / 'q.db'}",
-            "--job",
-            "x",
-            "--db",
-            f"duckdb:///{db}",
-            "--watermark",
-            "nope",
-            "SELECT id FROM t",
-        ]
-    )
+    missing = run_cli([*create, "--watermark", "nope", "SELECT id FROM t"])
     assert missing.code == 2
     assert "--watermark nope is not an output column of the query (id)" in missing.err
 
 
 # -- watermark jobs on database servers ------------------------------------------------------
-
-
-@pytest.fixture(params=["postgres", "mysql"])
-def growing(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, sa.Engine]]:
-    """A fresh table ``(id, v)`` on the server and its URL (dropped afterwards)."""
-    _engine, url = url_engine(request.param)
-    table = f"wmj_{uuid.uuid4().hex[:8]}"
-    engine = sa.create_engine(url)
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v INTEGER)")
-    insert(engine, table, range(0, 500))
-    yield url, table, engine
-    with engine.begin() as c:
-        c.exec_driver_sql(f"DROP TABLE {table}")
-    engine.dispose()
-
-
-def insert(engine: sa.Engine, table: str, ids: range) -> None:
-    with engine.begin() as c:
-        c.execute(
-            sa.text(f"INSERT INTO {table} (id, v) VALUES (:id, :v)"),
-            [{"id": i, "v": i % 7} for i in ids],
-        )
 
 
 @pytest.mark.engine
@@ -275,11 +225,11 @@ def test_watermark_job_workers_read_rows_inserted_between_epochs_once(
         began.wait(timeout=60)
         # mid-epoch: above the epoch's maximum (keys in order), so the next epoch's
         base = 1000 * (epoch + 1)
-        insert(engine, table, range(base, base + 20))
+        insert_ids(engine, table, range(base, base + 20))
         for thread in threads:
             thread.join(timeout=120)
         epochs.append(got)
-        insert(engine, table, range(base + 20, base + 170))  # between epochs
+        insert_ids(engine, table, range(base + 20, base + 170))  # between epochs
     wanted = [
         range(0, 500),
         range(1000, 1170),
@@ -315,7 +265,7 @@ def test_job_create_watermark_on_a_server(
     )
     assert made.code == 0, made.err
     assert "epoch 0 = job wm@0: 2 hash partitions of id <= 499" in made.out
-    insert(engine, table, range(600, 700))
+    insert_ids(engine, table, range(600, 700))
     out = tmp_path / "out"
     worker = run_cli(["worker", *target, "--db", url, "--out", str(out)])
     assert worker.code == 0, worker.err

@@ -4,39 +4,13 @@ epoch in progress as it was."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 
 import sqlfeed
-from tests.helpers.remote_engines import url_engine
+from tests.lake.tables import insert_ids
 
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(params=["postgres", "mysql"])
-def growing(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, sa.Engine]]:
-    """A fresh table ``(id, v)`` on the server and its URL (dropped afterwards)."""
-    _engine, url = url_engine(request.param)
-    table = f"wm_{uuid.uuid4().hex[:8]}"
-    engine = sa.create_engine(url)
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v INTEGER)")
-    insert(engine, table, range(0, 500))
-    yield url, table, engine
-    with engine.begin() as c:
-        c.exec_driver_sql(f"DROP TABLE {table}")
-    engine.dispose()
-
-
-def insert(engine: sa.Engine, table: str, ids: range) -> None:
-    with engine.begin() as c:
-        c.execute(
-            sa.text(f"INSERT INTO {table} (id, v) VALUES (:id, :v)"),
-            [{"id": i, "v": i % 7} for i in ids],
-        )
 
 
 def test_rows_inserted_between_epochs_are_read_once_in_the_next(
@@ -55,7 +29,7 @@ def test_rows_inserted_between_epochs_are_read_once_in_the_next(
             if epoch == 1 and number == 0:
                 state, at_state = feeder.state_dict(), len(ids)
         epochs.append(ids)
-        insert(engine, table, range(1000 * (epoch + 1), 1000 * (epoch + 1) + 150))
+        insert_ids(engine, table, range(1000 * (epoch + 1), 1000 * (epoch + 1) + 150))
     wanted = [range(0, 500), range(1000, 1150), range(2000, 2150), range(3000, 3150)]
     for ids, keys in zip(epochs, wanted, strict=True):
         assert sorted(ids) == [i for i in keys if i % 7 != 3]
