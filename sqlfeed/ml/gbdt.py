@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -666,6 +667,9 @@ class GbdtModel:
         self._types = feature_types(self.features)
         self._names = feature_names(self.features)
         self._nthread: int | None = None
+        self._lock = threading.Lock()
+        """One prediction at a time: a worker's reader threads share the booster, and
+        XGBoost refuses a prediction while another thread's ``set_param`` reconfigures it."""
 
     @property
     def matrix(self) -> str | None:
@@ -738,9 +742,6 @@ class GbdtModel:
             width = (len(self.classes or ()),) if self.task == "multiclass" else ()
             return np.zeros((0, *width), dtype=np.float32)
         nthread = threads(len(data))
-        if nthread != self._nthread:
-            self.booster.set_param({"nthread": nthread})
-            self._nthread = nthread
         matrix = xgb.DMatrix(
             data,
             feature_types=self._types,
@@ -748,7 +749,11 @@ class GbdtModel:
             enable_categorical=True,
             nthread=nthread,
         )
-        predicted = np.asarray(self.booster.predict(matrix))
+        with self._lock:
+            if nthread != self._nthread:
+                self.booster.set_param({"nthread": nthread})
+                self._nthread = nthread
+            predicted = np.asarray(self.booster.predict(matrix))
         if self.task == "multiclass":
             return predicted.reshape(len(data), -1)
         if predicted.ndim != 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +235,35 @@ def test_binary_predicts_the_positive_class_probability(source: Any, binary: Any
     truth = np.array(rows.column("yb").to_pylist()) == "yes"
     assert ((predicted > 0.5) == truth).mean() > 0.9
     assert binary.history["logloss"][-1] < binary.history["logloss"][0]
+
+
+def test_reader_threads_sharing_a_booster_predict_at_once(source: Any, binary: Any) -> None:
+    """Batches of sizes that change XGBoost's nthread, scored from four threads at once
+    (a worker's readers share the model): the predictions of one thread at a time, no
+    XGBoost error (it refused a prediction while another thread reconfigured the booster)."""
+    rows = validation_rows(source)
+    small = rows.slice(0, 100)
+    large = pa.concat_tables([rows] * (2 * gbdt.THREAD_ROWS // rows.num_rows + 1))
+    want = {id(t): binary.predict_batch(t) for t in (small, large)}
+    errors: list[BaseException] = []
+
+    def score(first: pa.Table, second: pa.Table) -> None:
+        try:
+            for _ in range(15):
+                for table in (first, second):
+                    assert np.array_equal(binary.predict_batch(table), want[id(table)])
+        except BaseException as err:
+            errors.append(err)
+
+    workers = [
+        threading.Thread(target=score, args=(small, large) if n % 2 else (large, small))
+        for n in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
 
 
 def test_multiclass_predicts_one_probability_per_class(source: Any) -> None:
