@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from dialects import InvalidArgumentError
 from sqlfeed.cli.common import write_json
 from sqlfeed.dispatch import open_queue
-from sqlfeed.dispatch.follow import JobFollower, epoch_job_name, followed_job
+from sqlfeed.dispatch.follow import JobFollower, epoch_jobs, followed_job
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.io import Source
 from sqlfeed.sql import ParsedQuery
@@ -182,23 +182,9 @@ def epoch_summary(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _epoch_jobs(queue: LeaseQueue, job: str) -> list[JobSpec]:
-    """The followed job's epoch jobs made so far (empty: ``job`` is not followed)."""
-    first = followed_job(queue, job)
-    if first is None or first.follow is None:
-        return []
-    found = [first]
-    for epoch in range(1, int(first.follow["epochs"])):
-        spec = queue.find_job(epoch_job_name(job, epoch))
-        if spec is None:
-            break
-        found.append(spec)
-    return found
-
-
 def status_followed(queue: LeaseQueue, job: str, fmt: str, out: TextIO) -> bool:
     """``job status`` of a followed job (False: ``job`` is not one)."""
-    specs = _epoch_jobs(queue, job)
+    specs = epoch_jobs(queue, job)
     if not specs:
         return False
     epochs = int((specs[0].follow or {})["epochs"])
@@ -224,7 +210,7 @@ def status_followed(queue: LeaseQueue, job: str, fmt: str, out: TextIO) -> bool:
 
 def delete_followed(queue: LeaseQueue, job: str, out: TextIO) -> bool:
     """``job delete`` of a followed job: every epoch's job (False: ``job`` is not one)."""
-    specs = _epoch_jobs(queue, job)
+    specs = epoch_jobs(queue, job)
     for spec in reversed(specs):  # epoch 0 last: it is the record of the others
         queue.delete(spec.name)
     if specs:
@@ -234,7 +220,7 @@ def delete_followed(queue: LeaseQueue, job: str, out: TextIO) -> bool:
 
 def refuse_followed(queue: LeaseQueue, job: str, action: str) -> None:
     """``job reset|rewind`` acts on one job: name the epoch's job of a followed one."""
-    specs = [] if queue.find_job(job) is not None else _epoch_jobs(queue, job)
+    specs = [] if queue.find_job(job) is not None else epoch_jobs(queue, job)
     if specs:
         last = specs[-1].name
         raise InvalidArgumentError(

@@ -34,7 +34,7 @@ from sqlfeed.plans import plan as make_plan
 from sqlfeed.plans.materialize import drop_scratch
 from sqlfeed.plans.model import Plan
 
-__all__ = ["JobFollower", "epoch_job_name", "followed_job", "snapshot_of"]
+__all__ = ["JobFollower", "epoch_job_name", "epoch_jobs", "followed_job", "snapshot_of"]
 
 _AT = re.compile(r"__(?:from_(\d+)_)?at_(\d+)\b")
 _SEED_STEP = 1_000_003
@@ -58,6 +58,20 @@ def followed_job(queue: LeaseQueue, job: str) -> JobSpec | None:
     """Epoch 0's job when ``job`` names a followed job, else None."""
     first = queue.find_job(epoch_job_name(job, 0))
     return first if first is not None and first.follow is not None else None
+
+
+def epoch_jobs(queue: LeaseQueue, job: str) -> list[JobSpec]:
+    """A followed job's epoch jobs made so far, in order (empty: ``job`` is not followed)."""
+    first = followed_job(queue, job)
+    if first is None or first.follow is None:
+        return []
+    found = [first]
+    for epoch in range(1, int(first.follow["epochs"])):
+        spec = queue.find_job(epoch_job_name(job, epoch))
+        if spec is None:
+            break
+        found.append(spec)
+    return found
 
 
 class JobFollower:
@@ -203,16 +217,6 @@ class JobFollower:
             if existing is None:  # state of the table: everyone reads that one
                 raise
             return existing
-
-    def epoch_jobs(self) -> list[JobSpec]:
-        """The epochs' jobs made so far, in order."""
-        found = []
-        for epoch in range(self.epochs):
-            spec = self.queue.find_job(epoch_job_name(self.job, epoch))
-            if spec is None:
-                break
-            found.append(spec)
-        return found
 
 
 def _entry_of(spec: JobSpec) -> dict[str, Any]:
