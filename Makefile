@@ -5,22 +5,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-# The CPU build of PyTorch: an exact pin (any other spec may fetch the CUDA build, several GB).
+# Every package make demo and make test install, transitive ones included, is pinned by this
+# lock (pip constraints; `make lock` refreshes it). The extras make test installs:
+LOCK := constraints-py311.txt
+EXTRAS := all,test,torch,ray,dask,ml,lakehouse,docs
+PIP := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
+# make lock's PyTorch: the CPU build, an exact pin (a newer torch may be a CUDA build, several GB).
 TORCH := torch==2.13.0 torchdata==0.11.0
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck layers pytest bench-smoke docs fast bench clean
+.PHONY: install demo test test-full lint typecheck layers pytest bench-smoke docs fast bench clean lock
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all]'
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[all]'
 	touch $(STAMP)
 
 # make test also installs the test tools and the heavy integrations (PyTorch, Ray, Dask);
-# make demo does not need them.
+# make demo does not need them. The lock pins torch to the CPU build's version.
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[all,test,torch,ray,dask,ml,lakehouse,docs]' $(TORCH)
+	$(PIP) -e '.[$(EXTRAS)]'
 	touch $(TEST_STAMP)
 
 install: $(TEST_STAMP)
@@ -39,7 +44,7 @@ layers: $(TEST_STAMP)
 	$(BIN)/lint-imports
 
 pytest: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # Every benchmark at a tiny scale (TPC-H SF 0.01, one round): it runs and its contenders
 # read the same rows (benchmarks/smoke.py; about a minute on 2 idle cores).
@@ -53,12 +58,27 @@ docs: $(TEST_STAMP)
 
 test: lint typecheck layers pytest bench-smoke docs
 
+# make test with every point of every sweep (a plain run checks a rotating share of the
+# resume kill points and the engine corpus: tests/helpers/sweep.py).
+test-full:
+	SQLFEED_SWEEP=full $(MAKE) test
+
 # Local loop: everything but the slow multi-process / large-data tests.
 fast: lint typecheck layers
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.partition_overhead
+
+# Refresh the lock: the newest versions setup.cfg allows, installed into a fresh venv, frozen
+# into $(LOCK); prints what changed. Run make test before committing the new lock.
+lock:
+	rm -rf build/lock-venv
+	$(PYTHON) -m venv build/lock-venv
+	build/lock-venv/bin/python -m pip install --quiet --upgrade pip
+	build/lock-venv/bin/python -m pip install --quiet '.[$(EXTRAS)]' $(TORCH)
+	$(PYTHON) .ci/lock.py --python build/lock-venv/bin/python --lock $(LOCK)
+	rm -rf build/lock-venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -86,8 +86,8 @@ import sqlalchemy as sa
 import sqlfeed
 from benchmarks.common import progress as _progress
 from benchmarks.harness import add_smoke_flag
-from dialects import EngineError
 from sqlfeed import Plan
+from sqlfeed.dialects import EngineError
 from sqlfeed.dispatch import JobSpec, Lease, LeaseQueue, MemoryQueue, SQLQueue, Wait
 
 __all__ = [

@@ -37,7 +37,7 @@ import duckdb
 
 import sqlfeed
 from benchmarks.common import progress
-from dialects import SqlfeedError
+from sqlfeed.dialects import SqlfeedError
 from sqlfeed.sql import partition_sqls
 
 __all__ = ["evaluate", "main"]

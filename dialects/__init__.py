@@ -9,7 +9,7 @@ This package imports sqlglot only; ``stats`` and ``sqlfeed`` build on it.
 
 from __future__ import annotations
 
-from dialects import (  # noqa: F401  (importing registers each dialect)
+from sqlfeed.dialects import (  # noqa: F401  (importing registers each dialect)
     bigquery,
     clickhouse,
     duckdb,
@@ -22,8 +22,8 @@ from dialects import (  # noqa: F401  (importing registers each dialect)
     trino,
     tsql,
 )
-from dialects.base import Dialect, dialect_for, dialect_names, get_dialect, url_backend
-from dialects.errors import (
+from sqlfeed.dialects.base import Dialect, dialect_for, dialect_names, get_dialect, url_backend
+from sqlfeed.dialects.errors import (
     EngineError,
     InvalidArgumentError,
     MissingDependencyError,

@@ -7,7 +7,7 @@ sqlglot expressions. Subclasses register themselves when they are defined.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -16,8 +16,9 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.errors import UnsupportedError as SqlglotUnsupportedError
 
-from dialects.catalog import Extent, SqlRunner
-from dialects.errors import InvalidArgumentError, UnknownDialectError, UnsupportedError
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.catalog import Extent, SqlRunner
+from sqlfeed.dialects.errors import InvalidArgumentError, UnknownDialectError, UnsupportedError
 
 _REGISTRY: dict[str, type[Dialect]] = {}
 """Every name and URL scheme a dialect answers to, lower-cased, mapped to its class."""
@@ -38,6 +39,11 @@ class QueueBounds:
     """Where no idle-transaction time-out exists (MySQL): a silent session's end."""
     busy_ms: int
     """Where a database file is locked by a process (SQLite): its busy timeout per try."""
+    socket_s: int = 90
+    """The longest a queue connection waits on its socket for the server (MySQL drivers'
+    read and write timeouts): past it the connection counts as lost and the call is tried
+    again, instead of a worker waiting for ever on a connection that died silently. Above
+    the longest wait a queue statement may make (a queue's schema lock: 60 s)."""
 
 
 class Dialect:
@@ -150,8 +156,12 @@ class Dialect:
     (PostgreSQL's ``pg_export_snapshot``); elsewhere a consistent read is one session."""
 
     PINNED_DRIVER: ClassVar[str] = ""
-    """The driver of the one session a consistent read runs on where snapshots cannot be
+    """The driver of the sessions a consistent read runs on where snapshots cannot be
     shared (``pymysql``, ``sqlite3``), for ``plan.reason``."""
+
+    SNAPSHOT_SYNC: ClassVar[str] = ""
+    """Where snapshots cannot be shared: the short lock under which several sessions begin
+    their transactions at one state, for ``plan.reason`` (``""``: one session reads)."""
 
     CREATES_SCRATCH_SCHEMA: ClassVar[bool] = False
     """Whether ``materialize`` may create its default scratch schema when none is given
@@ -175,6 +185,11 @@ class Dialect:
     """Whether a float product that rounds to zero is an error (PostgreSQL's "value out of
     range: underflow") rather than zero."""
 
+    EXACT_SUMS: ClassVar[bool] = False
+    """``SUM`` of integers and decimals is exact at any size: no overflow, no rounding
+    (PostgreSQL's numeric, MySQL's DECIMAL, DuckDB's HUGEINT); statistics then give exact
+    means of integer, decimal, date and timestamp columns."""
+
     OUTER_MODIFIERS: ClassVar[frozenset[str]] = frozenset()
     """SELECT modifiers the engine takes only in the outermost SELECT and that change no row
     (MySQL's ``SQL_NO_CACHE``...): a derived table embedding the query leaves them out."""
@@ -195,6 +210,11 @@ class Dialect:
     FETCH_WITH_TIES: ClassVar[bool] = True
     """Whether ``FETCH ... WITH TIES`` keeps the tied rows (DuckDB has none, and sqlglot
     would write it as a plain LIMIT, which drops them: refused)."""
+
+    SIDE_EFFECT_FUNCTIONS: ClassVar[effects.SideEffects] = effects.GENERIC
+    """The functions a read refuses unless the user allows side effects: they write, or
+    reach outside the database (name or ``family*`` -> what they do; see
+    :mod:`sqlfeed.dialects.effects`)."""
 
     RENDERED_SYNONYMS: ClassVar[Mapping[str, frozenset[str]]] = MappingProxyType({})
     """A word sqlglot writes for this engine -> the user's words it is the engine's synonym
@@ -221,8 +241,9 @@ class Dialect:
     the driver begins them."""
 
     SERVER_VERSION_SQL: ClassVar[str | None] = None
-    """The query a queue session reads the server's version with, for
-    :meth:`queue_session_sql` (MySQL or MariaDB); None: not needed."""
+    """The query a queue session and the table sink read the server's version with, for
+    :meth:`queue_session_sql`, :meth:`queue_name_collation` and :meth:`sink_type` (MySQL
+    or MariaDB); None: not needed."""
 
     TRANSACTIONAL_DDL: ClassVar[bool] = False
     """Whether CREATE, ALTER ... RENAME and DROP take part in a transaction (PostgreSQL,
@@ -366,7 +387,7 @@ class Dialect:
     def register_functions(self, connection: Any) -> None:
         """Install the functions this dialect's SQL needs on a DB-API connection.
 
-        Most engines have them built in; SQLite does not (see ``dialects.sqlite``).
+        Most engines have them built in; SQLite does not (see ``sqlfeed.dialects.sqlite``).
         """
 
     # -- catalog hooks: SQL text the caller runs through its source ---------------------
@@ -448,15 +469,24 @@ class Dialect:
         raise UnsupportedError(f"{self.name} has no table pages to read ranges of")
 
     def scratch_tables_sql(self, schema: str) -> str:
-        """The catalog query for name, bytes and rows of every table in ``schema``.
+        """The catalog query for name, bytes, rows and comment of every table in ``schema``.
 
-        NULL where the engine keeps none.
+        NULL where the engine keeps none (the comment: see :meth:`scratch_comment_sql`).
         """
         literal = exp.Literal.string(schema).sql(self.sqlglot_dialect)
         return (
-            "SELECT table_name, NULL, NULL FROM information_schema.tables "
+            "SELECT table_name, NULL, NULL, NULL FROM information_schema.tables "
             f"WHERE table_schema = {literal}"
         )
+
+    def scratch_comment_sql(self, table: exp.Table, text: str) -> str | None:
+        """The statement that sets the comment of the scratch table ``table`` to ``text``.
+
+        The comment says whose table it is (a training run's), and
+        :meth:`scratch_tables_sql` reads it back; None where the engine keeps no table
+        comments.
+        """
+        return None
 
     def table_names_sql(self, schema: str) -> str:
         """The catalog query for the name of every table in ``schema``."""
@@ -506,8 +536,11 @@ class Dialect:
         """``INSERT INTO table VALUES values`` that skips a row whose key is there already."""
         raise UnsupportedError(f"{self.name} holds no lease queue")
 
-    def queue_connect_args(self, bounds: QueueBounds) -> dict[str, Any]:
-        """The driver's connect arguments for queue sessions (SQLite: its busy timeout)."""
+    def queue_connect_args(self, bounds: QueueBounds, driver: str = "") -> dict[str, Any]:
+        """The connect arguments of ``driver`` (SQLAlchemy's name) for queue sessions.
+
+        SQLite: its busy timeout; MySQL: socket timeouts.
+        """
         return {}
 
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
@@ -516,6 +549,32 @@ class Dialect:
         ``version``: what :attr:`SERVER_VERSION_SQL` read, else empty.
         """
         return []
+
+    def queue_name_collation(self, version: str) -> str | None:
+        """The collation of a queue's name columns: binary, trailing spaces kept (NO PAD).
+
+        Job and worker names that differ in case or in trailing spaces then stay apart;
+        the table sink's text columns take it too (:meth:`sink_type`).
+        ``version``: what :attr:`SERVER_VERSION_SQL` read, else empty. None: the engine's
+        default collation compares names byte for byte already (PostgreSQL, SQLite).
+        """
+        return None
+
+    def queue_collations_sql(self, tables: Sequence[str]) -> str | None:
+        """A query of (table, column, collation) of the text columns of ``tables``.
+
+        The tables of the queue's database: it finds name columns made with another
+        collation than :meth:`queue_name_collation`'s. None where that is None.
+        """
+        return None
+
+    def modify_columns_sql(self, table: str, definitions: Sequence[str]) -> str | None:
+        """One statement giving columns of ``table`` new definitions, their keys kept.
+
+        ``definitions``: ``name TYPE ...`` as CREATE TABLE writes them. None where
+        :meth:`queue_collations_sql` is None.
+        """
+        return None
 
     # -- the table sink: column types and the statements that put a table in place -------
 
@@ -528,6 +587,7 @@ class Dialect:
         unit: str | None = None,
         tz: str | None = None,
         length: int | None = None,
+        version: str = "",
     ) -> str | None:
         """The column type (as CREATE TABLE writes it) holding every Arrow value of ``kind``.
 
@@ -548,6 +608,10 @@ class Dialect:
                 (None: us).
             tz: a ``timestamp``'s zone name, None for a naive one.
             length: the longest ``string`` or ``binary`` value in bytes, where known.
+            version: what :attr:`SERVER_VERSION_SQL` read on the output's server, else
+                empty. Text columns compare byte for byte, trailing spaces kept, so that
+                keys the rows hold apart stay apart (MySQL/MariaDB pick the collation
+                :meth:`queue_name_collation` names by it).
 
         The generic answer is ANSI SQL, None where unsure.
 

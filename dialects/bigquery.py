@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect, md5_hex_head
+from sqlfeed.dialects.base import Dialect, md5_hex_head
 
 
 class BigQuery(Dialect):

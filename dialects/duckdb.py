@@ -6,7 +6,8 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import (
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.base import (
     EXACT_UNITS,
     Dialect,
     check_sink_kind,
@@ -14,7 +15,7 @@ from dialects.base import (
     decimal_type,
     md5_hex_head,
 )
-from dialects.catalog import Extent, SqlRunner
+from sqlfeed.dialects.catalog import Extent, SqlRunner
 
 ROW_GROUP = 122_880
 """Rows in a DuckDB row group (its default ``row_group_size``)."""
@@ -60,6 +61,7 @@ class DuckDB(Dialect):
     # dataset:///folder: a shardset dataset; iceberg:, delta: lakehouse tables (all in DuckDB)
     aliases = ("dataset", "iceberg", "delta")
     sqlglot_dialect = "duckdb"
+    EXACT_SUMS = True
     HASH_FUNCTION = "hash"
     HASH_IS_UNSIGNED = True
     TABLESAMPLE_BERNOULLI = True
@@ -89,6 +91,7 @@ class DuckDB(Dialect):
     MEMORY_URLS = True
     SCRATCH_ROW_NUMBER_INDEX = False
     TRANSACTIONAL_DDL = True
+    SIDE_EFFECT_FUNCTIONS = effects.DUCKDB
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="hash", expressions=args)
@@ -153,9 +156,13 @@ class DuckDB(Dialect):
 
     def scratch_tables_sql(self, schema: str) -> str:
         return (
-            "SELECT table_name, NULL, estimated_size FROM duckdb_tables() "
+            "SELECT table_name, NULL, estimated_size, comment FROM duckdb_tables() "
             f"WHERE schema_name = {exp.Literal.string(schema).sql('duckdb')}"
         )
+
+    def scratch_comment_sql(self, table: exp.Table, text: str) -> str | None:
+        literal = exp.Literal.string(text).sql("duckdb")
+        return f"COMMENT ON TABLE {self.sql(table)} IS {literal}"
 
     # -- the table sink -----------------------------------------------------------------
 
@@ -168,6 +175,7 @@ class DuckDB(Dialect):
         unit: str | None = None,
         tz: str | None = None,
         length: int | None = None,
+        version: str = "",
     ) -> str | None:
         """DuckDB's types (:data:`DUCKDB_SINK_TYPES`), unsigned integers included.
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
+from typing import Any
 
 from sqlglot import exp
 
-from dialects.base import (
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.base import (
     EXACT_UNITS,
     MICROSECONDS,
     Dialect,
@@ -16,7 +19,7 @@ from dialects.base import (
     decimal_type,
     sink_identifier,
 )
-from dialects.catalog import SqlRunner
+from sqlfeed.dialects.catalog import SqlRunner
 
 MYSQL_SINK_TYPES = MappingProxyType(
     {
@@ -31,14 +34,16 @@ MYSQL_SINK_TYPES = MappingProxyType(
         "uint64": "BIGINT UNSIGNED",
         "float32": "DOUBLE",
         "float64": "DOUBLE",
-        "string": "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
         "binary": "LONGBLOB",
         "date": "DATE",
-        "null": "TEXT",
     }
 )
 """MySQL/MariaDB's column type per value kind that needs no parameter (:meth:`MySQL.sink_type`).
 A ``float32`` goes into a DOUBLE: the text protocol writes a FLOAT with 6 digits."""
+
+SINK_TEXT_COLLATION = "utf8mb4_bin"
+"""The text columns' collation where the server's version is not known: binary, which every
+MySQL and MariaDB has, but PAD SPACE ('a' = 'a ')."""
 
 
 class MySQL(Dialect):
@@ -56,12 +61,14 @@ class MySQL(Dialect):
     HASH_FUNCTION = "CRC32"
     HASH_IS_UNSIGNED = True
     TITLE = "MySQL/MariaDB"
+    EXACT_SUMS = True
     EMBEDS_QUERY_TEXT = True
     RENDERED_SYNONYMS = MappingProxyType({"COALESCE": frozenset({"IFNULL"})})
     KEY_BOUNDS_FROM_INDEX = True
     CLUSTERED_PRIMARY_KEY = True
     WRITTEN_WHILE_READ = True
     PINNED_DRIVER = "pymysql"
+    SNAPSHOT_SYNC = "LOCK TABLES ... READ on the tables read (else FLUSH TABLES WITH READ LOCK)"
     CREATES_SCRATCH_SCHEMA = True
     FLOAT_NAN = False
     FLOAT_INFINITY = False
@@ -76,6 +83,7 @@ class MySQL(Dialect):
     QUEUE_ISOLATION = "READ COMMITTED"
     SERVER_VERSION_SQL = "SELECT VERSION()"
     SINK_TZ_AS_UTC = True
+    SIDE_EFFECT_FUNCTIONS = effects.MYSQL
 
     def collation_tiebreak(self, arg: exp.Expr) -> exp.Expr | None:
         """``CAST(x AS BINARY)``: the default collations hold 'a' = 'A' = 'a ' in ORDER BY."""
@@ -109,6 +117,7 @@ class MySQL(Dialect):
         unit: str | None = None,
         tz: str | None = None,
         length: int | None = None,
+        version: str = "",
     ) -> str | None:
         """MySQL/MariaDB's types (:data:`MYSQL_SINK_TYPES`).
 
@@ -116,14 +125,21 @@ class MySQL(Dialect):
         zone-aware one written as the naive UTC time of its instant (:attr:`SINK_TZ_AS_UTC`;
         TIMESTAMP would shift by the session's zone and ends in 2038); ``TIME(6)`` for a
         time of day, which reads back as the duration since midnight; microseconds at most
-        (``ns`` units: None); no duration (a TIME spans +-838 hours). Text in utf8mb4 with a
-        binary collation (a key compares like Arrow: 'a' and 'A' apart, though trailing
-        spaces pad). With a ``length`` (a key column: LONGTEXT and LONGBLOB cannot be
-        indexed whole), text is ``VARCHAR(length)`` and binary ``VARBINARY(length)``.
+        (``ns`` units: None); no duration (a TIME spans +-838 hours). Text (and a column of
+        NULLs) in utf8mb4 with the binary NO PAD collation of :meth:`queue_name_collation`
+        for ``version`` (MariaDB's ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin``):
+        a key compares like Arrow, 'a', 'A' and 'a ' apart (``utf8mb4_bin`` pads: 'a' =
+        'a '), and the trailing spaces are kept; without a ``version``,
+        :data:`SINK_TEXT_COLLATION`. With a ``length`` (a key column: LONGTEXT and LONGBLOB
+        cannot be indexed whole), text is ``VARCHAR(length)`` and binary
+        ``VARBINARY(length)``.
         """
         check_sink_kind(kind)
-        if length is not None and kind == "string":
-            return f"VARCHAR({length}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        if kind in ("string", "null"):
+            long = "LONGTEXT" if length is None else f"VARCHAR({length})"
+            text = "TEXT" if kind == "null" else long
+            collation = self.queue_name_collation(version) if version else SINK_TEXT_COLLATION
+            return f"{text} CHARACTER SET utf8mb4 COLLATE {collation}"
         if length is not None and kind == "binary":
             return f"VARBINARY({length})"
         if kind == "decimal":
@@ -219,9 +235,14 @@ class MySQL(Dialect):
 
     def scratch_tables_sql(self, schema: str) -> str:
         return (
-            "SELECT table_name, data_length + index_length, table_rows "
+            "SELECT table_name, data_length + index_length, table_rows, "
+            "NULLIF(table_comment, '') "
             f"FROM information_schema.tables WHERE table_schema = {_literal(schema)}"
         )
+
+    def scratch_comment_sql(self, table: exp.Table, text: str) -> str | None:
+        """``ALTER TABLE ... COMMENT``: a change of the table's metadata only (no copy)."""
+        return f"ALTER TABLE {self.sql(table)} COMMENT = {_literal(text)}"
 
     # -- values -------------------------------------------------------------------------
 
@@ -261,6 +282,21 @@ class MySQL(Dialect):
     def insert_ignoring(self, table: str, values: str) -> str:
         return f"INSERT IGNORE INTO {table} VALUES {values}"
 
+    def queue_connect_args(self, bounds: QueueBounds, driver: str = "") -> dict[str, Any]:
+        """The socket read and write timeouts of pymysql and mysqlclient (none by default).
+
+        A connection the server ended without a word (a killed session on a loaded server,
+        a network gone) then fails after ``bounds.socket_s`` seconds as a lost one, and the
+        queue call is tried again. Other drivers: none.
+        """
+        if driver not in ("pymysql", "mysqldb"):
+            return {}
+        return {
+            "read_timeout": bounds.socket_s,
+            "write_timeout": bounds.socket_s,
+            "connect_timeout": min(bounds.socket_s, 10),
+        }
+
     def queue_session_sql(self, version: str, bounds: QueueBounds) -> list[str]:
         """``innodb_lock_wait_timeout``; MariaDB's ``idle_transaction_timeout``.
 
@@ -272,6 +308,27 @@ class MySQL(Dialect):
         else:
             statements.append(f"SET SESSION wait_timeout = {bounds.silent_session_s}")
         return statements
+
+    def queue_name_collation(self, version: str) -> str | None:
+        """MariaDB's ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin``.
+
+        The default ``_ci`` collations ignore case and both ignore trailing spaces
+        (``utf8mb4_bin`` is PAD SPACE too): ``ISO-A`` would name job ``iso-a``.
+        """
+        return "utf8mb4_nopad_bin" if "mariadb" in version.lower() else "utf8mb4_0900_bin"
+
+    def queue_collations_sql(self, tables: Sequence[str]) -> str | None:
+        names = ", ".join(_literal(t) for t in tables)
+        return (
+            "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+            f"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ({names}) "
+            "AND COLLATION_NAME IS NOT NULL"
+        )
+
+    def modify_columns_sql(self, table: str, definitions: Sequence[str]) -> str | None:
+        """``ALTER TABLE t MODIFY ..., MODIFY ...``: one copy of the table for all."""
+        quoted = self.sql(exp.to_identifier(table, quoted=True))
+        return f"ALTER TABLE {quoted} " + ", ".join(f"MODIFY {d}" for d in definitions)
 
 
 def _literal(text: str) -> str:

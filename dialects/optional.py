@@ -2,15 +2,15 @@
 
 Every optional package sqlfeed uses (drivers, TensorFlow, PyTorch, Ray, Dask, matplotlib)
 is imported through :func:`require` where it is first needed, so a missing one is one
-:class:`~dialects.errors.MissingDependencyError` line saying what needs it and what to
+:class:`~sqlfeed.dialects.errors.MissingDependencyError` line saying what needs it and what to
 install, the same wording everywhere. :data:`EXTRAS` maps a top-level module to the pip
 extra (``setup.cfg``) that installs it.
 
 >>> require("json", "this example").__name__
 'json'
->>> require("no_such_mod", "the example")
+>>> require("no_such_mod", "an example")
 Traceback (most recent call last):
-dialects.errors.MissingDependencyError: the example needs no_such_mod: pip install no_such_mod
+sqlfeed.dialects.errors.MissingDependencyError: an example needs no_such_mod: pip install ...
 >>> install_hint("tensorflow")
 "pip install 'sqlfeed[tf]'"
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from dialects.errors import MissingDependencyError
+from sqlfeed.dialects.errors import MissingDependencyError
 
 EXTRAS = {
     "psycopg": "postgres",

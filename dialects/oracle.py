@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from sqlfeed.dialects.base import Dialect
 
 
 class Oracle(Dialect):

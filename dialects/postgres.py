@@ -6,7 +6,8 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from dialects.base import (
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.base import (
     EXACT_UNITS,
     MICROSECONDS,
     Dialect,
@@ -16,7 +17,7 @@ from dialects.base import (
     decimal_type,
     md5_hex_head,
 )
-from dialects.catalog import Extent, SqlRunner
+from sqlfeed.dialects.catalog import Extent, SqlRunner
 
 HASHABLE_TYPE_OIDS = frozenset(
     {
@@ -127,9 +128,11 @@ class Postgres(Dialect):
     SCRATCH_BY_PAGES = True
     SCRATCH_ROW_NUMBER_INDEX = False
     FLOAT_UNDERFLOW_RAISES = True
+    EXACT_SUMS = True
     QUEUE_NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
     QUEUE_LOCK_CLAUSE = " FOR UPDATE SKIP LOCKED"
     TRANSACTIONAL_DDL = True
+    SIDE_EFFECT_FUNCTIONS = effects.POSTGRES
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return self._hash_record(exp.Anonymous(this="ROW", expressions=args))
@@ -283,10 +286,14 @@ class Postgres(Dialect):
 
     def scratch_tables_sql(self, schema: str) -> str:
         return (
-            "SELECT c.relname, pg_total_relation_size(c.oid), GREATEST(c.reltuples, 0)::bigint "
+            "SELECT c.relname, pg_total_relation_size(c.oid), GREATEST(c.reltuples, 0)::bigint, "
+            "obj_description(c.oid, 'pg_class') "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             f"WHERE n.nspname = {_literal(schema)} AND c.relkind IN ('r', 'p')"
         )
+
+    def scratch_comment_sql(self, table: exp.Table, text: str) -> str | None:
+        return f"COMMENT ON TABLE {self.sql(table)} IS {_literal(text)}"
 
     # -- values -------------------------------------------------------------------------
 
@@ -355,6 +362,7 @@ class Postgres(Dialect):
         unit: str | None = None,
         tz: str | None = None,
         length: int | None = None,
+        version: str = "",
     ) -> str | None:
         """PostgreSQL's types (:data:`POSTGRES_SINK_TYPES`).
 

@@ -6,7 +6,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark as SqlglotSpark
 from sqlglot.generators.spark import SparkGenerator
 
-from dialects.base import Dialect, conv_md5_head
+from sqlfeed.dialects.base import Dialect, conv_md5_head
 
 
 class SqlfeedSpark(SqlglotSpark):

@@ -9,8 +9,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from dialects.base import EXACT_UNITS, Dialect, QueueBounds, check_sink_kind
-from dialects.catalog import Extent, SqlRunner
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.base import EXACT_UNITS, Dialect, QueueBounds, check_sink_kind
+from sqlfeed.dialects.catalog import Extent, SqlRunner
 
 HASH_FUNCTION_NAME = "sqlfeed_hash"
 """The SQL name under which :func:`row_hash` is registered on a SQLite connection."""
@@ -94,12 +95,14 @@ class SQLite(Dialect):
     PHYSICAL_ADDRESS = True
     ROWS_FROM_EXTENT = True
     PINNED_DRIVER = "sqlite3"
+    SNAPSHOT_SYNC = "BEGIN IMMEDIATE (a memory database: one session)"
     FLOAT_NAN = False  # a NaN is stored as NULL
     ORDERED_AGGREGATES_SINCE = "SQLite 3.44"
     QUEUE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
     QUEUE_CAVEAT = QUEUE_CAVEAT
     QUEUE_WRITE_BEGIN = "BEGIN IMMEDIATE"
     TRANSACTIONAL_DDL = True
+    SIDE_EFFECT_FUNCTIONS = effects.SQLITE
     SINK_TZ_AS_UTC = True
     SINK_AS_TEXT = True
 
@@ -125,6 +128,7 @@ class SQLite(Dialect):
         unit: str | None = None,
         tz: str | None = None,
         length: int | None = None,
+        version: str = "",
     ) -> str | None:
         """SQLite's declared types (:data:`SQLITE_SINK_TYPES`).
 
@@ -136,8 +140,8 @@ class SQLite(Dialect):
         ``time`` in ISO 8601 (``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS.ffffff``,
         ``HH:MM:SS.ffffff``), SQLite's date functions' form, a zone-aware timestamp as its
         naive UTC time (:attr:`SINK_TZ_AS_UTC`). No ``uint64`` (an integer is 64-bit
-        signed), no duration, microseconds at most (``ns`` units: None). NaN is stored as
-        NULL.
+        signed), no duration, microseconds at most (``ns`` units: None). NaN would be
+        stored as NULL: the sink refuses it (:attr:`FLOAT_NAN`).
         """
         check_sink_kind(kind)
         if kind in ("date", "timestamp", "time"):
@@ -236,7 +240,7 @@ class SQLite(Dialect):
 
     def scratch_tables_sql(self, schema: str) -> str:
         return (
-            f"SELECT name, NULL, NULL FROM {self.sql(exp.to_identifier(schema))}"
+            f"SELECT name, NULL, NULL, NULL FROM {self.sql(exp.to_identifier(schema))}"
             ".sqlite_master WHERE type = 'table'"
         )
 
@@ -254,7 +258,7 @@ class SQLite(Dialect):
     def insert_ignoring(self, table: str, values: str) -> str:
         return f"INSERT OR IGNORE INTO {table} VALUES {values}"
 
-    def queue_connect_args(self, bounds: QueueBounds) -> dict[str, Any]:
+    def queue_connect_args(self, bounds: QueueBounds, driver: str = "") -> dict[str, Any]:
         """sqlite3's busy timeout, and the connection usable from the queue's threads."""
         return {"timeout": bounds.busy_ms / 1000, "check_same_thread": False}
 

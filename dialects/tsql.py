@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects.base import Dialect
+from sqlfeed.dialects import effects
+from sqlfeed.dialects.base import Dialect
 
 
 class TSQL(Dialect):
@@ -24,6 +25,7 @@ class TSQL(Dialect):
     DERIVED_COLUMN_LIST = True
     ORDER_BY_IN_DERIVED_TABLE = False
     GROUPING_SETS = True
+    SIDE_EFFECT_FUNCTIONS = effects.TSQL
 
     def hash_expression(self, args: list[exp.Expr]) -> exp.Expr:
         return exp.Anonymous(this="CHECKSUM", expressions=args)

@@ -14,11 +14,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __getattr__
-    from dialects import Dialect, dialect_for, get_dialect
     from sqlfeed import dask as dask
     from sqlfeed import ray as ray
     from sqlfeed import tf as tf
     from sqlfeed import torch as torch
+    from sqlfeed.dialects import Dialect, dialect_for, get_dialect
     from sqlfeed.dispatch.feeder import Feeder
     from sqlfeed.errors import (
         CorruptStateError,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
         sample_sql,
         unstable_reasons,
     )
-    from stats.model import ColumnStats, FeatureStats, StatsSpec
+    from sqlfeed.stats.model import ColumnStats, FeatureStats, StatsSpec
 
 __version__ = "0.1.0"
 
@@ -70,7 +70,7 @@ _ERRORS = (
 
 _HOMES: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "sqlfeed.errors"),
-    **dict.fromkeys(("Dialect", "dialect_for", "get_dialect"), "dialects"),
+    **dict.fromkeys(("Dialect", "dialect_for", "get_dialect"), "sqlfeed.dialects"),
     **dict.fromkeys(("dask", "ml", "ray", "tf", "torch"), ""),  # the subpackages themselves
     "Feeder": "sqlfeed.dispatch.feeder",
     "Progress": "sqlfeed.feed.feeder",
@@ -89,11 +89,11 @@ _HOMES: dict[str, str] = {
         "unstable_reasons".split(),
         "sqlfeed.sql",
     ),
-    **dict.fromkeys(("ColumnStats", "FeatureStats", "StatsSpec"), "stats.model"),
+    **dict.fromkeys(("ColumnStats", "FeatureStats", "StatsSpec"), "sqlfeed.stats.model"),
 }
 """Where each public name lives ("": it is the subpackage ``sqlfeed.NAME``)."""
 
-_LIGHT = ("dialects", "sqlfeed.errors", "sqlfeed.sql", "stats.model")
+_LIGHT = ("sqlfeed.dialects", "sqlfeed.errors", "sqlfeed.sql", "sqlfeed.stats.model")
 """Homes that read no data: the others may open a ``dataset:`` URL, which the shardset
 package registers with :func:`sqlfeed.io.register_scheme` when it is imported."""
 

@@ -3,7 +3,7 @@
 One root, :class:`SqlfeedError`; its leaves also subclass the matching builtin
 (``ValueError``, ``RuntimeError``, ``ImportError``, ``NotImplementedError``), so code that
 catches those keeps working. The root and the errors every layer raises are defined at the bottom
-(``dialects.errors``, so that ``stats`` and ``dialects`` raise the same classes); the
+(``sqlfeed.dialects.errors``, so that ``stats`` and ``dialects`` raise the same classes); the
 lease queue's errors and sqlfeed's warnings are defined here. Importing this module
 imports nothing else of sqlfeed.
 
@@ -14,7 +14,7 @@ True
 
 from __future__ import annotations
 
-from dialects.errors import (
+from sqlfeed.dialects.errors import (
     EngineError,
     InvalidArgumentError,
     MissingDependencyError,

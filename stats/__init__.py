@@ -4,15 +4,15 @@ Specs, aggregate SQL per dialect, mergeable accumulators over Arrow, versioned J
 preprocessing layers and an HTML report.
 
 Layering: ``stats`` imports ``dialects`` and never ``sqlfeed``; it receives a callable that
-runs a query and returns Arrow (see :func:`stats.pushdown.compute_pushdown`). Users call
+runs a query and returns Arrow (see :func:`sqlfeed.stats.pushdown.compute_pushdown`). Users call
 :func:`sqlfeed.compute_stats`, which brings the two together.
 """
 
 from __future__ import annotations
 
-from stats.accumulate import StatsAccumulator, accumulate
-from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import compute_pushdown
+from sqlfeed.stats.accumulate import StatsAccumulator, accumulate
+from sqlfeed.stats.model import ColumnStats, FeatureStats, StatsSpec
+from sqlfeed.stats.pushdown import compute_pushdown
 
 __all__ = [
     "ColumnStats",

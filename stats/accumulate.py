@@ -9,15 +9,16 @@ quantiles, distinct counts and vocabulary counts become approximate, and say so
 (``boundaries_exact``, ``distinct_exact``); a distinct estimate never exceeds the
 non-NULL count.
 
-The rules are the pushdown's (see :mod:`stats.pushdown`): boundary positions in integer
+The rules are the pushdown's (see :mod:`sqlfeed.stats.pushdown`): boundary positions in integer
 arithmetic, NaN counted and left out, infinities counted and left out of the moments,
 moments scaled by powers of two so that finite values never overflow, -0.0 and 0.0 one
-value, dates and timestamps with moments in days / microseconds (:mod:`stats.units`).
+value, dates and timestamps with moments in days / microseconds (:mod:`sqlfeed.stats.units`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fractions
 import hashlib
 import heapq
 import math
@@ -29,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects import InvalidArgumentError
-from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import innermost, kinds_of, positions, scale_exponent
-from stats.units import PER_SECOND, unit_of
+from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.stats.model import ColumnStats, FeatureStats, StatsSpec
+from sqlfeed.stats.pushdown import innermost, kinds_of, positions, scale_exponent
+from sqlfeed.stats.units import PER_SECOND, unit_of
 
 __all__ = ["StatsAccumulator", "accumulate"]
 
@@ -98,6 +99,8 @@ class _Moments:
         self.n = self.scale = 0
         self.origin: int | float = 0
         self.mean = self.m2 = 0.0
+        self.total: int | None = None
+        """The exact sum of integer values (None for floats, or a spread beyond int64)."""
 
     def add(self, values: np.ndarray, integral: bool) -> None:
         """Add finite values (integers as their own NumPy integer type)."""
@@ -106,6 +109,7 @@ class _Moments:
         other = _Moments()
         other.n, other.origin = len(values), values[0].item()
         if integral:
+            other.total = _exact_sum(values, int(other.origin))
             deviations = _int_deviations(values, int(other.origin))
             other.scale = scale_exponent(float(deviations.min()), float(deviations.max()))
             scaled = np.ldexp(deviations, -other.scale)
@@ -121,8 +125,10 @@ class _Moments:
             return
         if not self.n:
             self.n, self.scale, self.origin = other.n, other.scale, other.origin
-            self.mean, self.m2 = other.mean, other.m2
+            self.mean, self.m2, self.total = other.mean, other.m2, other.total
             return
+        both = self.total is not None and other.total is not None
+        self.total = self.total + other.total if both else None  # type: ignore[operator]
         if isinstance(self.origin, int) and isinstance(other.origin, int):
             gap = float(other.origin - self.origin)  # exact difference, then rounded once
             scale = max(self.scale, other.scale, math.frexp(gap)[1])
@@ -155,6 +161,22 @@ class _Moments:
         except OverflowError:
             variance = math.inf
         return min(max(mean, float(low)), float(high)), variance
+
+
+def _exact_sum(values: np.ndarray, origin: int) -> int | None:
+    """The sum of integer values as a Python integer (None: their spread exceeds int64).
+
+    Their deviations from ``origin`` are summed by 32-bit halves (``d = hi * 2**32 + lo``,
+    ``0 <= lo < 2**32``), whose int64 sums cannot overflow for fewer than 2**31 values.
+    """
+    low, high = int(values.min()), int(values.max())
+    if max(abs(low - origin), abs(high - origin)) >= 2**63:
+        return None
+    with np.errstate(over="ignore"):
+        deviations = (values - np.array(origin).astype(values.dtype)).view(np.int64)
+    high_halves = int((deviations >> 32).sum())
+    low_halves = int((deviations & 0xFFFFFFFF).sum())
+    return origin * len(values) + (high_halves << 32) + low_halves
 
 
 def _int_deviations(values: np.ndarray, origin: int) -> np.ndarray:
@@ -304,9 +326,12 @@ class _Numeric:
         stats.min, stats.max = self._back(self.low), self._back(self.high)
         mean, variance = self.moments.result(self.finite_low, self.finite_high)
         ticked = self.temporal and not pa.types.is_date(self.arrow_type)
+        per_tick = fractions.Fraction(1)
         if mean is not None and variance is not None and ticked:  # timestamps, times, durations
-            per_tick = PER_SECOND["us"] / PER_SECOND[self.arrow_type.unit]  # to microseconds
-            mean, variance = mean * per_tick, variance * per_tick * per_tick
+            per_tick = fractions.Fraction(PER_SECOND["us"], PER_SECOND[self.arrow_type.unit])
+            mean, variance = mean * float(per_tick), variance * float(per_tick) ** 2
+        if self.moments.total is not None:  # integers and times: the exact mean, rounded once
+            mean = float(fractions.Fraction(self.moments.total, self.moments.n) * per_tick)
         stats.mean, stats.variance = mean, variance
         ordered = np.sort(self.values)
         picked = [p - 1 for p in positions(len(ordered), spec.buckets)]

@@ -26,7 +26,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from stats.units import DAYS, MICROSECONDS, PER_SECOND, to_units
+from sqlfeed.stats.units import DAYS, MICROSECONDS, PER_SECOND, to_units
 
 __all__ = [
     "NUMBER_KINDS",

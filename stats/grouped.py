@@ -3,7 +3,7 @@
 One statement groups the rows by each described column separately, so each column's
 distinct values come with their counts:
 
-* where the engine has ``GROUPING SETS`` (:attr:`dialects.Dialect.GROUPING_SETS`):
+* where the engine has ``GROUPING SETS`` (:attr:`sqlfeed.dialects.Dialect.GROUPING_SETS`):
   ``GROUP BY GROUPING SETS (("c1"), ("c2"), ...)``, one hash aggregation per column over
   a single scan;
 * elsewhere (MySQL/MariaDB, whose ``WITH ROLLUP`` groups by prefixes, and SQLite): the
@@ -39,8 +39,8 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import Dialect
-from stats.sqlvalues import Relation
+from sqlfeed.dialects import Dialect
+from sqlfeed.stats.sqlvalues import Relation
 
 __all__ = ["Counted", "Grouped", "grouped_sql", "read_grouped"]
 
@@ -262,7 +262,7 @@ def grouped_sql(
 
     Args:
         relation: the query as a derived table named ``_stats_q`` (its own text embedded
-            as written, see :class:`stats.sqlvalues.Relation`), and its engine.
+            as written, see :class:`sqlfeed.stats.sqlvalues.Relation`), and its engine.
         columns: the columns, at least one; names distinct.
         buckets: quantile buckets.
         square: ``x * x`` of an expression, safe on the engine (underflow).

@@ -6,7 +6,7 @@ Numeric columns become ``Normalization`` (mean and variance) or ``Discretization
 when the top k leave rows out, a warning says how many and that a larger
 ``StatsSpec(top_k=...)`` keeps them).
 
-Each layer takes the tensor :mod:`sqlfeed.tf` feeds for its column (:mod:`stats.fed`):
+Each layer takes the tensor :mod:`sqlfeed.tf` feeds for its column (:mod:`sqlfeed.stats.fed`):
 a string, JSON or uuid column its text, a binary column its bytes (``StringLookup``), an
 integer, bool, date or time column its int64 (``IntegerLookup``), a list column the
 ``tf.RaggedTensor`` of its elements, whose statistics these are (a lookup or
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from dialects import InvalidArgumentError
-from dialects.optional import require
-from stats.fed import NUMBER_KINDS, TICK_KINDS, fed_kind, fed_value
-from stats.model import ColumnStats, FeatureStats
-from stats.units import PER_SECOND
+from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.dialects.optional import require
+from sqlfeed.stats.fed import NUMBER_KINDS, TICK_KINDS, fed_kind, fed_value
+from sqlfeed.stats.model import ColumnStats, FeatureStats
+from sqlfeed.stats.units import PER_SECOND
 
 __all__ = ["to_keras"]
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dialects import InvalidArgumentError
-from stats.fed import decode_binary, encode_binary, fed_kind
+from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.stats.fed import decode_binary, encode_binary, fed_kind
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -50,7 +50,7 @@ class StatsSpec:
         buckets: quantile buckets per numeric column (``buckets - 1`` boundaries).
         top_k: vocabulary size per categorical column (default :data:`DEFAULT_TOP_K`);
             values beyond it become the out-of-vocabulary index of a Keras lookup, and
-            :func:`stats.keras.to_keras` warns with their share.
+            :func:`sqlfeed.stats.keras.to_keras` warns with their share.
     """
 
     kinds: dict[str, str] = field(default_factory=dict)
@@ -109,12 +109,15 @@ class ColumnStats:
     max: Any = None
     mean: float | None = None
     """The mean of the finite values (of a date or timestamp column: in ``unit``; of a time
-    of day or a duration: in microseconds, since midnight or long)."""
+    of day or a duration: in microseconds, since midnight or long). Of integers, decimals,
+    dates and timestamps: the exact sum over the count, rounded once, where the engine sums
+    exactly (:attr:`~sqlfeed.dialects.Dialect.EXACT_SUMS`) and in accumulators; else (floats,
+    SQLite) a sum of doubles, within about 1e-15 of the values' magnitude per value."""
     variance: float | None = None
     """Population variance of the finite values (of a time column: in ``unit`` squared)."""
     unit: str | None = None
     """A time column's numeric unit: ``days`` (dates) or ``us`` (timestamps), counted from
-    1970-01-01, the int64 values :mod:`sqlfeed.tf` feeds (see :mod:`stats.units`)."""
+    1970-01-01, the int64 values :mod:`sqlfeed.tf` feeds (see :mod:`sqlfeed.stats.units`)."""
     boundaries: list[Any] = field(default_factory=list)
     """Quantile bucket boundaries (numeric): ``buckets - 1`` increasing values."""
     boundaries_exact: bool = True

@@ -1,14 +1,14 @@
 """Statistics computed by the engine: aggregate SQL built with sqlglot for each dialect.
 
 The statements are built around the described query, which each holds as a derived table
-of its own text, as written (:class:`stats.sqlvalues.Relation`): sqlglot never re-renders
+of its own text, as written (:class:`sqlfeed.stats.sqlvalues.Relation`): sqlglot never re-renders
 it, so the engine reads exactly the query the user wrote.
 
 Two statements, one scan of the query's rows each, covering every column at once:
 
 1. counts, NULLs, NaNs, infinities, MIN and MAX (and, for floats, dates and timestamps,
    the count and extremes of the moment values, which decide their scaling);
-2. every column's value counts in one grouped scan (:mod:`stats.grouped`: ``GROUPING
+2. every column's value counts in one grouped scan (:mod:`sqlfeed.stats.grouped`: ``GROUPING
    SETS``, or a cross join emulating it), from which window functions over the distinct
    values give distinct counts, top-k vocabularies, quantile boundaries, histograms,
    means and population variances (around the means: exact where one pass of sums of
@@ -32,14 +32,15 @@ Exactness rules:
 * NaN is counted (``nans``) and left out of MIN, MAX, moments, boundaries and histograms;
   infinities are counted (``infinities``), kept in MIN, MAX, boundaries and histograms,
   and left out of the moments, which describe the finite values. Non-finite values are
-  written as SQL values of the engine (:mod:`stats.sqlvalues`), never as bare words.
-* Dates and timestamps have moments in days / microseconds since 1970 (:mod:`stats.units`)
-  on the engines :func:`stats.sqlvalues.epoch_units` knows.
+  written as SQL values of the engine (:mod:`sqlfeed.stats.sqlvalues`), never as bare words.
+* Dates and timestamps have moments in days / microseconds since 1970 (:mod:`sqlfeed.stats.units`)
+  on the engines :func:`sqlfeed.stats.sqlvalues.epoch_units` knows.
 """
 
 from __future__ import annotations
 
 import decimal
+import fractions
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,10 +49,10 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import Dialect, UnsupportedError, get_dialect
-from stats.grouped import Counted, Grouped, grouped_sql, read_grouped
-from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.sqlvalues import (
+from sqlfeed.dialects import Dialect, UnsupportedError, get_dialect
+from sqlfeed.stats.grouped import Counted, Grouped, grouped_sql, read_grouped
+from sqlfeed.stats.model import ColumnStats, FeatureStats, StatsSpec
+from sqlfeed.stats.sqlvalues import (
     Relation,
     epoch_units,
     finite,
@@ -60,7 +61,7 @@ from stats.sqlvalues import (
     not_nan,
     raises_on_underflow,
 )
-from stats.units import unit_of
+from sqlfeed.stats.units import unit_of
 
 __all__ = ["Runner", "compute_pushdown", "innermost", "kinds_of", "positions", "scale_exponent"]
 
@@ -132,6 +133,11 @@ class _Numeric:
     scale: int = 0
     mean: float | None = None
     """The mean of the scaled values (``moment * 2**-scale``)."""
+    exact: exp.Expr | None = None
+    """The values as integers or decimals whose ``SUM`` the engine computes exactly (see
+    :attr:`~sqlfeed.dialects.Dialect.EXACT_SUMS`), or None: the mean from the scaled sums."""
+    total: Any = None
+    """``SUM(exact)``, as the engine returned it."""
 
 
 class _Query:
@@ -156,13 +162,19 @@ class _Query:
         value: exp.Expr = column
         as_double = exp.cast(column.copy(), exp.DataType.Type.DOUBLE)
         moment: exp.Expr | None = as_double
+        exact: exp.Expr | None = None
         if floating:
             value = _case(not_nan(column, engine), column)
             moment = _case(finite(column, engine), as_double)
         elif pa.types.is_temporal(field.type):
-            units = epoch_units(column, field.type, engine)
-            moment = None if units is None else exp.cast(units, exp.DataType.Type.DOUBLE)
-        return _Numeric(field, value, moment, floating)
+            exact = epoch_units(column, field.type, engine)
+            moment = None if exact is None else exp.cast(exact, exp.DataType.Type.DOUBLE)
+        elif pa.types.is_integer(field.type) or pa.types.is_decimal(field.type):
+            exact = column
+        numeric = _Numeric(field, value, moment, floating)
+        if engine.EXACT_SUMS and exact is not None:
+            numeric.exact = exact.copy()
+        return numeric
 
     def scaled(self, column: _Numeric) -> exp.Expr:
         """``moment * 2**-scale``; values whose product would round to zero count as zero.
@@ -320,6 +332,8 @@ def _first_scan(
                 exp.Min(this=c.moment.copy()),
                 exp.Max(this=c.moment.copy()),
             ]
+        if c.exact is not None:
+            first.append(exp.Sum(this=c.exact.copy()))
     values = _one_row(run(query.select(first)))
     rows = int(values.pop(0) or 0)
     result: dict[str, ColumnStats] = {}
@@ -351,6 +365,8 @@ def _first_scan(
                 c.scale = scale_exponent(c.low, c.high)
             if c.floating:
                 stats.infinities = c.numbers - c.finite
+        if c.exact is not None:
+            c.total = values.pop(0)
         if c.floating and not stats.nans:  # the later scans need no NaN or finite tests
             c.value = query.column(c.field.name)
             if not stats.infinities:
@@ -401,13 +417,27 @@ def _grouped_scan(
 
 
 def _moments(c: _Numeric, stats: ColumnStats, found: Counted) -> None:
-    """The mean and variance of a column from its scaled sums (clamped into [low, high])."""
+    """The mean and variance of a column from its scaled sums (clamped into [low, high]).
+
+    The mean of an integer, decimal, date or timestamp column is its exact sum over its
+    count, rounded once, where the engine sums exactly.
+    """
     if found.total is not None and c.finite:
         c.mean = found.total / c.finite
         if found.squares is not None:
             stats.variance = _unscaled(found.squares / c.finite, 2 * c.scale)
     if c.mean is not None:
         stats.mean = min(max(math.ldexp(c.mean, c.scale), c.low), c.high)
+    exact = _exact(c.total)
+    if exact is not None and c.finite:
+        stats.mean = float(exact / c.finite)
+
+
+def _exact(total: Any) -> fractions.Fraction | None:
+    """An exact sum as a fraction; None when absent or already rounded (a float)."""
+    if isinstance(total, int | decimal.Decimal):
+        return fractions.Fraction(total)
+    return None
 
 
 def _unscaled(value: float, exponent: int) -> float:

@@ -1,4 +1,4 @@
-"""A self-contained HTML report of :class:`stats.model.FeatureStats`.
+"""A self-contained HTML report of :class:`sqlfeed.stats.model.FeatureStats`.
 
 One HTML5 document with inline CSS and the charts embedded as PNG ``data:`` URIs: a header
 (how the statistics were computed), a summary table with one row per column, a histogram per
@@ -20,10 +20,10 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
-from dialects.optional import require
-from stats.fed import fed_kind
-from stats.model import ColumnStats, FeatureStats
-from stats.units import DAYS, MICROSECONDS, from_units, to_units
+from sqlfeed.dialects.optional import require
+from sqlfeed.stats.fed import fed_kind
+from sqlfeed.stats.model import ColumnStats, FeatureStats
+from sqlfeed.stats.units import DAYS, MICROSECONDS, from_units, to_units
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -8,7 +8,7 @@
   SQLite has infinities and stores NaN as NULL), and the predicates that tell them apart
   whatever the engine's NaN ordering (PostgreSQL and DuckDB sort NaN above every number
   and call it equal to itself; IEEE engines compare it false).
-* Dates and timestamps as numbers in the units of :mod:`stats.units` (days, microseconds
+* Dates and timestamps as numbers in the units of :mod:`sqlfeed.stats.units` (days, microseconds
   since 1970), on the engines where sqlfeed knows how.
 * The query described, as a derived table (:class:`Relation`): its own text embedded as
   written (the engine parses exactly what the user wrote; sqlglot never re-renders it),
@@ -29,9 +29,9 @@ import math
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import Dialect, UnsupportedError
-from dialects.text import unused_name
-from stats.units import DAYS, unit_of
+from sqlfeed.dialects import Dialect, UnsupportedError
+from sqlfeed.dialects.text import unused_name
+from sqlfeed.stats.units import DAYS, unit_of
 
 __all__ = [
     "Relation",

@@ -37,7 +37,7 @@ def unit_of(arrow_type: pa.DataType | str) -> str | None:
     """``days`` for a date type, ``us`` for a timestamp type, None for anything else.
 
     Args:
-        arrow_type: an Arrow type, or its text as :class:`stats.model.ColumnStats` keeps it.
+        arrow_type: an Arrow type, or its text as :class:`sqlfeed.stats.model.ColumnStats` keeps it.
     """
     text = str(arrow_type)
     if text.startswith("date"):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import corpus
+from tests.helpers import corpus, sweep
 from tests.helpers.engines import ENGINES, Engine, EngineUnavailable, open_engine
 from tests.helpers.gaps import mark_engine_gaps
 from tests.helpers.sources import SourceFactory
@@ -75,9 +76,54 @@ def source(request: pytest.FixtureRequest, make_source: SourceFactory) -> Any:
     return make_source(*mark.args, **mark.kwargs) if mark else make_source()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Engine gaps (``@pytest.mark.engine_gap``) become strict xfails of that engine's cases."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Engine gaps (``@pytest.mark.engine_gap``) become strict xfails of that engine's cases;
+    of a ``@pytest.mark.sweep`` test, the cases of this run's share run (tests/helpers/sweep.py).
+    """
     mark_engine_gaps(items)
+    dropped = [i for i in items if i.get_closest_marker("sweep") and not sweep.kept(i.nodeid)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(dropped)
+        items[:] = [i for i in items if i not in gone]
+    slow_first(items)
+
+
+def slow_first(items: list[pytest.Item]) -> None:
+    """The modules holding a ``slow`` test first, each module's tests together and in order.
+
+    xdist hands tests out in this order: the long multi-process tests start while the
+    thousands of short ones fill the other workers, instead of one of them running alone
+    at the end of the run.
+    """
+    slow = {i.path for i in items if i.get_closest_marker("slow")}
+    items.sort(key=lambda i: i.path not in slow)  # stable: the order within stays
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Fix the sweep seed once, so every xdist worker (spawned later) deals the same share.
+
+    And let the children the tests start handle SIGINT: a shell starts a background job
+    (``make test &``, nohup) with SIGINT ignored, children inherit that, and the tests of
+    an interrupted run (Ctrl-C: exit 130, tables dropped) then tested a process deaf to it.
+    A handler is not inherited: the children start with the default.
+    """
+    os.environ.setdefault("SQLFEED_SWEEP_SEED", str(sweep.seed()))
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_report_header() -> str:
+    return sweep.describe()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing sweep test's report says which share ran and how to run it again."""
+    report = yield
+    if report.failed and item.get_closest_marker("sweep"):
+        report.sections.append(("sweep", sweep.describe()))
+    return report
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,7 +20,7 @@ PACKAGES: dict[str, str] = {
     "sqlfeed.ray": "Ray Data datasets and the table datasink (`pip install 'sqlfeed[ray]'`).",
     "sqlfeed.dask": "Dask DataFrames (`pip install 'sqlfeed[dask]'`).",
     "sqlfeed.ml": "Train, evaluate and predict from a SELECT.",
-    "stats": "Feature statistics: the model, pushdown SQL, accumulators, Keras layers.",
+    "sqlfeed.stats": "Feature statistics: the model, pushdown SQL, accumulators, Keras layers.",
 }
 """The packages whose ``__all__`` is the public API, with one line about each."""
 
@@ -73,8 +73,8 @@ def _page(package: str, about: str) -> str:
     elsewhere = []
     for name in sorted(names, key=str.lower):
         target = _target(package, name)
-        home = target.split(".")[0]
-        if home != package.split(".")[0] and home in PACKAGES:  # stats' names on sqlfeed's page
+        home = "sqlfeed.stats" if target.startswith("sqlfeed.stats.") else "sqlfeed"
+        if home != package and home == "sqlfeed.stats":  # stats' names on sqlfeed's page
             elsewhere.append(f"- [`{name}`][{target}]: documented under `{home}`")
             continue
         lines += _directive(target, name)

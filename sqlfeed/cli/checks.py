@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
-from dialects import InvalidArgumentError, MissingDependencyError
-from dialects.optional import install_hint
-from sqlfeed.io import redact_url
-from sqlfeed.io.urlhints import scheme_hint
+from sqlfeed.cli.messages import cli_wording as cli_wording
+from sqlfeed.cli.messages import missing_module_hint as missing_module_hint
+from sqlfeed.cli.parsers import DB_VARIABLE as DB_VARIABLE
+from sqlfeed.cli.parsers import add_db as add_db
+from sqlfeed.cli.parsers import name_flags as name_flags
+from sqlfeed.dialects import InvalidArgumentError, MissingDependencyError
+from sqlfeed.urlhints import scheme_hint
+from sqlfeed.urlsecrets import check_url_secrets, redact_url, resolve_url
 
 # -- output paths, checked before anything runs ------------------------------------------
 
@@ -80,57 +83,6 @@ def _check_writable_folder(folder: Path, flag: str, given: str, *, create: bool)
 
 # -- errors in the command line's own terms ----------------------------------------------
 
-_ASSIGNMENT = re.compile(r"(?<![\w-])([A-Za-z_]\w*)=('([^']*)'|\"([^\"]*)\"|\.\.\.|[^\s,;:)]+)?")
-
-
-def name_flags(parser: argparse.ArgumentParser, **aliases: str) -> None:
-    """Let errors raised under this command name its flags, not Python's parameter names.
-
-    Each option's destination (``lease_ttl``) maps to its long flag (``--lease-ttl``);
-    ``aliases`` add the library's own names and phrases (``top_k="--top-k"``,
-    ``shard rows="--shard-rows"``, passed through a dict). See :func:`cli_wording`.
-    """
-    names: dict[str, str] = {}
-    for action in parser._actions:
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        if longs and action.dest not in ("help", "version"):
-            names.setdefault(action.dest, longs[0])
-    names.update(aliases)
-    parser.set_defaults(flag_names=names)
-
-
-def cli_wording(message: str, names: Mapping[str, str]) -> str:
-    """``message`` with the Python names that ``names`` maps written as the CLI flags.
-
-    ``name=value`` becomes ``--flag value``; a name with an underscore becomes its flag
-    wherever it stands; a message that starts with a name or phrase starts with its flag.
-
-    >>> cli_wording("lease_ttl must be > 0; use method='hash'", {"lease_ttl": "--lease-ttl",
-    ...     "method": "--method"})
-    '--lease-ttl must be > 0; use --method hash'
-    """
-    if not names:
-        return message
-
-    def assignment(match: re.Match[str]) -> str:
-        flag = names.get(match.group(1))
-        if flag is None:
-            return match.group(0)
-        value = next((g for g in (match.group(3), match.group(4)) if g is not None), None)
-        value = value if value is not None else match.group(2)
-        return flag if value in (None, "...", "True") else f"{flag} {value}"
-
-    message = _ASSIGNMENT.sub(assignment, message)
-    message = re.sub(r"(--[\w-]+), \1(?![\w-])", r"\1", message)  # "key=..., --key"
-    message = re.sub(r"(--[\w-]+) \(\1\)", r"\1", message)  # "x=True (--x)"
-    for name, flag in names.items():
-        if "_" in name and " " not in name:
-            message = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", flag, message)
-    for name in sorted(names, key=len, reverse=True):
-        if message.startswith(f"{name} "):
-            return names[name] + message[len(name) :]
-    return message
-
 
 # -- database URLs, before anything connects ----------------------------------------------
 
@@ -140,16 +92,24 @@ SQLAlchemy."""
 
 
 def db_url(text: str) -> str:
-    """``--db`` (argparse ``type=``): a URL whose kind SQLAlchemy knows, else the fix.
+    """``--db`` and every URL option (argparse ``type=``): the URL, checked before it is used.
 
-    A scheme SQLAlchemy spells otherwise (``postgres://``) gets a did-you-mean, one whose
-    dialect is a package of its own (``snowflake://``) the package to install
-    (:func:`~sqlfeed.io.urlhints.scheme_hint`); anything else is left to the command
-    (which says what is wrong with it).
+    ``env:NAME`` and ``@PATH`` are read first (:func:`~sqlfeed.urlsecrets.resolve_url`:
+    the password stays off the command line). A scheme SQLAlchemy spells otherwise
+    (``postgres://``) gets a did-you-mean, one whose dialect is a package of its own
+    (``snowflake://``) the package to install (:func:`~sqlfeed.urlhints.scheme_hint`);
+    anything else is left to the command (which says what is wrong with it). Every message
+    shows the URL without its password.
 
     Raises:
-        argparse.ArgumentTypeError: the scheme is one of those.
+        argparse.ArgumentTypeError: the variable or file holds no URL, or the scheme is one
+            of those.
     """
+    try:
+        text = resolve_url(text, flag="")
+        check_url_secrets(text)
+    except InvalidArgumentError as err:
+        raise argparse.ArgumentTypeError(str(err).strip()) from None
     backend = text.strip().partition(":")[0].partition("+")[0].lower()
     if "://" not in text or backend in _NATIVE:
         return text
@@ -159,28 +119,11 @@ def db_url(text: str) -> str:
     return text
 
 
-_URL_INSTEAD = {"psycopg2": "postgresql+psycopg://", "MySQLdb": "mysql+pymysql://"}
-"""The drivers SQLAlchemy's plain ``postgresql://`` and ``mysql://`` ask for, which no
-extra installs: the URL of the driver that the extra (:data:`dialects.optional.EXTRAS`)
-installs."""
-
-
-def missing_module_hint(err: ImportError) -> str:
-    """One line for a package that is not installed: which, and what to install or use."""
-    module = (err.name or "").split(".")[0]
-    if not module:
-        return f"a Python package is missing: {' '.join(str(err).split())}"
-    hint = install_hint(module)
-    if module in _URL_INSTEAD:
-        hint = f"use a {_URL_INSTEAD[module]} URL ({hint})"
-    return f"the Python package {module} is not installed: {hint}"
-
-
 @contextlib.contextmanager
 def missing_package(what: str) -> Iterator[None]:
     """Inside: a package that is not installed (a URL's driver, say) is one error line.
 
-    One :class:`~dialects.errors.MissingDependencyError` line, ``what`` first (a flag and
+    One :class:`~sqlfeed.dialects.errors.MissingDependencyError` line, ``what`` first (a flag and
     its value), then :func:`missing_module_hint`.
     """
     try:

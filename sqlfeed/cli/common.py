@@ -14,95 +14,33 @@ import datetime
 import io
 import json
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from dialects import Dialect, InvalidArgumentError, dialect_for, dialect_names
 from sqlfeed import ParsedQuery, Plan, connect, plan
-from sqlfeed.cli.checks import db_url
+from sqlfeed.cli.messages import drop_warnings as drop_warnings
+from sqlfeed.cli.messages import flush_warnings as flush_warnings
+from sqlfeed.cli.messages import warn as warn
+from sqlfeed.cli.parsers import add_allow_side_effects as add_allow_side_effects
+from sqlfeed.cli.parsers import add_as_of as add_as_of
+from sqlfeed.cli.parsers import add_plan_options as add_plan_options
+from sqlfeed.cli.parsers import add_sql as add_sql
+from sqlfeed.cli.parsers import add_target as add_target
+from sqlfeed.cli.parsers import column_list as column_list
 from sqlfeed.cli.parsing import CommandParser as CommandParser  # for the command modules
-from sqlfeed.cli.saved import add_plan_file, check_saved_plan, saved_plan
+from sqlfeed.cli.prechecks import read_sql as read_sql  # for the command modules
+from sqlfeed.cli.saved import check_saved_plan, saved_plan
+from sqlfeed.dialects import Dialect, InvalidArgumentError, dialect_for
 from sqlfeed.io import Source
-from sqlfeed.plans import STRATEGIES
 from sqlfeed.plans.materialize import DEFAULT_SCRATCH
 from sqlfeed.plans.planner import REREAD_WARNING
 from sqlfeed.sql import check_partition_count, check_stable, parse
 
 Handler = Callable[[argparse.Namespace, TextIO], None]
 """A command's handler: its parsed arguments and where to print."""
-
-
-def add_target(parser: argparse.ArgumentParser, *, dialect: bool) -> None:
-    """Add ``--db URL`` (required), or ``--db`` or ``--dialect NAME`` if ``dialect``."""
-    if dialect:
-        where = parser.add_mutually_exclusive_group()
-        where.add_argument(
-            "--db",
-            metavar="URL",
-            type=db_url,
-            help="database URL (SQLAlchemy form, duckdb:///file.duckdb, iceberg:, delta:)",
-        )
-        where.add_argument(
-            "--dialect",
-            metavar="NAME",
-            help=f"rewrite without a database, for one of: "
-            f"{', '.join(dialect_names())} (default duckdb)",
-        )
-    else:
-        parser.add_argument(
-            "--db",
-            metavar="URL",
-            type=db_url,
-            required=True,
-            help="database URL (SQLAlchemy form, duckdb:///file.duckdb, iceberg:, delta:)",
-        )
-    add_as_of(parser)
-
-
-def add_as_of(parser: argparse.ArgumentParser) -> None:
-    """Add ``--as-of SNAPSHOT|TIME``: a lakehouse table read at a snapshot (time travel)."""
-    parser.add_argument(
-        "--as-of",
-        metavar="SNAPSHOT|TIME",
-        help="an iceberg:/delta: table read at this snapshot id (Delta: version), or at the "
-        "snapshot current at this time (ISO, or 13 digits: milliseconds since the epoch)",
-    )
-
-
-def add_sql(parser: argparse.ArgumentParser) -> None:
-    """Add the positional ``SQL`` argument (see :func:`read_sql`).
-
-    Optional when the command takes a saved plan instead (``--plan``, see
-    :func:`add_plan_options`).
-    """
-    saved = "--plan" in parser._option_string_actions
-    parser.add_argument(
-        "sql",
-        metavar="SQL",
-        nargs="?" if saved else None,
-        help="the SELECT; '-' reads it from stdin, '@file.sql' from a file"
-        + (" (none with --plan)" if saved else ""),
-    )
-
-
-def column_list(text: str) -> list[str]:
-    """The column names of one ``--key``/``--sort``/``--group-by`` value, split at commas.
-
-    Raises:
-        argparse.ArgumentTypeError: a name is empty (argparse turns it into a usage error;
-            a handler calling this itself gets an :class:`InvalidArgumentError` instead).
-    """
-    names = [name.strip() for name in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(
-            f"empty column name in {text!r}: give the names separated by single commas"
-        )
-    return names
 
 
 def flag_column_list(text: str, flag: str) -> list[str]:
@@ -120,82 +58,6 @@ def flag_column_list(text: str, flag: str) -> list[str]:
 def flatten_keys(groups: list[list[str]] | None) -> list[str] | None:
     """The names of repeated :func:`column_list` values in one list (None if there are none)."""
     return [name for names in groups for name in names] if groups else None
-
-
-def add_plan_options(parser: argparse.ArgumentParser, sample_rows: int | None = None) -> None:
-    """Add the planning options that plan, export and job create share.
-
-    Args:
-        parser: the command's parser.
-        sample_rows: the default of ``--sample-rows``; None: no such option (0 rows).
-    """
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument(
-        "--partitions",
-        "-m",
-        type=int,
-        metavar="M",
-        help="number of partitions (default: from --target-rows, else 16)",
-    )
-    size.add_argument(
-        "--target-rows",
-        type=int,
-        metavar="N",
-        help="rows per partition: M = ceil(COUNT / N), at least 4 x --workers (needs --db)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        metavar="W",
-        help="expected number of workers: at least 4 x W partitions (default 1)",
-    )
-    parser.add_argument(
-        "--strategy",
-        choices=STRATEGIES,
-        default="auto",
-        help="hash: any query; range: ranges of --key; ctid: physical row ranges of one table "
-        "(PostgreSQL ctid, DuckDB and SQLite rowid); materialize: run once into --scratch; "
-        "fragments: the shard files, row groups and stripes of --db dataset:///DIR; auto: the "
-        "cheapest that applies (all but hash need --db)",
-    )
-    parser.add_argument(
-        "--scratch",
-        metavar="SCHEMA",
-        help="a schema sqlfeed may create a table in, for --strategy materialize (default "
-        "on PostgreSQL and MySQL: sqlfeed_scratch, created when allowed; auto materializes "
-        "an expensive query there)",
-    )
-    parser.add_argument(
-        "--key",
-        action="append",
-        type=column_list,
-        metavar="COL",
-        help="output column to hash (or to range on); repeat or separate with "
-        "commas for several (default: all output columns)",
-    )
-    if sample_rows is None:
-        parser.set_defaults(sample_rows=0)
-    else:
-        parser.add_argument(
-            "--sample-rows",
-            type=int,
-            default=sample_rows,
-            metavar="N",
-            help=f"rows in the sample query (default {sample_rows})",
-        )
-    parser.add_argument(
-        "--allow-unstable",
-        action="store_true",
-        help="partition a query whose result may change between runs anyway",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse an ORDER BY that may tie (a LIMIT's, a window's) instead of completing "
-        "it with tie-breakers (the plan's reason says what was completed with what)",
-    )
-    add_plan_file(parser)
 
 
 DEFAULT_SCRATCH_ON = ("postgres", "mysql", None)
@@ -218,25 +80,6 @@ def positive(value: int, flag: str, zero: bool = False, most: int = INT64_MAX) -
         raise InvalidArgumentError(f"{flag} must be at most {most}, got {value}")
 
 
-def read_sql(argument: str, stdin: TextIO | None = None) -> str:
-    """The SQL text of a command-line argument: itself, ``-`` for stdin, ``@path`` for a file.
-
-    Raises:
-        InvalidArgumentError: the file cannot be read, or is not UTF-8 text.
-    """
-    if argument == "-":
-        return (stdin or sys.stdin).read()
-    if argument.startswith("@"):
-        path = Path(argument[1:])
-        try:
-            return path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise InvalidArgumentError(f"cannot read SQL from {path}: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise InvalidArgumentError(f"cannot read SQL from {path}: not UTF-8 text") from None
-    return argument
-
-
 def validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     """The command's SQL, parsed and checked, and its plan options checked: before any I/O.
 
@@ -251,7 +94,7 @@ def validated_query(args: argparse.Namespace, engine: Dialect) -> ParsedQuery:
     sql = read_sql(args.sql)
     args.key = flatten_keys(args.key)
     _check_plan_sizes(args)
-    parsed = parse(sql, engine)
+    parsed = parse(sql, engine, allow_side_effects=args.allow_side_effects)
     if not args.allow_unstable:
         # Volatile functions now; ORDER BYs that may tie once the output columns and the
         # catalog's keys are known (completed with tie-breakers, or refused with --strict).
@@ -345,29 +188,6 @@ def reread_advice(args: argparse.Namespace) -> str:
         ways.append("--scratch SCHEMA (materialize: one run into a scratch table)")
     ways.append("read the rows from a shardset dataset (sqlfeed reshard)")
     return f"to read the rows once, give {', '.join(ways[:-1])}, or {ways[-1]}"
-
-
-_WARNINGS: list[str] = []
-
-
-def warn(message: str) -> None:
-    """A ``sqlfeed: warning: MESSAGE`` line for stderr, shown once the command succeeds.
-
-    Or at :func:`flush_warnings`: a failed command prints its one error line alone.
-    """
-    _WARNINGS.append(message)
-
-
-def flush_warnings(stream: TextIO | None = None) -> None:
-    """Print the warnings so far (a long-running command does before it waits)."""
-    for message in _WARNINGS:
-        print(f"sqlfeed: warning: {message}", file=stream or sys.stderr)
-    _WARNINGS.clear()
-
-
-def drop_warnings() -> None:
-    """Forget the warnings so far (the command failed: its error says what matters)."""
-    _WARNINGS.clear()
 
 
 def write_json(out: TextIO, value: Any, *, indent: int | None = None) -> None:

@@ -29,10 +29,10 @@ import duckdb
 import numpy as np
 
 import sqlfeed.tf as sqlfeed_tf
-from dialects.optional import require
 from sqlfeed import connect
-from sqlfeed.cli.common import CommandParser, positive
+from sqlfeed.cli.common import positive
 from sqlfeed.cli.torch_demo import run_torch_demo
+from sqlfeed.dialects.optional import require
 from sqlfeed.io import DuckDBSource
 from sqlfeed.ml.artifact import Model
 from sqlfeed.ml.layers import layer_classes
@@ -52,30 +52,6 @@ TRAINING_QUERY = QUERY + "  AND o.order_id % 10 <> 0\n"
 """The torch demo's training SELECT: 90 % of the orders (``order_id % 10 <> 0``)."""
 VALIDATION_QUERY = QUERY + "  AND o.order_id % 10 = 0\n"
 """The torch demo's held-out 10 %."""
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``demo`` command."""
-    parser = commands.add_parser(
-        "demo",
-        help="run the main job end to end on an embedded DuckDB",
-        description=(
-            "Create demo tables in an in-memory DuckDB and train a model from a SELECT over "
-            "them with sqlfeed.ml (a hash split, exact statistics, a Keras dnn with its "
-            "preprocessing inside, two synchronous replicas each fed by an elastic worker of "
-            "a job), then print the validation metrics and the feed throughput."
-        ),
-    )
-    parser.add_argument("--rows", type=int, default=200_000, help="rows in the demo table")
-    parser.add_argument("--partitions", "-m", type=int, default=16, metavar="M")
-    parser.add_argument(
-        "--framework",
-        choices=("tf", "torch"),
-        default="tf",
-        help="tf (default): the Keras job above; torch: train a PyTorch model from a "
-        "DuckDB file through a DataLoader with two worker processes",
-    )
-    parser.set_defaults(handler=_cmd_demo)
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> None:

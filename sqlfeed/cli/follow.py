@@ -15,8 +15,9 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from dialects import InvalidArgumentError
 from sqlfeed.cli.common import write_json
+from sqlfeed.cli.parsers import add_follow_options as add_follow_options
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.dispatch import open_queue
 from sqlfeed.dispatch.follow import JobFollower, epoch_jobs, followed_job
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
@@ -40,30 +41,6 @@ _NOT_WITH_FOLLOW = (
     ("plan", "--plan"),
     ("as_of", "--as-of"),
 )
-
-
-def add_follow_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--follow``, ``--new-only`` and ``--watermark COLUMN`` to ``job create``."""
-    parser.add_argument(
-        "--follow",
-        action="store_true",
-        help="a job per epoch (JOB@0, JOB@1, ...), each planned when it begins over the "
-        "table as it is then: an iceberg:/delta: table's latest snapshot, pinned; workers "
-        "(sqlfeed worker --job JOB) read the epochs in turn",
-    )
-    parser.add_argument(
-        "--new-only",
-        action="store_true",
-        help="with --follow over an iceberg:/delta: table: each epoch after the first reads "
-        "only the rows appended since the previous epoch's snapshot (implies --follow)",
-    )
-    parser.add_argument(
-        "--watermark",
-        metavar="COLUMN",
-        help="follow any table by a monotone output column (an identity key, an insertion "
-        "time): each epoch reads the rows above the previous epoch's maximum, up to the "
-        "maximum when it begins (implies --follow)",
-    )
 
 
 def check_follow_create(args: argparse.Namespace) -> bool:

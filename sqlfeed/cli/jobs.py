@@ -14,19 +14,12 @@ from typing import TextIO
 
 import sqlalchemy as sa
 
-from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import connect
 from sqlfeed.cli.checks import (
     check_output_folder,
-    db_url,
     missing_package,
-    name_flags,
 )
 from sqlfeed.cli.common import (
-    CommandParser,
-    Handler,
-    add_plan_options,
-    add_sql,
     flush_warnings,
     plan_on_db,
     positive,
@@ -34,16 +27,16 @@ from sqlfeed.cli.common import (
     write_json,
 )
 from sqlfeed.cli.follow import (
-    add_follow_options,
     check_follow_create,
     create_followed,
     delete_followed,
     refuse_followed,
     status_followed,
 )
-from sqlfeed.cli.saved import add_plan_file, load_plan
+from sqlfeed.cli.saved import load_plan
 from sqlfeed.cli.worker import Checkpoints, WaitReporter
-from sqlfeed.dispatch import ORDERS, Delivery, Lease, Worker, open_queue
+from sqlfeed.dialects import InvalidArgumentError, dialect_for
+from sqlfeed.dispatch import Delivery, Lease, Worker, open_queue
 from sqlfeed.dispatch.feeder import create_job
 from sqlfeed.dispatch.folder import BatchFolder
 from sqlfeed.dispatch.follow import JobFollower, followed_job
@@ -58,172 +51,6 @@ MAX_BATCH_ROWS = 2**31 - 1
 """The most rows in one batch (an Arrow record batch is not meant to hold more)."""
 MAX_JOB_TASKS = 1_000_000
 """The most tasks (partitions x epochs) ``sqlfeed job create`` puts in a queue."""
-DEFAULT_LEASE_TTL = 60.0
-"""The default of ``sqlfeed job create --lease-ttl``."""
-DEFAULT_CHECKPOINT_SECONDS = 60.0
-"""The default of ``sqlfeed worker --checkpoint-every``."""
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``job`` command (create, status, reset, delete) and the ``worker`` command."""
-    job = commands.add_parser(
-        "job",
-        help="create, inspect or reset a job: a plan handed out to elastic workers",
-        description="A job is a plan, a number of epochs and a seed, in a lease queue.",
-    )
-    actions = job.add_subparsers(dest="job_command", metavar="ACTION", parser_class=CommandParser)
-    actions.required = True
-    _register_create(actions)
-    others: tuple[tuple[str, str, Handler], ...] = (
-        (
-            "status",
-            "per-epoch done/leased/pending and per-worker counts and throughput",
-            _cmd_job_status,
-        ),
-        ("reset", "make every partition pending again, from the start", _cmd_job_reset),
-        (
-            "rewind",
-            "hand out again everything delivered after a checkpoint of the ledger",
-            _cmd_job_rewind,
-        ),
-        (
-            "delete",
-            "remove the job from the queue (and its scratch table, with --db)",
-            _cmd_job_delete,
-        ),
-    )
-    for action, helptext, handler in others:
-        sub = actions.add_parser(action, help=helptext)
-        _add_job_target(sub)
-        if action == "status":
-            sub.add_argument("--format", choices=("table", "json"), default="table")
-        if action == "rewind":
-            sub.description = (
-                "After every worker is stopped and the model restored from checkpoint "
-                "CHECKPOINT: make what was delivered after it (by the workers' ledger, "
-                "Worker.checkpoint) pending again, so the restored model sees each row once."
-            )
-            sub.add_argument(
-                "--to",
-                type=int,
-                required=True,
-                metavar="CHECKPOINT",
-                help="the checkpoint id the workers recorded",
-            )
-        if action == "delete":
-            sub.description = (
-                "Remove the job from the queue. A job of --strategy materialize reads a "
-                "scratch table: pass --db URL to drop it too, or --keep-scratch."
-            )
-            sub.add_argument(
-                "--db", metavar="URL", type=db_url, help="where the job's scratch table lives"
-            )
-            sub.add_argument(
-                "--keep-scratch", action="store_true", help="leave the scratch table in place"
-            )
-        sub.set_defaults(handler=handler)
-        name_flags(sub)
-
-    _register_worker(commands)
-
-
-def _register_worker(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    worker = commands.add_parser(
-        "worker",
-        help="pull a job's partitions and read them (joins and leaves at any time)",
-        description=(
-            "Take leases on the job's partitions until every epoch is done, reading each "
-            "partition; with --out, write every batch to DIR/epoch=E/part-P-B.parquet and, "
-            "once a partition is acknowledged, DIR/epoch=E/_manifest-P.json: the committed "
-            "data is what the manifests list. SIGTERM: the leases are given back and the "
-            "worker exits 143, within 5 s. A worker killed otherwise keeps its leases until "
-            "they expire (the job's --lease-ttl, default 60 s): meanwhile the other workers "
-            "wait for them, and say so once on stderr."
-        ),
-    )
-    _add_job_target(worker)
-    worker.add_argument(
-        "--db", metavar="URL", type=db_url, required=True, help="where the query runs"
-    )
-    worker.add_argument(
-        "--out", metavar="DIR", help="write the batches here (one folder per job; see the README)"
-    )
-    worker.add_argument("--batch-size", type=int, metavar="N")
-    worker.add_argument("--worker-id", metavar="ID", help="unique name (default host:pid:rand)")
-    worker.add_argument(
-        "--checkpoint-every",
-        type=float,
-        default=DEFAULT_CHECKPOINT_SECONDS,
-        metavar="SECONDS",
-        help="record in the job's ledger what this worker delivered, every SECONDS and when "
-        "it stops, under checkpoint id = the Unix time in seconds, for sqlfeed job rewind "
-        f"--to ID (default {DEFAULT_CHECKPOINT_SECONDS:g}; 0: never; not for --even-batches "
-        "jobs, which cannot be rewound)",
-    )
-    worker.add_argument("--format", choices=("text", "json"), default="text")
-    add_plan_file(worker, job=True)
-    worker.set_defaults(handler=_cmd_worker)
-    name_flags(worker)
-
-
-def _register_create(actions: argparse._SubParsersAction[CommandParser]) -> None:
-    create = actions.add_parser(
-        "create",
-        help="plan a query and create the job (idempotent: the same job may be created again)",
-    )
-    _add_job_target(create)
-    create.add_argument(
-        "--db", metavar="URL", type=db_url, required=True, help="where the query runs"
-    )
-    add_plan_options(create)
-    create.add_argument("--epochs", type=int, default=1)
-    create.add_argument("--seed", type=int, default=0)
-    create.add_argument(
-        "--lease-ttl",
-        type=float,
-        default=DEFAULT_LEASE_TTL,
-        metavar="SECONDS",
-        help="a worker renews its leases while it reads; the partitions of one that stops "
-        "renewing them (killed, frozen, cut off) go to another worker this many seconds "
-        f"after its last renewal (default {DEFAULT_LEASE_TTL:g})",
-    )
-    create.add_argument(
-        "--order",
-        choices=ORDERS,
-        default="shuffle",
-        help="hand-out order within an epoch (default shuffle: seeded)",
-    )
-    create.add_argument(
-        "--even-batches",
-        metavar="REPLICAS",
-        type=int,
-        help="every one of REPLICAS synchronous workers delivers the same number of batches "
-        "per epoch (needs --batch-size); the rows left over are dropped",
-    )
-    create.add_argument("--batch-size", type=int, metavar="N", help="rows per batch")
-    create.add_argument(
-        "--snapshot",
-        action="store_true",
-        help="PostgreSQL: every worker reads inside one snapshot taken now, so all partitions "
-        "see the same data under concurrent writes; this command then stays running, holding "
-        "the snapshot, until every epoch is done",
-    )
-    add_follow_options(create)
-    create.add_argument("--format", choices=("text", "json"), default="text")
-    add_sql(create)
-    create.set_defaults(handler=_cmd_job_create)
-    name_flags(create, replicas="--even-batches")
-
-
-def _add_job_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--queue",
-        metavar="URL",
-        default="sqlite:///sqlfeed-queue.db",
-        help="the lease queue: sqlite:///file.db (default "
-        "sqlite:///sqlfeed-queue.db), or a PostgreSQL or MySQL URL",
-    )
-    parser.add_argument("--job", "--name", dest="job", required=True, metavar="NAME")
 
 
 def _check_job_create(args: argparse.Namespace) -> None:

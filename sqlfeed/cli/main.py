@@ -5,20 +5,22 @@ Exit codes: 0 success, 2 bad input (one line on stderr, nothing run on the datab
 the user: a missing driver, a file that cannot be written and, as a last resort, any
 other failure are one line too (``SQLFEED_DEBUG=1`` shows the traceback of the last).
 
-Each command group lives in its own module, which adds its parsers (``register``) with
-their handler: :mod:`~sqlfeed.cli.query` (plan, count, sample), :mod:`~sqlfeed.cli.export`,
-:mod:`~sqlfeed.cli.statistics` (stats), :mod:`~sqlfeed.cli.jobs` (job, worker),
-:mod:`~sqlfeed.cli.scratch` (scratch), :mod:`~sqlfeed.cli.shardsets` (reshard, shardset),
-:mod:`~sqlfeed.cli.ml` (train, evaluate, model), :mod:`~sqlfeed.cli.sqlflow` (sql) and
+Each command group has its parsers in :mod:`sqlfeed.cli.parsers` (``register``), which
+name their handler in the group's module: :mod:`~sqlfeed.cli.query` (plan, count,
+sample), :mod:`~sqlfeed.cli.export`, :mod:`~sqlfeed.cli.statistics` (stats),
+:mod:`~sqlfeed.cli.jobs` (job, worker), :mod:`~sqlfeed.cli.scratch` (scratch),
+:mod:`~sqlfeed.cli.shardsets` (reshard, shardset), :mod:`~sqlfeed.cli.ml` (train,
+evaluate, model), :mod:`~sqlfeed.cli.predict`, :mod:`~sqlfeed.cli.sqlflow` (sql) and
 :mod:`~sqlfeed.cli.demo`; what they share is in :mod:`~sqlfeed.cli.common` and
-:mod:`~sqlfeed.cli.checks`; running a handler (its errors as one line) is
-:mod:`~sqlfeed.cli.run`.
+:mod:`~sqlfeed.cli.checks`; running a handler (its input checked first, its errors as
+one line) is :mod:`~sqlfeed.cli.run`.
 
 Start-up is cheap: this module imports only :mod:`argparse` and
-:mod:`~sqlfeed.cli.parsing`. The command modules (and the drivers, Arrow and sqlglot
-they import) are imported when their command runs: ``sqlfeed --version``, ``sqlfeed
---help`` and an unknown command import none of them; ``sqlfeed export ...`` imports the
-export module alone. The other commands get a parser that only carries their help line
+:mod:`~sqlfeed.cli.parsing`, and a parser module only argparse. ``sqlfeed --version``,
+``sqlfeed --help`` and an unknown command import no parser module; ``sqlfeed export
+--help`` imports export's parsers alone, and no command module (nor the drivers, Arrow and
+sqlglot they import): a handler's module is imported when its command runs, after its
+input was checked. The other commands get a parser that only carries their help line
 (:data:`COMMANDS`).
 """
 
@@ -157,7 +159,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for module, names in COMMANDS:
         if named is None or any(name == named for name, _ in names):
-            importlib.import_module(f"sqlfeed.cli.{module}").register(commands)
+            importlib.import_module(f"sqlfeed.cli.parsers.{module}").register(commands)
         else:
             for name, helptext in names:
                 commands.add_parser(name, help=helptext, add_help=False)

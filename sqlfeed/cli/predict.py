@@ -6,95 +6,21 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from dialects import InvalidArgumentError, dialect_for
 from sqlfeed.cli.checks import check_output_folder
-from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
+from sqlfeed.cli.common import read_sql, write_json
+from sqlfeed.cli.parsers.predict import HELP
 from sqlfeed.cli.progress import RowsBar
+from sqlfeed.dialects import EngineError, InvalidArgumentError, dialect_for
 from sqlfeed.ml.scoring import finish, predict
 from sqlfeed.sink import WriteReport
+from sqlfeed.sink.folder import check_out_folder
 
-__all__ = ["HELP", "register"]
-
-HELP = "write a model's predictions for a SELECT into a table, exactly once, on elastic workers"
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``predict`` command."""
-    parser = commands.add_parser(
-        "predict",
-        help=HELP,
-        description=(
-            "Score the SELECT's rows with a model folder of sqlfeed train and write "
-            "predicted_<label> (binary: also predicted_<label>_prob; --proba: a probability "
-            "per class) with the --key and --keep columns into --into TABLE. Partitions are "
-            "leased to workers: threads here (--readers), or the same command started on "
-            "several machines with one --queue URL and --job NAME (the first creates the job "
-            "and the output, the others join; workers may die or join at any time). Each "
-            "batch's rows commit in one transaction with a record of the batch, so every "
-            "input row gets exactly one output row. Rows go to a staging table; the worker "
-            "that sees the job complete (or predict --finish) checks the counts and renames "
-            "it into place (--mode replace: an atomic swap). --out DIR writes Parquet files "
-            "instead (a DuckDB file cannot be written by several processes: give the workers "
-            "--out, then load it with --finish --out DIR --into TABLE --into-db duckdb:///f)."
-        ),
-    )
-    add_target(parser, dialect=False)
-    parser.add_argument(
-        "--model", metavar="DIR", help="the model folder (not needed with --finish)"
-    )
-    parser.add_argument("--into", metavar="TABLE", help="the output table (name or schema.name)")
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="a Parquet folder instead of a table (with --finish and --into: the folder to load)",
-    )
-    parser.add_argument("--into-db", metavar="URL", help="the output database (default: --db)")
-    parser.add_argument(
-        "--mode",
-        choices=("create", "replace", "append"),
-        default="create",
-        help="create (refused if the table exists; default), replace (swapped in atomically "
-        "at the end), append",
-    )
-    parser.add_argument(
-        "--key",
-        metavar="COL,...",
-        help="columns identifying a row: passed through; the output's primary key when the "
-        "catalog proves them unique, else checked by distinct count. Without: the output "
-        "gets _sqlfeed_partition, _sqlfeed_row",
-    )
-    keep = parser.add_mutually_exclusive_group()
-    keep.add_argument("--keep", metavar="COL,...", help="input columns passed through")
-    keep.add_argument("--keep-all", action="store_true", help="pass every input column through")
-    parser.add_argument(
-        "--proba", action="store_true", help="classification: a probability column per class"
-    )
-    parser.add_argument("--queue", metavar="URL", help="a lease queue shared by every process")
-    parser.add_argument("--job", metavar="NAME", help="the job's name in --queue")
-    parser.add_argument("--readers", type=int, metavar="N", help="worker threads here")
-    parser.add_argument(
-        "--batch-size", type=int, metavar="N", help="rows per committed batch (default 8192)"
-    )
-    parser.add_argument("--partitions", type=int, metavar="M", help="partitions of the plan")
-    parser.add_argument(
-        "--lease-ttl", type=float, default=60.0, metavar="S", help="seconds a lease lives"
-    )
-    parser.add_argument(
-        "--finish",
-        action="store_true",
-        help="only finish the job's output (check counts, put it in place): idempotent",
-    )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument(
-        "sql",
-        metavar="SQL",
-        nargs="?",
-        help="the SELECT (none with --finish); '-' reads it from stdin, '@file.sql' from a file",
-    )
-    parser.set_defaults(handler=_cmd_predict)
+__all__ = ["HELP"]
 
 
-def _columns(text: str | None) -> list[str]:
+def _columns(text: str | list[str] | None) -> list[str]:
+    if isinstance(text, list):  # read as names already (sqlfeed.cli.names)
+        return text
     return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
@@ -113,6 +39,8 @@ def _check(args: argparse.Namespace) -> None:
         if value is not None and value < 1:
             raise InvalidArgumentError(f"{flag} must be >= 1, not {value}")
     if args.finish:
+        if args.out is not None:
+            check_out_folder(args.out, args.job, what="--out")
         return
     if args.model is None:
         raise InvalidArgumentError("give the model folder: --model DIR")
@@ -123,6 +51,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.out is not None:
         check_output_folder(args.out, "--out")
+        check_out_folder(args.out, what="--out")
 
 
 def _cmd_predict(args: argparse.Namespace, out: TextIO) -> None:
@@ -133,9 +62,34 @@ def _cmd_predict(args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
         write_json(out, report, indent=1)
         return
-    out.write(
-        f"{report['rows']:,} rows in {report['table']} ({report['mode']}, finished by "
-        f"{report['finished_by']})\n"
+    out.write(f"{_summary(args, report)}\n")
+
+
+def _summary(args: argparse.Namespace, report: dict[str, Any]) -> str:
+    """The run in one line: where its rows are, and what this process did.
+
+    A table: put in place by this process, or found in place (another worker or an
+    earlier finish did it). A folder: the rows this process wrote, and whether the job's
+    rows are all there (each worker says so for itself: a folder is finished by loading it).
+    """
+    rows, where = report["rows"], report["table"]
+    if report["mode"] != "folder":
+        by = "put in place by this process"
+        if report["finished_by"] == "before":
+            by = "already in place: put there by another process or an earlier finish"
+        return f"{rows:,} rows in {where} ({report['mode']}, {by})"
+    if args.finish:
+        return f"{where} holds all {rows:,} rows of the job {args.job}"
+    if args.queue is None:
+        return f"{rows:,} rows in {where} (Parquet files)"
+    if not report["complete"]:
+        return (
+            f"{rows:,} rows written into {where} by this process; the job is not complete "
+            "(its other workers write the rest)"
+        )
+    return (
+        f"{rows:,} rows written into {where} by this process; all {report['job_rows']:,} rows "
+        f"of the job are there (predict --finish --out {where} --into TABLE loads them)"
     )
 
 
@@ -164,7 +118,22 @@ def _run(args: argparse.Namespace, sql: str) -> dict[str, Any] | None:
         )
     finally:
         bar.close()
-    return None if result is None else result.to_dict()
+    if result is None:
+        return None
+    return _folder_report(args, result) if args.out is not None else result.to_dict()
+
+
+def _folder_report(args: argparse.Namespace, result: WriteReport) -> dict[str, Any]:
+    """A worker's report on a folder: its own rows, and whether the job's are all there."""
+    report = {"table": result.table, "rows": result.rows, "mode": "folder"}
+    report["seconds"] = result.seconds
+    if args.queue is None:  # this process ran the whole job
+        return report | {"complete": True, "job_rows": result.rows}
+    try:
+        held = finish(args.queue, args.job, out=args.out).rows
+    except EngineError:  # not every partition is committed yet
+        return report | {"complete": False, "job_rows": None}
+    return report | {"complete": True, "job_rows": held}
 
 
 def _finish(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,7 +14,16 @@ import time
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from sqlfeed.cli.native import terminal
 
@@ -129,14 +138,44 @@ def human(value: float) -> str:
     raise AssertionError("unreachable")
 
 
-class RowsBar(ProgressBar):
-    """A bar of rows written, its total set when the first call knows it.
+class _RowsColumn(ProgressColumn):
+    """``57.5k/200.0k rows``: the rows so far and, once known, the rows expected."""
 
-    The ``progress(rows, expected)`` callback of the table sink's jobs.
+    def render(self, task: Task) -> Text:
+        total = f"/{human(task.total)}" if task.total else ""
+        return Text(f"{human(task.completed)}{total} {task.description}")
+
+
+class _TimeLeftColumn(ProgressColumn):
+    """``ETA 0:01:05``: the time left at the run's mean rate so far (nothing before a row)."""
+
+    def render(self, task: Task) -> Text:
+        elapsed, done, total = task.elapsed, task.completed, task.total
+        if not (elapsed and done and total) or done >= total:
+            return Text("")
+        left = int(elapsed * (total - done) / done)
+        return Text(f"ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}")
+
+
+class RowsBar(ProgressBar):
+    """``━━━━╺━━━━ 57.5k/200.0k rows  12.1k rows/s  0:00:04 ETA 0:00:12``: rows written.
+
+    The ``progress(rows, expected)`` callback of the table sink's jobs: the total is set
+    when a call first knows it (the count column shows it from then on), and the time
+    left is estimated from the rows so far.
     """
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__(0, what="rows", stream=stream, show_rows=False)
+
+    def _columns(self) -> tuple[ProgressColumn, ...]:  # type: ignore[override]
+        return (
+            BarColumn(bar_width=30),
+            _RowsColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            _TimeLeftColumn(),
+        )
 
     def __call__(self, rows: int, expected: int | None) -> None:
         if expected and not self.total:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from dialects import InvalidArgumentError, UnsupportedError, dialect_for, get_dialect
 from sqlfeed import connect, count_sql, parse, partition_sqls, sample_sql
-from sqlfeed.cli.checks import name_flags
 from sqlfeed.cli.common import (
-    CommandParser,
-    add_plan_options,
-    add_sql,
-    add_target,
     engine_columns,
     names_known,
     plan_on_db,
@@ -23,82 +17,13 @@ from sqlfeed.cli.common import (
     write_json,
     write_table,
 )
+from sqlfeed.dialects import InvalidArgumentError, UnsupportedError, dialect_for, get_dialect
 from sqlfeed.feed import unequal_shares
 from sqlfeed.feed.textout import shown
 from sqlfeed.io import redact_url
 from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans.prepare import notes
-from sqlfeed.sql import SAMPLE_METHODS, complete_orders
-
-DEFAULT_SAMPLE_ROWS = 10_000
-"""The default of ``sqlfeed plan --sample-rows``."""
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``plan``, ``count`` and ``sample`` commands."""
-    plan = commands.add_parser(
-        "plan",
-        help="split a SELECT into partition queries (count, sample, partitions)",
-        description=(
-            "Split a SELECT into M partition queries whose results add up to exactly the "
-            "query's result, plus its COUNT and sample queries. Without --db nothing is run: "
-            "the SQL is only rewritten for --dialect. With --db the output column names are "
-            "read from the database (a LIMIT 0 query), and --target-rows counts the rows."
-        ),
-    )
-    add_target(plan, dialect=True)
-    add_plan_options(plan, sample_rows=DEFAULT_SAMPLE_ROWS)
-    plan.add_argument(
-        "--format",
-        choices=("json", "sql"),
-        default="json",
-        help="json (default): the whole plan; sql: the partition queries, one "
-        "per line, each ending with ';'",
-    )
-    add_sql(plan)
-    plan.set_defaults(handler=_cmd_plan)
-    name_flags(plan)
-
-    count = commands.add_parser(
-        "count",
-        help="count the rows a SELECT returns",
-        description="Run SELECT COUNT(*) over the query on the database and print the number.",
-    )
-    add_target(count, dialect=False)
-    count.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help='text (default): the number; json: {"count": N, "sql": ...}',
-    )
-    add_sql(count)
-    count.set_defaults(handler=_cmd_count)
-    name_flags(count)
-
-    sample = commands.add_parser(
-        "sample",
-        help="print a sample of a SELECT's rows",
-        description=(
-            "Run the query's sample query (see 'plan') and print the rows. Durations are "
-            "ISO 8601 text (P1DT2H), binary values \\x and hex digits; in CSV, lists, "
-            "structs and maps are JSON text. Repeated column names are made unique (id_1)."
-        ),
-    )
-    add_target(sample, dialect=False)
-    sample.add_argument("--rows", type=int, default=10, metavar="N", help="at most N rows")
-    sample.add_argument(
-        "--method",
-        choices=SAMPLE_METHODS,
-        default="limit",
-        help="limit: the first rows; bernoulli: the engine's TABLESAMPLE; hash: a "
-        "deterministic share of the rows (bernoulli and hash need --fraction)",
-    )
-    sample.add_argument("--fraction", type=float, help="share of rows to keep, in (0, 1]")
-    sample.add_argument("--seed", type=int, default=0, help="seed of a bernoulli sample")
-    sample.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    add_sql(sample)
-    sample.set_defaults(handler=_cmd_sample)
-    name_flags(sample, **{"the sample size n": "--rows", "n": "--rows"})
+from sqlfeed.sql import complete_orders
 
 
 def _cmd_plan(args: argparse.Namespace, out: TextIO) -> None:
@@ -168,7 +93,7 @@ def _warn_unequal_shares(partitions: int, workers: int) -> None:
 def _cmd_count(args: argparse.Namespace, out: TextIO) -> None:
     """``sqlfeed count``: run the query's COUNT on ``--db``."""
     sql = read_sql(args.sql)
-    parsed = parse(sql, dialect_for(args.db))
+    parsed = parse(sql, dialect_for(args.db), allow_side_effects=args.allow_side_effects)
     with connect(args.db) as source:
         columns = engine_columns(source, parsed)
         count_query = count_sql(parsed, columns=columns)
@@ -185,7 +110,7 @@ def _cmd_sample(args: argparse.Namespace, out: TextIO) -> None:
     positive(args.rows, "--rows", zero=True)
     positive(args.seed, "--seed", zero=True)
     check_sample_method(args.method, args.fraction)
-    parsed = parse(sql, dialect_for(args.db))
+    parsed = parse(sql, dialect_for(args.db), allow_side_effects=args.allow_side_effects)
     engine = parsed.dialect
     if args.method == "bernoulli" and (args.fraction or 0) < 1 and not engine.TABLESAMPLE_BERNOULLI:
         raise UnsupportedError(

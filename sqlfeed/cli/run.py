@@ -1,7 +1,11 @@
 """Running a parsed command: its handler, and every way it can fail as one stderr line.
 
 Imported by :mod:`sqlfeed.cli.main` once a command was parsed (``--version``, ``--help``
-and usage errors never load it, nor what it imports).
+and usage errors never load it, nor what it imports). Check first, import late: the names
+the command takes and its SELECT are checked (:mod:`sqlfeed.cli.names`,
+:mod:`sqlfeed.cli.prechecks`) before the handler's module, with the drivers, Arrow and a
+model's framework, is imported (the handler is a :class:`~sqlfeed.cli.parsers.Later`): bad
+input is refused in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ import re
 import sys
 from typing import TextIO
 
-from dialects import EngineError, SqlfeedError
-from sqlfeed.cli.checks import cli_wording, missing_module_hint
-from sqlfeed.cli.common import drop_warnings, flush_warnings
+from sqlfeed.cli.messages import cli_wording, drop_warnings, flush_warnings, missing_module_hint
+from sqlfeed.cli.names import check_names
+from sqlfeed.cli.parsers import later
 from sqlfeed.cli.parsing import EXIT_BAD_INPUT, EXIT_ENGINE, EXIT_OK
-from sqlfeed.lake.urls import at_snapshot
+from sqlfeed.cli.prechecks import precheck
+from sqlfeed.dialects import EngineError, SqlfeedError
 
 __all__ = ["run_command"]
+
+_AT_SNAPSHOT = later("sqlfeed.lake.urls:at_snapshot")
+""":func:`sqlfeed.lake.urls.at_snapshot` (``--as-of``), imported when a command has one."""
 
 
 def run_command(args: argparse.Namespace, stream: TextIO) -> int:
@@ -39,8 +47,10 @@ def run_command(args: argparse.Namespace, stream: TextIO) -> int:
 def _run(args: argparse.Namespace, stream: TextIO) -> int:
     """Run the command's handler: its exit code, every error turned into one stderr line."""
     try:
+        check_names(args)  # before the handler: nothing has connected yet
+        precheck(args)  # the SELECT, before the handler loads a model or connects
         if getattr(args, "as_of", None) is not None:
-            args.db = at_snapshot(args.db, args.as_of)
+            args.db = _AT_SNAPSHOT(args.db, args.as_of)
         args.handler(args, stream)
     except EngineError as err:
         _say(f"sqlfeed: engine error: {_one_line(err)}")

@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dialects import Dialect, InvalidArgumentError, SqlfeedError
+from sqlfeed.cli.parsers import add_plan_file as add_plan_file
+from sqlfeed.dialects import Dialect, InvalidArgumentError, SqlfeedError
 from sqlfeed.io import Source
 from sqlfeed.plans import Plan
 from sqlfeed.sql import ParsedQuery, parse
@@ -40,24 +41,11 @@ PLANNING_DEFAULTS: dict[str, tuple[str, Any]] = {
 """The planning options a saved plan fixes: their flag and the value when not given."""
 
 
-def add_plan_file(parser: argparse.ArgumentParser, *, job: bool = False) -> None:
-    """Add ``--plan FILE`` (``job``: the worker's check of its job's plan)."""
-    parser.add_argument(
-        "--plan",
-        metavar="FILE",
-        help=(
-            "refuse to work unless the job's plan is this saved plan (same fingerprint)"
-            if job
-            else "use this saved plan (sqlfeed plan --db URL --format json > FILE) instead "
-            "of planning: no SQL argument nor planning options then; --db is still needed "
-            "and must be of the plan's engine; a saved materialize plan's scratch table is "
-            "left in place (sqlfeed scratch drop)"
-        ),
-    )
-
-
-def load_plan(path: str, engine: Dialect) -> Plan:
+def load_plan(path: str, engine: Dialect, *, allow_side_effects: bool = False) -> Plan:
     """The plan saved in ``path``, validated for ``engine`` without connecting.
+
+    Its queries are validated as a query given on the command line is (functions with
+    side effects refused unless ``allow_side_effects``: ``--allow-side-effects`` again).
 
     Raises:
         InvalidArgumentError: the file cannot be read, is no plan of this format, was
@@ -97,7 +85,7 @@ def load_plan(path: str, engine: Dialect) -> Plan:
         *((f"partition {p.index}", p.sql) for p in plan.partitions),
     ]:
         try:
-            parse(sql, engine)
+            parse(sql, engine, allow_side_effects=allow_side_effects)
         except SqlfeedError as err:
             raise InvalidArgumentError(f"{where}: its {what} is refused: {err}") from None
     return plan
@@ -136,8 +124,9 @@ def saved_plan(args: argparse.Namespace, engine: Dialect) -> ParsedQuery | None:
         )
     if not getattr(args, "db", None):
         raise InvalidArgumentError(f"--plan {path} needs --db URL, the database it reads")
-    args.saved_plan = load_plan(path, engine)
-    return parse(args.saved_plan.sql, engine)
+    allowed = bool(getattr(args, "allow_side_effects", False))
+    args.saved_plan = load_plan(path, engine, allow_side_effects=allowed)
+    return parse(args.saved_plan.sql, engine, allow_side_effects=allowed)
 
 
 def check_saved_plan(plan: Plan, parsed: ParsedQuery, source: Source, path: str) -> Plan:

@@ -5,11 +5,14 @@ sink (``predict``, ``export --into``).
 
 ``--strategy materialize`` runs the query once into a table named
 ``sqlfeed_<unix time>_<hex>`` in the ``--scratch`` schema. ``export`` drops its table when
-done and ``job delete`` drops its job's; a plan printed by ``sqlfeed plan`` keeps its
+done and ``job delete`` drops its job's; ``train`` drops its own when it ends (a
+checkpointed training interrupted keeps the one it resumes from), and its next run with the
+same ``--out`` drops what a killed one left; a plan printed by ``sqlfeed plan`` keeps its
 table for the partitions to read, and a killed run may leave one behind: these commands
-list them (with their age, their rows, counted, and their size where the engine tells)
-and drop them by name, all at once, or those older than a duration. Nothing but sqlfeed's own
-scratch tables is ever dropped.
+list them (with their age, their rows, counted, their size where the engine tells, and the
+run that owns them: ``train --out DIR``, with its process) and drop them by name, all at
+once, or those older than a duration. Nothing but sqlfeed's own scratch tables is ever
+dropped.
 """
 
 from __future__ import annotations
@@ -23,16 +26,14 @@ from typing import Any, TextIO
 
 from sqlglot import exp
 
-from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import connect
-from sqlfeed.cli.checks import name_flags
 from sqlfeed.cli.common import (
-    CommandParser,
-    add_target,
     write_json,
 )
+from sqlfeed.dialects import InvalidArgumentError, dialect_for
 from sqlfeed.plans.materialize import (
     SCRATCH_PREFIX,
+    ScratchOwner,
     ScratchTable,
     drop_scratch_tables,
     list_scratch,
@@ -41,64 +42,6 @@ from sqlfeed.plans.materialize import (
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``scratch`` command (list, drop)."""
-    scratch = commands.add_parser(
-        "scratch",
-        help="list or drop scratch tables: --strategy materialize's, the write-back's staging",
-        description=(
-            "--strategy materialize runs the query once into a table named "
-            f"{SCRATCH_PREFIX}<unix time>_<hex> in the --scratch schema. export and job "
-            "delete drop theirs; a plan keeps its table for its partitions. predict and "
-            "export --into write into a staging and a commits table named the same way in "
-            "the output table's schema, put in place or dropped when finished; a run given "
-            "up leaves them (list them with --scratch set to that schema). List them with "
-            "their age, rows (counted) and size (where the engine tells), drop them by name, all, "
-            "or those older than a duration. Only sqlfeed's own tables are ever dropped."
-        ),
-    )
-    actions = scratch.add_subparsers(
-        dest="scratch_command", metavar="ACTION", parser_class=CommandParser
-    )
-    actions.required = True
-    listing = actions.add_parser("list", help="the scratch tables in a schema, oldest first")
-    _add_schema(listing)
-    listing.add_argument("--format", choices=("text", "json"), default="text")
-    listing.set_defaults(handler=_cmd_list)
-    name_flags(listing)
-
-    drop = actions.add_parser(
-        "drop",
-        help="drop scratch tables: by name, --all, or --older-than DURATION",
-        description="Drop sqlfeed scratch tables of a schema: those named, all of them "
-        "(--all), or those older than a duration (--older-than 2h; s, m, h, d, w).",
-    )
-    _add_schema(drop)
-    which = drop.add_mutually_exclusive_group()
-    which.add_argument("--all", action="store_true", help="every scratch table of the schema")
-    which.add_argument(
-        "--older-than",
-        metavar="DURATION",
-        help="those created more than DURATION ago: 90s, 30m, 12h, 7d, 2w (a number: seconds)",
-    )
-    drop.add_argument("--format", choices=("text", "json"), default="text")
-    drop.add_argument("names", nargs="*", metavar="TABLE", help="scratch table names")
-    drop.set_defaults(handler=_cmd_drop)
-    name_flags(drop)
-
-
-def _add_schema(parser: argparse.ArgumentParser) -> None:
-    add_target(parser, dialect=False)
-    parser.add_argument(
-        "--schema",
-        "--scratch",
-        dest="schema",
-        required=True,
-        metavar="SCHEMA",
-        help="the schema given to --scratch (DuckDB: main; SQLite: main)",
-    )
 
 
 def parse_duration(text: str, flag: str = "--older-than") -> float:
@@ -133,7 +76,7 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
     if not tables:
         out.write(f"no sqlfeed scratch tables in {args.schema}\n")
         return
-    header = ("table", "created (UTC)", "age", "rows", "size")
+    header = ("table", "created (UTC)", "age", "rows", "size", "owner")
     rows = [
         (
             t.name,
@@ -141,13 +84,14 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
             _age(t.age(now)),
             "" if t.rows is None else str(t.rows),
             "" if t.bytes is None else _size(t.bytes),
+            _owner(t.owner),
         )
         for t in tables
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [
-            c.ljust(w) if i < 3 else c.rjust(w)
+            c.ljust(w) if i in (0, 1, 2, 5) else c.rjust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         out.write("  ".join(cells).rstrip() + "\n")
@@ -215,7 +159,16 @@ def _as_dict(table: ScratchTable, now: float) -> dict[str, Any]:
         "age_seconds": round(table.age(now)),
         "rows": table.rows,
         "bytes": table.bytes,
+        "owner": None if table.owner is None else _owner(table.owner),
     }
+
+
+def _owner(owner: ScratchOwner | None) -> str:
+    """Whose table it is: ``train --out /m (pid 12 on host, ended)``; empty: no run's."""
+    if owner is None:
+        return ""
+    ended = ", ended" if owner.gone() else ""
+    return f"{owner.what} (pid {owner.pid} on {owner.host}{ended})"
 
 
 def _utc(seconds: int) -> str:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import ParsedQuery, connect, parse
 from sqlfeed.cli.checks import check_output_folder
-from sqlfeed.cli.common import CommandParser, add_target, read_sql, write_json
+from sqlfeed.cli.common import read_sql, warn, write_json
+from sqlfeed.cli.parsers.sqlflow import HELP as HELP  # the command's help line
+from sqlfeed.dialects import InvalidArgumentError, dialect_for
 from sqlfeed.ml.artifact import load
 from sqlfeed.ml.evaluation import evaluate
 from sqlfeed.ml.metrics import METRICS, format_metrics
@@ -25,49 +27,11 @@ from sqlfeed.ml.sqlflow import Statement, parse_statement
 from sqlfeed.ml.trainer import train
 from sqlfeed.sql import check_stable
 
-HELP = "train, evaluate or predict from SQLFlow's SELECT ... TO TRAIN / TO EVALUATE / TO PREDICT"
-"""The command's help line (also in :data:`sqlfeed.cli.main.COMMANDS`)."""
+_SQLFEED = Path(__file__).resolve().parents[1]
+"""The package's folder: warnings raised from its files are sqlfeed's own."""
 
 METRIC_ALIASES = {"auc": "roc_auc", "logloss": "log_loss"}
 """SQLFlow's ``validation.metrics`` names (case aside) -> the names of sqlfeed's metrics."""
-
-
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``sql`` command."""
-    parser = commands.add_parser(
-        "sql",
-        help=HELP,
-        description=(
-            "Run a SQLFlow statement: a SELECT followed by TO TRAIN <model> [WITH k=v, ...] "
-            "[COLUMN a, b] LABEL <col> INTO <path>, TO EVALUATE <path> [WITH "
-            'validation.metrics="..."] LABEL <col>, or TO PREDICT <table.col> USING <path>. '
-            "Models: dnn, linear, wide_deep, gbdt and SQLFlow's DNNClassifier, DNNRegressor, "
-            "LinearClassifier, LinearRegressor, DNNLinearCombinedClassifier/Regressor, "
-            "BoostedTreesClassifier/Regressor, xgboost.gbtree. WITH keys: model.hidden_units, "
-            "train.epoch, train.batch_size, model.learning_rate, train.seed, "
-            "validation.fraction, validation.key, model.n_classes, model.n_estimators, "
-            "model.max_depth, model.top_k, model.buckets. TO PREDICT writes the SELECT's "
-            "columns and the prediction into table.col, replacing the table atomically, "
-            "exactly once (sqlfeed predict)."
-        ),
-    )
-    add_target(parser, dialect=False)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument(
-        "--overwrite", action="store_true", help="TO TRAIN: replace an existing model folder"
-    )
-    parser.add_argument(
-        "--checkpoint-dir",
-        metavar="DIR",
-        help="TO TRAIN: keep checkpoints here; the same command run again resumes",
-    )
-    parser.add_argument(
-        "statement",
-        metavar="STATEMENT",
-        help="SELECT ... TO TRAIN|EVALUATE|PREDICT ...; '-' reads it from stdin, '@file.sql' "
-        "from a file",
-    )
-    parser.set_defaults(handler=_cmd_sql)
 
 
 def _cmd_sql(args: argparse.Namespace, out: TextIO) -> None:
@@ -88,9 +52,11 @@ def _predict(
 ) -> None:
     """``TO PREDICT table.col USING model``: the SELECT's rows with predictions, into ``table``.
 
-    The SELECT's columns and the prediction in ``col`` (an input column of that name left
-    out, as SQLFlow does) go into ``table``, replaced atomically (SQLFlow drops and
-    re-inserts it), exactly once.
+    The SELECT's columns and the prediction in ``col`` go into ``table``, replaced
+    atomically (SQLFlow drops and re-inserts it), exactly once. A selected column named
+    ``col`` (case aside: the true label, often) is kept as it is and the prediction is
+    named ``predicted_<col>``, as ``sqlfeed predict`` names it, with a warning: SQLFlow
+    dropped that column, and its values with it.
     """
     target = str(statement.predict_column)
     table, _, column = target.rpartition(".")
@@ -105,16 +71,24 @@ def _predict(
         )
     with connect(args.db) as source:
         names = source.schema(parsed).names
+        selected = [name for name in names if name.casefold() == column.casefold()]
+        if selected:
+            warn(
+                f"TO PREDICT {target}: the SELECT has a column {selected[0]}, kept as it is; "
+                f"the prediction is predicted_{column}"
+            )
+            column = f"predicted_{column}"
         report = predict(
             statement.select,
             source,
             str(statement.model_path),
             into=table,
             mode="replace",
-            keep=[name for name in names if name != column],
+            keep=names,
             name=column,
         )
     summary = report.to_dict() if report is not None else {}
+    summary["column"] = column
     if args.format == "json":
         write_json(out, summary, indent=1)
         return
@@ -184,8 +158,12 @@ def _evaluate(
             f"LABEL {model.label}"
         )
     keep = metric_names(statement.metrics, model.task) if statement.metrics else None
-    with connect(args.db) as source:
+    with connect(args.db) as source, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = evaluate(model, statement.select, source, progress=_say)
+    for caught_warning in caught:  # sqlfeed's own (rows the model was trained on): kept
+        if Path(caught_warning.filename).resolve().is_relative_to(_SQLFEED):
+            warn(" ".join(str(caught_warning.message).split()))
     if keep is not None:
         result = chosen_metrics(result, keep)
     text = format_metrics(result, args.format)

@@ -6,16 +6,11 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from dialects import InvalidArgumentError, dialect_for
 from sqlfeed import ParsedQuery, compute_stats, parse
 from sqlfeed.cli.checks import (
     check_output_file,
-    name_flags,
 )
 from sqlfeed.cli.common import (
-    CommandParser,
-    add_sql,
-    add_target,
     names_known,
     positive,
     read_sql,
@@ -23,76 +18,30 @@ from sqlfeed.cli.common import (
 )
 from sqlfeed.cli.progress import ProgressBar
 from sqlfeed.cli.query import check_sample_method
-from sqlfeed.sql import SAMPLE_METHODS
-from stats.model import DEFAULT_TOP_K, StatsSpec
-from stats.report import html_report
+from sqlfeed.dialects import InvalidArgumentError, dialect_for
+from sqlfeed.stats.model import StatsSpec
+from sqlfeed.stats.report import html_report
 
 MAX_BUCKETS = 1000
 """The most quantile buckets ``sqlfeed stats --buckets`` computes."""
 
 
-def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
-    """Add the ``stats`` command."""
-    parser = commands.add_parser(
-        "stats",
-        help="feature statistics of a SELECT's columns, as JSON and/or an HTML report",
-        description=(
-            "Per column: row and NULL counts, distinct count, min, max, mean, variance and "
-            "quantile boundaries (numeric), top-k vocabulary with counts (categorical). "
-            "Computed by the engine (pushdown), over a sample (--sample / --fraction), or "
-            "by mergeable accumulators over the streamed rows (--accumulate)."
-        ),
-    )
-    add_target(parser, dialect=False)
-    parser.add_argument("--out", metavar="PATH", help="write the statistics JSON here")
-    parser.add_argument(
-        "--html", metavar="PATH", help="write an HTML report here (with or without --out)"
-    )
-    parser.add_argument("--sample", type=int, metavar="N", help="compute over N sampled rows")
-    parser.add_argument(
-        "--method",
-        choices=SAMPLE_METHODS,
-        default="limit",
-        help="how to sample (with --sample or --fraction)",
-    )
-    parser.add_argument("--fraction", type=float, help="share of rows to sample, in (0, 1]")
-    parser.add_argument(
-        "--accumulate",
-        action="store_true",
-        help="stream the rows and accumulate (mergeable, partition by partition)",
-    )
-    parser.add_argument("--label", metavar="COL", help="the label column")
-    parser.add_argument("--buckets", type=int, default=10, help="quantile buckets (default 10)")
-    parser.add_argument(
-        "--top-k",
-        type=int,
-        default=DEFAULT_TOP_K,
-        help=f"vocabulary size (default {DEFAULT_TOP_K}; to_keras warns when it leaves values out)",
-    )
-    parser.add_argument(
-        "--kind",
-        action="append",
-        default=[],
-        metavar="COL=KIND",
-        help="numeric, categorical or skip for a column (repeatable)",
-    )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    add_sql(parser)
-    parser.set_defaults(handler=_cmd_stats)
-    name_flags(
-        parser,
-        sample_rows="--sample",
-        sample_method="--method",
-        **{"the sample size n": "--sample"},
-    )
-
-
 def _check_stats_args(args: argparse.Namespace) -> None:
-    """The output paths and the sampling options, before anything runs."""
+    """The output paths and the sampling options, before anything runs.
+
+    An output path that is a symbolic link is refused: the file it points to, elsewhere,
+    would be replaced.
+    """
     if args.out is None and args.html is None:
         raise InvalidArgumentError(
             "give --out PATH (the statistics JSON), --html PATH (the report), or both"
         )
+    for flag, path in (("--out", args.out), ("--html", args.html)):
+        if path is not None and Path(path).is_symlink():
+            raise InvalidArgumentError(
+                f"{flag} {path} is a symbolic link to {Path(path).readlink()}: writing it would "
+                "replace that file; give the file's own path if you mean it, or another name"
+            )
     if args.out is not None:
         check_output_file(args.out, "--out", overwrite=True)
     if args.html is not None:
@@ -122,7 +71,7 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> None:
     _check_stats_args(args)
     kinds = _kinds(args.kind)
     spec = StatsSpec(kinds=kinds, label=args.label, buckets=args.buckets, top_k=args.top_k)
-    parsed = parse(sql, dialect_for(args.db))
+    parsed = parse(sql, dialect_for(args.db), allow_side_effects=args.allow_side_effects)
     _check_named_columns(parsed, args.label, kinds)
     sampling = args.sample is not None or args.fraction is not None
     method = "accumulate" if args.accumulate else "sample" if sampling else "pushdown"

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dialects.optional import require
 from sqlfeed import connect
 from sqlfeed import torch as sqlfeed_torch
+from sqlfeed.dialects.optional import require
 
 __all__ = ["run_torch_demo"]
 

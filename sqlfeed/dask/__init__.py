@@ -15,7 +15,7 @@ from the URL (a database server's once per process, reused by its later tasks).
 bounds). The partitions add up to exactly the query's rows on every strategy.
 
 Dask is imported when a frame is built: ``import sqlfeed`` never imports it; without it,
-:class:`~dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[dask]'``).
+:class:`~sqlfeed.dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[dask]'``).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
-from dialects.optional import require
+from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.dialects.optional import require
 from sqlfeed.feed.options import PlanOptions, own_scratch
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS

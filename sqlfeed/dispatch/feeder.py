@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.follow import JobFollower
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue

@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.dispatch.queue import JobSpec, Lease
 from sqlfeed.dispatch.worker import Delivery
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from dialects import InvalidArgumentError, SqlfeedError
+from sqlfeed.dialects import InvalidArgumentError, SqlfeedError
 from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.queue import JobSpec, LeaseQueue
 from sqlfeed.feed.follow import check_follow, epoch_query, next_entry

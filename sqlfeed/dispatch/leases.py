@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-from dialects import EngineError
+from sqlfeed.dialects import EngineError
 from sqlfeed.dispatch.queue import JobSpec, Lease, LeaseQueue, QueueBusyError, Wait
 
 __all__ = ["STOPPED", "Hold", "LeaseKeeper", "Taken"]

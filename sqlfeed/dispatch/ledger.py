@@ -22,8 +22,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dialects import EngineError, InvalidArgumentError, NotImplementedYetError
+from sqlfeed.dialects import EngineError, InvalidArgumentError, NotImplementedYetError
 from sqlfeed.dispatch.queue import JobSpec
+from sqlfeed.dispatch.sessions import RETRY_SECONDS, retrying, transient
 from sqlfeed.io import driver_message
 
 __all__ = [
@@ -162,39 +163,37 @@ def check_rewind(spec: JobSpec, checkpoint: int, known: Sequence[int]) -> None:
 
 
 class SQLLedger:
-    """The ledger table of a SQL lease queue (created on first use).
+    """The ledger table of a SQL lease queue, made with the queue's other tables.
 
     Args:
         engine: the queue's SQLAlchemy engine.
         label: the queue's URL without its password, for error messages.
+        table: the ledger's table (:data:`~sqlfeed.dispatch.sqlschema.LEDGER` of
+            :func:`~sqlfeed.dispatch.sqlschema.queue_tables`).
+        retry_seconds: how long a transaction is run again after transient failures (a
+            lock held by another worker, a lost connection), as every queue call is
+            (:func:`~sqlfeed.dispatch.sessions.retrying`).
     """
 
-    def __init__(self, engine: Any, label: str) -> None:
+    def __init__(
+        self, engine: Any, label: str, table: sa.Table, retry_seconds: float = RETRY_SECONDS
+    ) -> None:
         self.engine = engine
         self.label = label
-        metadata = sa.MetaData()
-        name = sa.String(200)
-        self.table = sa.Table(
-            "sqlfeed_ledger",
-            metadata,
-            sa.Column("job", name, primary_key=True),
-            sa.Column("checkpoint", sa.BigInteger, primary_key=True, autoincrement=False),
-            sa.Column("worker", name, primary_key=True),
-            sa.Column("epoch", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("part", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("start", sa.Integer, nullable=False),
-            sa.Column("stop", sa.Integer, nullable=False),
-            sa.Column("rows", sa.BigInteger, nullable=False),
-            sa.Column("done", sa.Integer, nullable=False),
-        )
-        self._run(lambda c: metadata.create_all(c))
+        self.table = table
+        self.retry_seconds = retry_seconds
 
     def _run(self, action: Any) -> Any:
+        return retrying(self._once, (action,), self.retry_seconds)
+
+    def _once(self, action: Any) -> Any:
         try:
             with self.engine.begin() as connection:
                 return action(connection)
         except sa.exc.DBAPIError as err:
-            raise EngineError(f"queue {self.label}: {driver_message(err)}") from None
+            error = EngineError(f"queue {self.label}: {driver_message(err)}")
+            error.transient = transient(err)  # type: ignore[attr-defined]
+            raise error from None
 
     def record(
         self, job: str, checkpoint: int, worker: str, entries: Sequence[LedgerEntry]

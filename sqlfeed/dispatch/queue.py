@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.errors import CorruptStateError, QueueBusyError, UnknownJobError
 from sqlfeed.plans.model import Plan
 

@@ -12,6 +12,9 @@ set up so that such a worker delays the others by a few seconds at most:
   bounds), and READ COMMITTED, so a claim's ``FOR UPDATE SKIP LOCKED`` scan keeps no lock
   on the rows it passes over. **MySQL** has no idle-transaction timeout: ``wait_timeout``
   ends a silent session after :data:`MYSQL_WAIT_SECONDS` instead.
+  Both: the driver's socket read and write timeouts (``BOUNDS.socket_s``, 90 s: pymysql
+  and mysqlclient wait for ever by default), so a connection that died without a word
+  (a killed session on a loaded server, a network gone) is a lost one, tried again.
 * **SQLite**: WAL, ``BEGIN IMMEDIATE`` for writes and a plain (deferred) ``BEGIN`` for reads,
   so reads never wait; a short busy timeout and jittered retries. The write lock belongs to
   a process, and no server can end it: a worker frozen inside a write transaction stalls
@@ -30,9 +33,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dialects import Dialect, EngineError, UnknownDialectError, get_dialect
-from dialects.base import QueueBounds
-from dialects.sqlite import QUEUE_CAVEAT
+from sqlfeed.dialects import Dialect, EngineError, UnknownDialectError, get_dialect
+from sqlfeed.dialects.base import QueueBounds
+from sqlfeed.dialects.sqlite import QUEUE_CAVEAT
 from sqlfeed.dispatch.queue import QueueBusyError
 from sqlfeed.io.faults import connection_lost
 
@@ -40,6 +43,7 @@ __all__ = [
     "BOUNDS",
     "IDLE_TRANSACTION_SECONDS",
     "LOCK_WAIT_SECONDS",
+    "MIN_TRIES",
     "MYSQL_WAIT_SECONDS",
     "READ_ONLY",
     "RETRY_SECONDS",
@@ -62,6 +66,8 @@ SQLITE_BUSY_MS = 200
 """SQLite's busy timeout per attempt; the queue then retries with a jittered pause."""
 RETRY_SECONDS = 3.0
 """How long a queue call retries transient failures before it raises ``QueueBusyError``."""
+MIN_TRIES = 3
+"""A queue call meeting a lost connection tries this many times at least, however long."""
 READ_ONLY = {"sqlfeed_read_only": True}
 """Execution options of a read-only queue transaction (SQLite: a deferred ``BEGIN``)."""
 
@@ -70,7 +76,7 @@ SQLITE_CAVEAT = QUEUE_CAVEAT
 BOUNDS = QueueBounds(
     LOCK_WAIT_SECONDS, IDLE_TRANSACTION_SECONDS, MYSQL_WAIT_SECONDS, SQLITE_BUSY_MS
 )
-"""The bounds above, as each dialect's :meth:`~dialects.Dialect.queue_session_sql` takes them."""
+"""The bounds above, as :meth:`~sqlfeed.dialects.Dialect.queue_session_sql` takes them."""
 
 _PG_TRANSIENT = ("40001", "40P01", "55P03", "25P03", "57014")
 _MYSQL_TRANSIENT = (1205, 1213, 4031)
@@ -79,7 +85,7 @@ _MYSQL_TRANSIENT = (1205, 1213, 4031)
 def queue_dialect(backend: str) -> Dialect:
     """The dialect of a queue's SQLAlchemy backend name (``postgresql``, ``mariadb``...).
 
-    The base dialect, which holds no queue (:attr:`~dialects.Dialect.QUEUE_NOW` None), for
+    The base dialect, which holds no queue (:attr:`~sqlfeed.dialects.Dialect.QUEUE_NOW` None), for
     an engine sqlfeed knows nothing of.
     """
     try:
@@ -91,15 +97,16 @@ def queue_dialect(backend: str) -> Dialect:
 def create_queue_engine(url: str) -> sa.Engine:
     """A SQLAlchemy engine for a queue at ``url``, its sessions bounded as described above.
 
-    Each dialect's queue settings: :attr:`~dialects.Dialect.QUEUE_ISOLATION`,
-    :meth:`~dialects.Dialect.queue_session_sql`, ...
+    Each dialect's queue settings: :attr:`~sqlfeed.dialects.Dialect.QUEUE_ISOLATION`,
+    :meth:`~sqlfeed.dialects.Dialect.queue_session_sql`, ...
 
     Raises:
         sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError: a bad URL.
     """
-    dialect = queue_dialect(sa.engine.make_url(url).get_backend_name())
+    parsed = sa.engine.make_url(url)
+    dialect = queue_dialect(parsed.get_backend_name())
     options: dict[str, Any] = {}
-    connect_args = dialect.queue_connect_args(BOUNDS)
+    connect_args = dialect.queue_connect_args(BOUNDS, parsed.get_driver_name())
     if connect_args:
         options["connect_args"] = connect_args
     if not dialect.FILE_DATABASE:  # a server: a connection the pool kept may have been lost
@@ -179,7 +186,9 @@ def retrying(action: Callable[..., Any], args: Sequence[Any], seconds: float) ->
     """``action(*args)`` (a short transaction), run again after a transient failure.
 
     A transient failure is an ``EngineError`` whose ``transient`` is true; the action is run
-    again with jittered pauses, for ``seconds``.
+    again with jittered pauses, for ``seconds``; a lost connection at least :data:`MIN_TRIES`
+    times (on a loaded machine one try can outlast ``seconds``: a server ends a session
+    descheduled inside its transaction, and the next try on a new connection succeeds).
 
     Raises:
         QueueBusyError: it kept failing that long.
@@ -194,7 +203,8 @@ def retrying(action: Callable[..., Any], args: Sequence[Any], seconds: float) ->
                 raise
             attempt += 1
             pause = retry_delay(attempt)
-            if time.monotonic() + pause - started > seconds:
+            again = attempt < MIN_TRIES and connection_lost(err)
+            if not again and time.monotonic() + pause - started > seconds:
                 raise QueueBusyError(
                     f"{err} (still failing after {attempt} tries in "
                     f"{time.monotonic() - started:.1f}s: another process holds a lock, or "

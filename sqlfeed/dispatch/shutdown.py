@@ -34,7 +34,7 @@ import weakref
 from types import FrameType
 from typing import Protocol
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = ["DEADLINE_SECONDS", "RELEASE_MARGIN", "Stoppable", "on_sigterm"]
 

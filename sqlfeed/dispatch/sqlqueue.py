@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.dispatch.ledger import SQLLedger, check_rewind, rewind_summary
 from sqlfeed.dispatch.queue import (
     STATES,
@@ -43,11 +43,15 @@ from sqlfeed.dispatch.sessions import (
     retrying,
     transient,
 )
-from sqlfeed.dispatch.sqlschema import queue_tables
+from sqlfeed.dispatch.sqlschema import LEDGER, Survey, build, queue_tables, survey
 from sqlfeed.io import driver_message, redact_url
 
 __all__ = ["SQLQueue"]
 
+
+CREATE_SECONDS = 30.0
+"""How long opening a queue waits its turn to create or update the tables (the others'
+turns are short: a few DDL statements each)."""
 
 _ALL_DONE = object()
 """Every epoch of the job is finished (checked outside the claim's transaction)."""
@@ -68,7 +72,7 @@ class SQLQueue(LeaseQueue):
         try:
             self.engine = create_queue_engine(url)
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as err:
-            raise InvalidArgumentError(f"bad queue URL {url!r}: {err}") from None
+            raise InvalidArgumentError(f"bad queue URL {redact_url(url)!r}: {err}") from None
         self.backend = self.engine.dialect.name
         self.sql_dialect = queue_dialect(self.backend)
         """The engine's dialect: its queue SQL (the time, the claim's lock, ...)."""
@@ -79,9 +83,22 @@ class SQLQueue(LeaseQueue):
         self._now = self.sql_dialect.QUEUE_NOW
         self._specs: dict[str, JobSpec] = {}
         self._lock_clause = self.sql_dialect.QUEUE_LOCK_CLAUSE
-        self._missing = _missing_sqlite_file(self.engine)  # only create_job makes the file
-        if self._missing is None:
-            self._tables()
+        self._metadata = queue_tables()
+        """The queue's tables (their name columns' collation known once surveyed)."""
+        self._ready = False
+        """The tables are there, up to date: no need to look again."""
+        self._file = _sqlite_file(self.engine)
+        """A SQLite queue's file: only :meth:`create_job` makes it."""
+        if self._file is None or os.path.exists(self._file):
+            try:
+                self._open(create=False)  # connects: an unreachable server is said here
+            except TypeError as err:  # the driver's connect() takes no such URL option
+                if "keyword argument" not in str(err):
+                    raise
+                self.engine.dispose()
+                raise InvalidArgumentError(
+                    f"bad queue URL {redact_url(url)!r}: the driver refuses its options ({err})"
+                ) from None
 
     @property
     def caveat(self) -> str | None:
@@ -91,17 +108,16 @@ class SQLQueue(LeaseQueue):
     def close(self) -> None:
         self.engine.dispose()
 
-    def find_job(self, name: str) -> JobSpec | None:
-        """The job ``name``, or None (also when the SQLite file is not made yet)."""
-        if self._missing is not None and not os.path.exists(self._missing):
-            return None
-        return super().find_job(name)
-
     @contextmanager
     def _tx(self, read_only: bool = False) -> Iterator[Any]:
+        """One short transaction on the queue's tables (an error if there is no queue)."""
+        self._require()
+        with self._session(read_only) as connection:
+            yield connection
+
+    @contextmanager
+    def _session(self, read_only: bool = False) -> Iterator[Any]:
         """One short transaction (``read_only``: SQLite need not take the write lock)."""
-        if self._missing is not None:
-            self._require_file()
         try:
             with self.engine.connect() as connection:
                 if read_only:
@@ -120,47 +136,58 @@ class SQLQueue(LeaseQueue):
     def _label(self) -> str:
         return redact_url(self.url)
 
-    def _require_file(self, create: bool = False) -> None:
-        """A SQLite queue file missing when the queue was opened, now required.
+    def _require(self) -> None:
+        """The queue's tables, required: there when opened, or made since by another process.
 
-        It was made since (by another process), or is made by ``create``
-        (:meth:`create_job`); else an error naming the path.
+        Raises:
+            UnknownJobError: there is no queue: no job was created there.
         """
-        assert self._missing is not None
-        if not create and not os.path.exists(self._missing):
-            raise InvalidArgumentError(
-                f"no lease queue at {os.path.abspath(self._missing)} ({self._label()}): only "
-                "creating a job (sqlfeed job create, or a Feeder given a job) makes a queue "
-                "file; check the queue URL"
+        if self._ready:
+            return
+        if self._file is None or os.path.exists(self._file):  # never make a SQLite file
+            self._open(create=False)
+        if not self._ready:
+            where = self._label()
+            if self._file is not None:
+                where = f"{os.path.abspath(self._file)} ({where})"
+            raise UnknownJobError(
+                f"no lease queue at {where}: no job was created there (only creating a job "
+                "makes a queue: sqlfeed job create, or a Feeder given a job); check the "
+                "queue URL"
             )
-        self._missing = None
-        self._tables()
 
-    def _tables(self) -> None:
-        metadata = queue_tables()
+    def _open(self, create: bool) -> None:
+        """Find the queue's tables (:mod:`~sqlfeed.dispatch.sqlschema`).
+
+        A queue made by an older sqlfeed is brought up to date; one not there is made only
+        with ``create``, under the lock that makes processes opening it at once take turns.
+        """
         try:
-            if not self._retrying(self._have_tables, metadata):
-                metadata.create_all(self.engine)
-        except (sa.exc.DBAPIError, EngineError) as err:
-            if isinstance(err, sa.exc.DBAPIError):
-                message = driver_message(err)
-            else:
-                message = str(err).removeprefix(f"queue {self._label()}: ")
+            found = self._retrying(self._survey)
+            if not found.ready and (create or found.there):
+                found = retrying(self._build, (), max(self.retry_seconds, CREATE_SECONDS))
+        except EngineError as err:
+            message = str(err).removeprefix(f"queue {self._label()}: ")
             raise EngineError(f"cannot open queue {self._label()}: {message}") from None
+        self._metadata = found.metadata
+        self._ready = found.ready
 
-    def _have_tables(self, metadata: sa.MetaData) -> bool:
-        """Whether every queue table exists (a read: it never waits on SQLite's write lock)."""
-        with self._tx(read_only=True) as c:
-            names = set(sa.inspect(c).get_table_names())
-        return set(metadata.tables) <= names
+    def _survey(self) -> Survey:
+        with self._session(read_only=True) as c:  # a read: never waits on SQLite's writer
+            return survey(c, self.sql_dialect)
+
+    def _build(self) -> Survey:
+        lock = f"sqlfeed_queue {self.engine.url.database or ''}"[:64]  # GET_LOCK's limit
+        with self._session() as c:
+            return build(c, self.sql_dialect, lock)
 
     def _clock(self, connection: Any) -> float:
         return float(connection.exec_driver_sql(f"SELECT {self._now}").scalar())
 
     def create_job(self, spec: JobSpec) -> JobSpec:
         check_spec(spec)
-        if self._missing is not None:
-            self._require_file(create=True)
+        if not self._ready:
+            self._open(create=True)
         try:
             self._retrying(self._insert_job, spec)
             return spec
@@ -588,8 +615,10 @@ class SQLQueue(LeaseQueue):
 
     @cached_property
     def ledger(self) -> SQLLedger:
-        """The job ledger's table (:mod:`sqlfeed.dispatch.ledger`), created on first use."""
-        return SQLLedger(self.engine, self._label())
+        """The job ledger's table (:mod:`sqlfeed.dispatch.ledger`)."""
+        return SQLLedger(
+            self.engine, self._label(), self._metadata.tables[LEDGER], self.retry_seconds
+        )
 
     def record(self, job: str, checkpoint: int, worker: str, entries: Sequence[Any]) -> None:
         self.job(job)
@@ -607,14 +636,14 @@ class SQLQueue(LeaseQueue):
         return rewind_summary(states)
 
 
-def _missing_sqlite_file(engine: Any) -> str | None:
-    """The file of a SQLite queue URL when it does not exist yet (None otherwise)."""
+def _sqlite_file(engine: Any) -> str | None:
+    """The file of a SQLite queue URL (None: a server, or an in-memory or URI database)."""
     path = engine.url.database or ""
     if not queue_dialect(engine.dialect.name).FILE_DATABASE:
         return None
     if path in ("", ":memory:") or path.startswith("file:"):
         return None
-    return None if os.path.exists(path) else path
+    return str(path)
 
 
 def _completion(offset: int | None, rows: int, batches: int) -> tuple[str, dict[str, Any]]:

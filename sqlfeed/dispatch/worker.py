@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.leases import Hold, LeaseKeeper
 from sqlfeed.dispatch.ledger import DeliveryLog

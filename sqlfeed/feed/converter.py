@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects import QueryError
+from sqlfeed.dialects import QueryError
 from sqlfeed.feed.tensors import FLOAT32_MAX, ColumnMapping
 from sqlfeed.io.views import plain
 

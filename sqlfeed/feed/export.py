@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.feed.feeder import PartitionFeeder, Progress
 from sqlfeed.feed.snapshots import consistent_reads
 from sqlfeed.feed.textout import shown, shown_schema
@@ -130,7 +130,7 @@ def _write_folder(
 
     See :mod:`sqlfeed.feed.snapshots`; the snapshot is held until the last file is written.
     """
-    with consistent_reads(source, plan, plan.num_partitions) as reading:
+    with consistent_reads(source, plan, plan.num_partitions, readers=readers) as reading:
         return _write_parts(
             plan, reading.source, folder, fmt, schema, reading.cap(readers), on_partition
         )

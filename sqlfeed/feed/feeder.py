@@ -26,7 +26,7 @@ from typing import Any, Protocol, Unpack
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, NotImplementedYetError
+from sqlfeed.dialects import InvalidArgumentError, NotImplementedYetError
 from sqlfeed.errors import UnequalSharesWarning
 from sqlfeed.feed.batches import (
     FORMATS,
@@ -249,7 +249,9 @@ class PartitionFeeder:
         cursor = Cursor(start, [p.index for p in order], self.read.shuffle_buffer or 1)
         self._cursor = cursor
         rest = order[start.partitions_done :]
-        with consistent_reads(self.source, self.plan, len(rest), self.read.snapshot) as reading:
+        with consistent_reads(
+            self.source, self.plan, len(rest), self.read.snapshot, self.read.readers
+        ) as reading:
             yield from self._read_epoch(epoch, start, cursor, len(order), rest, reading)
         cursor.finished = True
 

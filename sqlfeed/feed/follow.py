@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.feed.feeder import PartitionFeeder
 from sqlfeed.feed.options import PlanOptions
 from sqlfeed.io import Source, connect

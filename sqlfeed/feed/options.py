@@ -32,7 +32,7 @@ from typing import Any, Self, TypedDict, Unpack, cast
 
 import numpy as np
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.feed.tensors import check_options, column_mappings
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
 from sqlfeed.plans.materialize import drop_scratch_with
@@ -76,7 +76,7 @@ def check_int(value: object, what: str, lowest: int = 1) -> int:
     >>> check_int(0, "readers")
     Traceback (most recent call last):
     ...
-    dialects.errors.InvalidArgumentError: readers must be an integer >= 1, got 0
+    sqlfeed.dialects.errors.InvalidArgumentError: readers must be an integer >= 1, got 0
 
     Raises:
         InvalidArgumentError: ``{what} must be an integer >= {lowest}, got {value!r}``.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from dialects import (
+from sqlfeed.dialects import (
     EngineError,
     InvalidArgumentError,
     UnknownDialectError,
@@ -100,7 +100,7 @@ def _memory_urls(url: str) -> bool:
     """Whether the engine of ``url``'s scheme opens an in-memory database for a URL naming no file.
 
     The database is in this process's memory (DuckDB:
-    :attr:`~dialects.Dialect.MEMORY_URLS`).
+    :attr:`~sqlfeed.dialects.Dialect.MEMORY_URLS`).
     """
     try:
         return get_dialect(url.partition(":")[0]).MEMORY_URLS

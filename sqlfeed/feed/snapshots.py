@@ -12,18 +12,21 @@ tables (``hash``, ``range``, ``ctid``; a ``materialize`` plan reads its own scra
   connection begins ``SET TRANSACTION SNAPSHOT`` (copy, connectorx, ADBC, psycopg alike).
   When it cannot be exported the read goes on without it and says so
   (:class:`SnapshotWarning`); a snapshot whose session ended is an error.
-* MySQL/MariaDB, SQLite: no snapshot can be shared across connections, so the read runs
-  its queries in order on ONE connection inside one consistent transaction
-  (:mod:`sqlfeed.io.pinned`): one reader instead of several (the trade-off the plan's
-  reason states); ``snapshot=False`` reads on several connections at once, for data that
-  does not change.
+* MySQL/MariaDB, SQLite: no snapshot can be exported, so the read runs its queries on ONE
+  connection inside one consistent transaction (:mod:`sqlfeed.io.pinned`), by the driver's
+  cursor: one reader instead of several (the trade-off the plan's reason states). A source
+  whose ``session_connections`` is N reads on N connections, each begun while a short lock
+  holds writers off (``LOCK TABLES ... READ``, else ``FLUSH TABLES WITH READ LOCK``;
+  ``BEGIN IMMEDIATE``). ``snapshot=False`` reads by the engine's fast readers (connectorx,
+  ADBC), for data that does not change.
 
 Reads in other processes (Ray, Dask tasks; DataLoader workers; ranks) share a PostgreSQL
 snapshot by its id, carried in the plan (:attr:`Plan.snapshot
 <sqlfeed.plans.model.Plan.snapshot>`) or their read options; the exporting connection must
 stay open until every read is done (Ray and Dask datasets export one and hold it in the
 process that made them while they live, see :func:`sqlfeed.feed.remote.reader_for`).
-MySQL/MariaDB and SQLite cannot: such reads say so (:class:`SnapshotWarning`).
+MySQL/MariaDB and SQLite cannot share theirs with another process: such reads say so
+(:class:`SnapshotWarning`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError, get_dialect
+from sqlfeed.dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.errors import SnapshotWarning
 from sqlfeed.io import DEFAULT_BATCH_ROWS, Source
 from sqlfeed.plans.model import LIVE_STRATEGIES, SNAPSHOT_ENGINES, Plan
@@ -104,7 +107,7 @@ class ConsistentRead:
 
 @contextlib.contextmanager
 def consistent_reads(
-    source: Source, plan: Plan, reads: int, snapshot: bool | str = True
+    source: Source, plan: Plan, reads: int, snapshot: bool | str = True, readers: int = 1
 ) -> Iterator[ConsistentRead]:
     """The snapshot the ``reads`` queries of ``plan`` run in, held for the block.
 
@@ -116,6 +119,8 @@ def consistent_reads(
             one, else a snapshot when :func:`needs_snapshot`; False: none (each query sees
             the data of its own time); a PostgreSQL snapshot id another session exported
             and holds.
+        readers: how many reads the caller runs at once (MySQL/MariaDB, SQLite: how many
+            connections a session begins at one state, at most ``reads``).
     """
     if snapshot is True and plan.snapshot is not None:
         snapshot = plan.snapshot  # exported by another session for every read of the plan
@@ -144,8 +149,10 @@ def consistent_reads(
     if pin is None:
         yield ConsistentRead(source, None)
         return
-    with pin() as session:
-        yield ConsistentRead(InSnapshot(source, session.snapshot), session.snapshot, 1)
+    with pin(max(1, min(readers, reads)), plan.sql) as session:
+        yield ConsistentRead(
+            InSnapshot(source, session.snapshot), session.snapshot, session.readers
+        )
 
 
 def unshared(plan: Plan, why: str) -> str:

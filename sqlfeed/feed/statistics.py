@@ -16,17 +16,17 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.feed.options import resolve_plan
 from sqlfeed.io import Source, connect
 from sqlfeed.io.arrow import without_hints
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.plans.materialize import drop_scratch_with
 from sqlfeed.sql import ParsedQuery, relation_sql, sample_sql
-from stats.accumulate import StatsAccumulator
-from stats.model import FeatureStats, StatsSpec
-from stats.pushdown import compute_pushdown
-from stats.sqlvalues import Relation
+from sqlfeed.stats.accumulate import StatsAccumulator
+from sqlfeed.stats.model import FeatureStats, StatsSpec
+from sqlfeed.stats.pushdown import compute_pushdown
+from sqlfeed.stats.sqlvalues import Relation
 
 __all__ = ["STATS_METHODS", "compute_stats"]
 
@@ -51,7 +51,7 @@ def compute_stats(
 
     Methods:
         ``pushdown``: aggregate SQL run by the engine over all rows (two scans, and two
-            per list column; see :mod:`stats.pushdown`): the first with the dialect's
+            per list column; see :mod:`sqlfeed.stats.pushdown`): the first with the dialect's
             ``STATS_SETTINGS`` (PostgreSQL: ``SET LOCAL work_mem``) in its transaction,
             the grouped one, whose rows hold the columns' values, read by the feeds' own
             readers, so that the values described are the values fed (a PostgreSQL
@@ -61,7 +61,7 @@ def compute_stats(
             ``limit`` / ``bernoulli`` / ``hash`` with ``fraction``), for large tables.
         ``accumulate``: the rows streamed partition by partition (plan options apply),
             one mergeable accumulator per reader thread, merged at the end; exact while
-            the data fits the sketches (see ``stats.accumulate``).
+            the data fits the sketches (see ``sqlfeed.stats.accumulate``).
     """
     if method not in STATS_METHODS:
         raise InvalidArgumentError(
@@ -124,7 +124,7 @@ def _embedded(src: Source, relation: str) -> str | exp.Expr:
 
     Its text, embedded as written (the user's own text inside it, as partitions embed it:
     sqlglot never re-renders a query it might change), or, on the engines whose queries
-    sqlfeed renders from their tree anyway (:attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT`
+    sqlfeed renders from their tree anyway (:attr:`~sqlfeed.dialects.Dialect.EMBEDS_QUERY_TEXT`
     aside), that tree, which sqlglot writes with each statement (T-SQL's CTEs hoisted above
     it).
     """

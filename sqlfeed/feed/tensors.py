@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = [
     "FLOAT32_MAX",

@@ -70,9 +70,18 @@ def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
     """
     if pa.types.is_null(arrow_type):
         return pa.nulls(len(values))
-    if pa.types.is_integer(arrow_type) and any(type(v) is float for v in values):
+    # the kinds of value present, found in C (a Python loop over every value cost more than
+    # the conversion itself: 2 of 3.8 s of a 600,000-row read)
+    kinds = (
+        set(map(type, values))
+        if pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+        or pa.types.is_string(arrow_type)
+        else set()
+    )
+    if pa.types.is_integer(arrow_type) and float in kinds:
         values = [_whole(v) for v in values]  # pyarrow would truncate 4.5 to 4 silently
-    if pa.types.is_floating(arrow_type) and any(isinstance(v, decimal.Decimal) for v in values):
+    if pa.types.is_floating(arrow_type) and any(issubclass(k, decimal.Decimal) for k in kinds):
         values = [None if v is None else float(v) for v in values]
     if pa.types.is_list(arrow_type) and pa.types.is_floating(arrow_type.value_type):
         values = [  # numeric[] without a declared precision: lists of floats
@@ -80,7 +89,7 @@ def to_arrow_array(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
             for v in values
         ]
     if pa.types.is_string(arrow_type) and any(
-        not isinstance(v, str) and v is not None for v in values
+        k is not type(None) and not issubclass(k, str) for k in kinds
     ):
         values = [None if v is None else _text(v) for v in values]
     if pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):

@@ -10,13 +10,14 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dialects import Dialect, InvalidArgumentError, dialect_for, get_dialect
+from sqlfeed.dialects import Dialect, InvalidArgumentError, dialect_for, get_dialect
 from sqlfeed.io.duckdb import DuckDBSource, is_duckdb_connection, make_duckdb_file, open_duckdb
 from sqlfeed.io.mysql import MySQLSource
 from sqlfeed.io.postgres import PostgresSource
 from sqlfeed.io.source import Source
 from sqlfeed.io.sqlalchemy import SQLAlchemySource
 from sqlfeed.io.sqlite import SQLiteSource
+from sqlfeed.urlsecrets import check_url_secrets
 
 __all__ = ["connect", "connect_output", "register_scheme"]
 
@@ -71,7 +72,8 @@ def connect(
     Raises:
         EngineError: the database cannot be reached.
         InvalidArgumentError: a file URL names no file (reading never creates one), or is
-            malformed; ``readers`` names a reader the engine does not have.
+            malformed (a password's ``@`` not percent-encoded); ``readers`` names a reader
+            the engine does not have.
         MissingDependencyError: the URL's driver is not installed.
         UnknownDialectError: the target's kind is not known.
     """
@@ -90,6 +92,7 @@ def _open(target: Any, dialect: str | None) -> Source:
         return target.source()  # type: ignore[no-any-return]
     if isinstance(target, str):
         url = target.strip()
+        check_url_secrets(url)
         scheme = url.partition(":")[0].lower()
         if scheme not in _SCHEMES and scheme in SCHEME_HOMES:
             importlib.import_module(SCHEME_HOMES[scheme])  # it registers its schemes

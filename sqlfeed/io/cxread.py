@@ -4,7 +4,7 @@ connectorx reports a failure as a Rust panic (``PanicException``, not an ``Excep
 a ``RuntimeError``: :meth:`ConnectorxReader.failure` tells them apart, so that the one
 fallback chain (:func:`sqlfeed.io.readers.read_in_order`) never lets one reach the caller:
 before the first batch the next reader reads (which returns the rows or the database's
-own error); after it, the failure is the engine's one-line :class:`~dialects.EngineError`.
+own error); after it, the failure is the engine's one-line :class:`~sqlfeed.dialects.EngineError`.
 (The panic's own lines still reach standard error: Rust prints them before Python sees
 the exception.) A result estimated small is read whole (:func:`connectorx_batches`).
 Each engine's subclass says which URL connectorx opens, what runs first on its session,
@@ -24,8 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import SqlfeedError
-from dialects.optional import require
+from sqlfeed.dialects import SqlfeedError
+from sqlfeed.dialects.optional import require
 from sqlfeed.io.readers import Reader, ReadRequest
 
 __all__ = [

@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
-from dialects import EngineError, InvalidArgumentError, get_dialect
+from sqlfeed.dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.io.files import MEMORY, require_file, url_path
 from sqlfeed.io.ranges import RANGE_PROTOCOL, RangeFileSystem, orc_reader
 from sqlfeed.io.readers import Reader, ReadRequest

@@ -14,12 +14,13 @@ one delivered, so a read whose order changed fails rather than repeating or losi
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
 from dataclasses import dataclass
 
-from dialects import InvalidArgumentError, SqlfeedError
+from sqlfeed.dialects import EngineError, InvalidArgumentError, SqlfeedError
 
 __all__ = [
     "RECONNECT_SECONDS",
@@ -74,6 +75,8 @@ _LOST_TEXTS = (
 """Lower-case phrases of a lost connection in the drivers' messages (connectorx's panics
 carry only text; a reader that words an error itself keeps the driver's phrase)."""
 
+_log = logging.getLogger("sqlfeed.io")
+
 
 def connection_lost(err: BaseException) -> bool:
     """Whether ``err`` (or an error it was raised from) says the connection was lost.
@@ -82,7 +85,7 @@ def connection_lost(err: BaseException) -> bool:
 
     Args:
         err: any error a read raised: a driver's, SQLAlchemy's (its ``orig``), a
-            connectorx panic, or sqlfeed's own :class:`~dialects.EngineError` wording one.
+            connectorx panic, or sqlfeed's own :class:`~sqlfeed.dialects.EngineError` wording one.
 
     Returns:
         True for a lost, killed or refused connection and a server shutting down or
@@ -130,7 +133,7 @@ class Reconnect:
 
     After each loss the read waits a jittered pause that doubles from ``first_pause`` up
     to ``max_pause`` seconds, reconnects and resumes; it gives up (one-line
-    :class:`~dialects.EngineError`) after ``tries`` losses in a row or ``seconds`` of
+    :class:`~sqlfeed.dialects.EngineError`) after ``tries`` losses in a row or ``seconds`` of
     trying, whichever comes first. A row read in between starts the count again, so a
     long read survives a connection reaper that strikes every few seconds.
 
@@ -208,3 +211,33 @@ class Losses:
         """How much was tried, for the message that gives up."""
         took = time.monotonic() - self.since
         return f"{self.count - 1} reconnections in {took:.0f}s"
+
+    def wait(self, engine: str, doing: str, why: str) -> None:
+        """Count one more loss while ``doing``; wait the pause before reconnecting.
+
+        One warning line says so (as a read's reconnection does).
+
+        Args:
+            engine: the engine's name, for the messages.
+            doing: what lost its connection (``writing into t``).
+            why: the driver's message, on one line.
+
+        Raises:
+            EngineError: the budget is spent (one line naming the variables that allow more).
+        """
+        pause = self.next_pause()
+        if pause is None:
+            raise EngineError(
+                f"{engine} lost the connection {doing} and could not reconnect "
+                f"({self.spent()}): {why}; allow more with {TRIES_VARIABLE} or {SECONDS_VARIABLE}"
+            )
+        _log.warning(
+            "%s lost the connection %s (%s): reconnecting in %.1fs (try %d of %d)",
+            engine,
+            doing,
+            why,
+            pause,
+            self.count,
+            self.policy.tries,
+        )
+        time.sleep(pause)

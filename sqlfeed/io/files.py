@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = ["MEMORY", "require_file", "url_path"]
 

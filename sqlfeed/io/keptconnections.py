@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = ["KeptConnection", "ThreadConnections"]
 

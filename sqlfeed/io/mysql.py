@@ -16,28 +16,31 @@ either reader, runs :data:`MYSQL_SESSION` first: the hash of a row is taken over
 text, so every worker must render ``TIMESTAMP`` values alike. connectorx and pymysql are
 optional and imported when used.
 
-MySQL/MariaDB cannot share a snapshot across connections: a read that must see one state
-of changing tables reads its queries in order on one connection inside ``START
-TRANSACTION WITH CONSISTENT SNAPSHOT`` (:meth:`MySQLSource.pin_session`,
-:mod:`sqlfeed.io.pinned`), by pymysql (connectorx opens connections of its own: such a
-read is several times slower).
+MySQL/MariaDB cannot export a snapshot: a read that must see one state of changing tables
+reads its queries on one connection inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT``
+(:meth:`MySQLSource.pin_session`, :mod:`sqlfeed.io.pinned`), by pymysql (connectorx opens
+connections of its own: such a read is several times slower); with
+``session_connections`` N, on N connections begun while ``LOCK TABLES ... READ`` on the
+tables read (else ``FLUSH TABLES WITH READ LOCK``) holds writers off.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.io.arrow import READER_HINT
 from sqlfeed.io.cxread import ConnectorxReader
-from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
+from sqlfeed.io.pinned import Batches, PinnedReads, Sync, SyncRefused, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
-from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
+from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource, release
 from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import schema_sql
+from sqlfeed.sql.keys import base_tables
 
 __all__ = [
     "CONNECTORX_TYPES",
@@ -64,6 +67,11 @@ MYSQL_CONSISTENT = (
 )
 """What begins a consistent read session: every query of its transaction (InnoDB tables)
 sees the state of its start."""
+
+SYNC_LOCK_WAIT = 10
+"""Seconds the lock that lets several connections begin at one state waits for writers
+already in a transaction on the tables read (MySQL's own default is a year); past it the
+read runs on one connection."""
 
 READERS_VARIABLE = "SQLFEED_MYSQL_READERS"
 """Environment variable: the readers to try, in order, comma-separated (e.g. ``pymysql``)."""
@@ -172,6 +180,56 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
             cursor_batches(self._streaming_cursor),
         )
 
+    def _snapshot_sync(self, sql: str | None) -> Sync | None:
+        """Several sessions begin while a lock holds writers of the tables read off.
+
+        ``LOCK TABLES t READ, ...`` on the tables ``sql`` reads (a view locks its own), else
+        ``FLUSH TABLES WITH READ LOCK``, on a connection of its own, waiting at most
+        :data:`SYNC_LOCK_WAIT` seconds for writers already in a transaction; released as
+        soon as every session's ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` ran.
+        """
+        tables = self._tables_read(sql)
+        return lambda: self._lock_for_sync(tables)
+
+    def _tables_read(self, sql: str | None) -> list[str]:
+        if sql is None:
+            return []
+        try:
+            tree = self.parse(sql).tree
+        except Exception:  # the read itself says what is wrong with its query
+            return []
+        return [table.sql(dialect="mysql", identify=True) for table in base_tables(tree)]
+
+    @contextlib.contextmanager
+    def _lock_for_sync(self, tables: Sequence[str]) -> Iterator[str]:
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            cursor.execute(f"SET SESSION lock_wait_timeout = {SYNC_LOCK_WAIT}")
+            refusals = []
+            how = ""
+            for statement in _sync_statements(tables):
+                try:
+                    cursor.execute(statement)
+                except Exception as err:
+                    refusals.append(f"{statement.split(' ', 2)[0]} {_refusal(err)}")
+                    continue
+                how = statement
+                break
+            if not how:
+                raise SyncRefused(
+                    f"{self.dialect.TITLE}: the connections of this consistent read cannot "
+                    f"begin at one state ({'; '.join(refusals)}), so it reads on ONE "
+                    "connection; grant LOCK TABLES on the tables read (or RELOAD) to read on "
+                    "several at once"
+                )
+            try:
+                yield f"{how} held while they began"
+            finally:
+                cursor.execute("UNLOCK TABLES")
+        finally:
+            release(connection)
+
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)
         self._fields: dict[str, tuple[tuple[int, int, int], ...]] = {}
@@ -215,6 +273,17 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
     def write_session(self) -> MysqlSession:
         """A session writing in strict SQL mode (:class:`MysqlSession`)."""
         return MysqlSession(self.engine.raw_connection(), self.dialect, self._paramstyle())
+
+    def write_grant(self, schema: str | None, *, read_only: bool = False) -> str:
+        """CREATE, INSERT, ALTER and DROP on the database (staging tables renamed, dropped)."""
+        if read_only:
+            return "the server or transaction is read-only (read_only): write on a primary"
+        user = self.engine.url.username or "the_user"
+        where = schema or self.engine.url.database or "the_database"
+        return (
+            f"the user needs CREATE, INSERT, ALTER and DROP on the database {where} "
+            f"(GRANT CREATE, INSERT, ALTER, DROP ON {where}.* TO '{user}')"
+        )
 
     def _streaming_cursor(self, connection: Any, batch_rows: int) -> Any:
         if self.driver != "pymysql":
@@ -261,6 +330,21 @@ def mysql_hints(schema: pa.Schema | None) -> tuple[tuple[int, int, int], ...] | 
     return tuple(fields)
 
 
+def _sync_statements(tables: Sequence[str]) -> list[str]:
+    """The locks to try, least first: the tables read, then the whole server."""
+    first = [f"LOCK TABLES {', '.join(f'{table} READ' for table in tables)}"] if tables else []
+    return [*first, "FLUSH TABLES WITH READ LOCK"]
+
+
+def _refusal(err: BaseException) -> str:
+    """Why a lock was not taken, in a few words."""
+    code = err.args[0] if err.args and isinstance(err.args[0], int) else None
+    if code == 1205:
+        return f"waited over {SYNC_LOCK_WAIT}s for a transaction writing the tables"
+    words = str(err.args[1]) if len(err.args) > 1 else str(err)
+    return f"refused: {words.splitlines()[0] if words else type(err).__name__}"
+
+
 def mysql_description_schema(cursor: Any) -> pa.Schema | None:
     """Arrow types from a pymysql cursor's field metadata; ``null`` for types to infer.
 
@@ -303,12 +387,18 @@ class MysqlSession(DbapiSession):
 
     def __init__(self, connection: Any, dialect: Any, paramstyle: str) -> None:
         super().__init__(connection, dialect, paramstyle)
-        self.mode = self.rows("SELECT @@SESSION.sql_mode")[0][0]
-        self.cursor.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
+        try:
+            self.mode = self.rows("SELECT @@SESSION.sql_mode")[0][0]
+            self.cursor.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
+        except BaseException:
+            self.broken = True  # lost while starting: let go, not given back
+            super().close()
+            raise
 
     def close(self) -> None:
         try:
             self.rollback()
             self.cursor.execute("SET SESSION sql_mode = %s", (self.mode,))
-        finally:
-            super().close()
+        except Exception:
+            self.broken = True  # lost, or its mode unknown: let go, not given back
+        super().close()

@@ -27,7 +27,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.orc as orc
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = [
     "RANGE_PROTOCOL",

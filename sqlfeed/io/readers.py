@@ -19,7 +19,7 @@ from the plan's (:func:`compatible`, for readers typed by their values), sends t
 the next reader; a kept connection found stale (:class:`StaleConnection`) is tried once
 more on a fresh one. After a batch was delivered, nothing is read again for rows: a
 failure that hides the database's own message (:meth:`Reader.hides`) becomes the engine's
-one-line :class:`~dialects.EngineError` (the next reader runs the query to the end first,
+one-line :class:`~sqlfeed.dialects.EngineError` (the next reader runs the query to the end first,
 its rows dropped, so that the database's own error, if it has one, is the one raised),
 and every other error is raised as it is. A lost connection is not the chain's to handle:
 :meth:`sqlfeed.io.Source.read` reconnects and resumes after the rows it delivered
@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io.arrow import DEFAULT_BATCH_ROWS
 from sqlfeed.io.faults import connection_lost
 

@@ -5,8 +5,9 @@ derives a query's Arrow schema once, and streams a query's rows as record batche
 (see :mod:`sqlfeed.io.arrow`) through its engine's readers (:mod:`sqlfeed.io.readers`:
 a :class:`~sqlfeed.io.readers.ReadRequest`, the engine's reader table, one fallback
 chain). Driver errors never escape as they are: they become a one-line
-:class:`~dialects.EngineError` (:func:`driver_message`). This module also owns
-:class:`SnapshotHolder` and :func:`redact_url`.
+:class:`~sqlfeed.dialects.EngineError` (:func:`driver_message`). This module also owns
+:class:`SnapshotHolder`; :func:`redact_url` (a URL without its secrets,
+:mod:`sqlfeed.urlsecrets`) is re-exported here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from dialects import Dialect, EngineError, InvalidArgumentError, UnsupportedError
+from sqlfeed.dialects import Dialect, EngineError, InvalidArgumentError, UnsupportedError
 from sqlfeed.io.arrow import (
     DEFAULT_BATCH_ROWS,
     conform,
@@ -48,6 +49,7 @@ from sqlfeed.io.readers import (
     readers_after,
 )
 from sqlfeed.sql import ParsedQuery, count_sql, parse, sample_sql, schema_sql
+from sqlfeed.urlsecrets import redact_url, scrub
 
 __all__ = [
     "SCHEMA_SAMPLE_ROWS",
@@ -108,9 +110,9 @@ class Source:
     def close(self) -> None:
         """Release the connections this source opened."""
 
-    def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
-        """Parse and validate ``sql`` in this source's dialect."""
-        return parse(sql, self.dialect)
+    def parse(self, sql: str | ParsedQuery, *, allow_side_effects: bool = False) -> ParsedQuery:
+        """Parse and validate ``sql`` in this source's dialect (see :func:`sqlfeed.parse`)."""
+        return parse(sql, self.dialect, allow_side_effects=allow_side_effects)
 
     # -- small queries --------------------------------------------------------------------
 
@@ -194,7 +196,9 @@ class Source:
         :data:`~sqlfeed.io.arrow.READER_HINT`), whichever reader returned them.
         """
         if schema is None:
-            schema = self.schema(sql)
+            # ``sql`` was validated where it was made (a partition's, a sample's): deriving
+            # its schema keeps what that allowed (functions with side effects, if so).
+            schema = self.schema(self.parse(sql, allow_side_effects=True))
         out = without_hints(schema)
         if snapshot is not None and not self.shares_snapshots:
             raise UnsupportedError(f"{self.dialect.name} cannot share a snapshot across sessions")
@@ -355,7 +359,7 @@ class Source:
                 so it does not change the choice).
         """
         if schema is None:
-            schema = self.schema(sql)
+            schema = self.schema(self.parse(sql, allow_side_effects=True))  # as read() does
         request = ReadRequest(sql, schema, snapshot=snapshot)
         return next(self.candidates(request, after=after)).name
 
@@ -384,6 +388,18 @@ class Source:
             f"{self.label} cannot be written to by sqlfeed: give a PostgreSQL, MySQL/MariaDB, "
             "SQLite or DuckDB URL as the output"
         )
+
+    def write_grant(self, schema: str | None, *, read_only: bool = False) -> str:
+        """What lets this database's user write in ``schema``: for a refused write's error.
+
+        Args:
+            schema: the schema (MySQL: database) written in; None: the session's own.
+            read_only: the session or server may not write at all (not a missing grant).
+        """
+        where = f"in {schema}" if schema else "there"
+        if read_only:
+            return f"the database is read-only: write {where} with a user and server that may"
+        return f"the user needs the privilege to create tables and write rows {where}"
 
     def export_snapshot(self) -> SnapshotHolder:
         """Export a snapshot other sessions can read inside (PostgreSQL only).
@@ -566,9 +582,4 @@ def driver_message(err: BaseException) -> str:
         text = str(inner)
     text = re.sub(r"\(Background on this error at: [^)]*\)", "", text)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(inner).__name__
-
-
-def redact_url(url: str) -> str:
-    """The database URL ``url`` with its password replaced by ``***`` (for messages, labels)."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return scrub(lines[0]) if lines else type(inner).__name__

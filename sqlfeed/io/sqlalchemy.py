@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import sqlalchemy
 
-from dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
+from sqlfeed.dialects import Dialect, EngineError, InvalidArgumentError, MissingDependencyError
 from sqlfeed.io.arrow import iterate_rows
 from sqlfeed.io.readers import Reader, ReadRequest, readers_from_environment
 from sqlfeed.io.source import Source, connection_lost, driver_message, redact_url
-from sqlfeed.io.urlhints import scheme_hint
 from sqlfeed.io.writes import DbapiSession, WriteSession
+from sqlfeed.urlhints import scheme_hint
 
 __all__ = [
     "CursorReader",
@@ -125,6 +125,11 @@ class SQLAlchemySource(Source):
             engine.dispose()
             raise EngineError(
                 f"cannot connect to {redact_url(url)}: {driver_message(err)}"
+            ) from None
+        except TypeError as err:  # the driver's connect() takes no such URL option
+            engine.dispose()
+            raise InvalidArgumentError(
+                f"bad database URL {redact_url(url)}: the driver refuses its options ({err})"
             ) from None
         return cls(engine, dialect, owned=True, label=redact_url(url))
 
@@ -272,14 +277,26 @@ def release(connection: Any, failed: BaseException | None = None) -> None:
 
     It is invalidated when it is gone (``failed`` by a lost connection, or :func:`dead`),
     without that rollback, which would fail and log a traceback ("Exception during reset").
+    The rollback is made here first, so a connection killed after the last statement (a
+    server terminating it between the check and the pool's reset) is invalidated quietly too;
+    the pool's own reset then finds no transaction open (psycopg sends nothing).
     """
     if hasattr(connection, "dbapi_connection") and connection.dbapi_connection is None:
         return  # invalidated already (:func:`discard`): back in the pool
     if (failed is not None and connection_lost(failed)) or dead(connection):
-        with contextlib.suppress(Exception):
-            connection.invalidate()
+        _invalidate(connection)
+        return
+    try:
+        connection.rollback()
+    except Exception:
+        _invalidate(connection)
         return
     connection.close()
+
+
+def _invalidate(connection: Any) -> None:
+    with contextlib.suppress(Exception):
+        connection.invalidate()
 
 
 def create_engine(url: str, dialect: Dialect) -> sqlalchemy.Engine:
@@ -330,7 +347,7 @@ def install_session_hooks(engine: Any, dialect: Dialect, settings: Sequence[str]
 
     Args:
         engine: a SQLAlchemy engine.
-        dialect: its dialect, whose :meth:`~dialects.Dialect.register_functions` runs first.
+        dialect: its dialect, whose :meth:`~sqlfeed.dialects.Dialect.register_functions` runs first.
         settings: statements (``SET ...``) run and committed on each new connection.
     """
 

@@ -24,10 +24,12 @@ REAL affinity (which stores no integers), as the schema's reader hints say
 and its text is checked to be UTF-8 (a BLOB in a TEXT column). connectorx and ADBC are
 optional and imported when used.
 
-SQLite cannot share a snapshot across connections: a read that must see one state of a
-changing database reads its queries in order on one ``sqlite3`` connection inside one read
-transaction (:meth:`SQLiteSource.pin_session`, :mod:`sqlfeed.io.pinned`): in WAL mode
-writers go on meanwhile; in a rollback journal they wait until the read ends.
+SQLite cannot export a snapshot: a read that must see one state of a changing database
+reads its queries on one ``sqlite3`` connection inside one read transaction
+(:meth:`SQLiteSource.pin_session`, :mod:`sqlfeed.io.pinned`): in WAL mode writers go on
+meanwhile; in a rollback journal they wait until the read ends. With
+``session_connections`` N, on N connections begun while another holds the write lock
+(``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
@@ -45,16 +47,16 @@ import pyarrow as pa
 import sqlalchemy
 from sqlglot import exp
 
-from dialects import SqlfeedError
-from dialects.optional import require
+from sqlfeed.dialects import SqlfeedError
+from sqlfeed.dialects.optional import require
 from sqlfeed.io.arrow import READER_HINT
 from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.files import MEMORY, require_file
 from sqlfeed.io.keptconnections import ThreadConnections
-from sqlfeed.io.pinned import Batches, PinnedReads, cursor_batches
+from sqlfeed.io.pinned import Batches, PinnedReads, Sync, SyncRefused, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import Source, redact_url
-from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource
+from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource, release
 from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import ParsedQuery, single_table
 
@@ -216,6 +218,39 @@ class SQLiteSource(PinnedReads, SQLAlchemySource):
         """
         begin = ("BEGIN", "SELECT count(*) FROM sqlite_master")
         return self.engine.raw_connection(), begin, cursor_batches(self._streaming_cursor)
+
+    def _snapshot_sync(self, sql: str | None) -> Sync | None:
+        """Several sessions begin while one connection holds the write lock.
+
+        That is ``BEGIN IMMEDIATE``: no writer commits until every session's read
+        transaction has begun, so all see one state (WAL: each its own snapshot of it;
+        rollback journal: their shared locks then hold writers off until the read ends).
+        None for a memory database, which no other connection sees.
+        """
+        path = self.engine.url.database or ""
+        if self.driver != "pysqlite" or not path or path == MEMORY or "mode=memory" in path:
+            return None
+        return self._write_lock_for_sync
+
+    @contextlib.contextmanager
+    def _write_lock_for_sync(self) -> Iterator[str]:
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise SyncRefused(
+                    "SQLite: the connections of this consistent read cannot begin at one state "
+                    f"(BEGIN IMMEDIATE: {err}: another writer held the database, or it is "
+                    "read-only here), so it reads on ONE connection"
+                ) from None
+            try:
+                yield "BEGIN IMMEDIATE held while they began"
+            finally:
+                cursor.execute("ROLLBACK")
+        finally:
+            release(connection)
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:
         super().__init__(engine, dialect, owned=owned, label=label)

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects import Dialect, EngineError
+from sqlfeed.dialects import Dialect, EngineError
 
 __all__ = [
     "DbapiSession",
@@ -111,6 +111,9 @@ class DbapiSession(WriteSession):
         self.dialect = dialect
         self.marker = "?" if paramstyle == "qmark" else "%s"
         self.cursor = connection.cursor()
+        self.broken = False
+        """The connection's state is not known good (a setting could not be put back):
+        :meth:`close` lets it go instead of giving it back to the pool."""
 
     def begin(self) -> None:
         """DB-API connections are always in a transaction (it began with the last commit)."""
@@ -137,10 +140,27 @@ class DbapiSession(WriteSession):
             self.connection.rollback()
 
     def close(self) -> None:
-        try:
+        """Give the connection back to its pool, or let it go where it is lost.
+
+        The transaction is rolled back here first: where that fails (the server ended the
+        connection) or the session was :attr:`broken`, the connection is invalidated, not
+        given back (the pool's own rollback would fail again and log a traceback,
+        "Exception during reset").
+        """
+        with contextlib.suppress(Exception):
             self.cursor.close()
-        finally:
+        healthy = not self.broken
+        if healthy:
+            try:
+                self.connection.rollback()
+            except Exception:
+                healthy = False
+        if healthy:
             self.connection.close()
+            return
+        let_go = getattr(self.connection, "invalidate", None) or self.connection.close
+        with contextlib.suppress(Exception):
+            let_go()
 
 
 def python_rows(batch: pa.RecordBatch, dialect: Dialect) -> list[tuple[Any, ...]]:

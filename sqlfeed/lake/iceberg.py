@@ -12,8 +12,9 @@ have deletes, and refuses equality deletes):
 * a deletion vector (v3, in a Puffin file) to the one data file it references.
 
 Columns are matched to each data file by field id (the Parquet files Iceberg writers make
-carry them), so a renamed column is read by its old name and a column added later is NULL
-in older files. ``new_only`` keeps the data files added after a given snapshot, for
+carry them; a file without them, of a migrated table, through the table's name mapping),
+so a renamed column is read by its old name and a column added later is NULL in older
+files. ``new_only`` keeps the data files added after a given snapshot, for
 incremental epochs; it refuses when a snapshot in between rewrote data files (an overwrite
 or compaction would read rewritten rows again).
 """
@@ -29,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError, UnsupportedError
-from dialects.optional import require
+from sqlfeed.dialects import InvalidArgumentError, NotImplementedYetError, UnsupportedError
+from sqlfeed.dialects.optional import require
 from sqlfeed.lake.model import Column, DataFile, EqualityDeletes, TableSnapshot
 from sqlfeed.lake.sidecar import positions_file
 from sqlfeed.lake.types import duckdb_type
@@ -301,8 +302,8 @@ def _data_file(
         raise UnsupportedError(
             f"Iceberg data file {uri} is {data.file_format.value}: sqlfeed reads Parquet data files"
         )
-    ids = _field_ids(path)
-    columns = tuple(_column(f, ids, schema) for f in arrow)
+    ids = _field_ids(path, _name_mapping(table))
+    columns = tuple(_column(f, ids, schema, path) for f in arrow)
     position = [
         d
         for d in _applies(_in_scope(positions, scope), sequence, False)
@@ -373,8 +374,25 @@ def local_path(uri: str) -> str:
     return uri
 
 
-def _field_ids(path: str) -> dict[int, tuple[str, pa.DataType]]:
-    """A Parquet file's top-level columns by field id: ``id -> (name, type)``."""
+def _name_mapping(table: Any) -> dict[str, int] | None:
+    """The table's name mapping (``schema.name-mapping.default``): top-level name -> field id.
+
+    What the columns of a data file written without field ids (a migrated table) are; None:
+    the table has none.
+    """
+    found = table.name_mapping()
+    if found is None:
+        return None
+    return {name: int(field.field_id) for field in found for name in field.names}
+
+
+def _field_ids(
+    path: str, mapping: dict[str, int] | None = None
+) -> dict[int, tuple[str, pa.DataType]]:
+    """A Parquet file's top-level columns by field id: ``id -> (name, type)``.
+
+    A column without an id takes the one ``mapping`` gives its name; else a negative key.
+    """
     try:
         file_schema = pq.read_schema(path)
     except OSError as err:
@@ -382,19 +400,43 @@ def _field_ids(path: str) -> dict[int, tuple[str, pa.DataType]]:
     out = {}
     for position, field in enumerate(file_schema):
         raw = (field.metadata or {}).get(_FIELD_ID)
-        key = int(raw) if raw is not None else -1 - position
+        if raw is not None:
+            key = int(raw)
+        elif mapping is not None and field.name in mapping:
+            key = mapping[field.name]
+        else:
+            key = -1 - position
         out[key] = (field.name, field.type)
     return out
 
 
-def _column(field: pa.Field, ids: dict[int, tuple[str, pa.DataType]], schema: Any) -> Column:
+def _column(
+    field: pa.Field, ids: dict[int, tuple[str, pa.DataType]], schema: Any, path: str
+) -> Column:
+    """The column ``field`` of the snapshot in a data file, matched by field id.
+
+    A file without field ids and no name mapping is read by the column's name. A field id
+    the file lacks is NULL (ids are never reused: the file was written before the column
+    was added), as the spec says, unless the column has an initial default (refused).
+    """
     iceberg_field = schema.find_field(field.name)
     found = ids.get(iceberg_field.field_id)
-    if found is None:
-        # a file without field ids (a migrated table) is read by name
+    if found is None and ids and all(key < 0 for key in ids):
+        # a file without field ids (a migrated table) and no name mapping: read by name
         found = next(((n, t) for key, (n, t) in ids.items() if key < 0 and n == field.name), None)
+        if found is None:
+            raise UnsupportedError(
+                f"Iceberg data file {path} has no field ids and no column {field.name!r}, and "
+                "the table has no name mapping (schema.name-mapping.default) to say where the "
+                "column is: sqlfeed will not read it as NULLs; set the table's name mapping"
+            )
     sql_type = duckdb_type(field.type)
     if found is None:
+        if getattr(iceberg_field, "initial_default", None) is not None:
+            raise NotImplementedYetError(
+                f"Iceberg data file {path} predates column {field.name!r}, whose initial "
+                "default sqlfeed does not apply yet: rewrite the older files (a compaction)"
+            )
         return Column(field.name, sql_type)
     name, file_type = found
     return Column(field.name, sql_type, source=name, cast=duckdb_type(file_type) != sql_type)

@@ -213,13 +213,14 @@ class LakeSource(DuckDBSource):
             sql = local_sidecars(sql)
         return super()._local_sql(cursor, sql)
 
-    def parse(self, sql: str | ParsedQuery) -> ParsedQuery:
+    def parse(self, sql: str | ParsedQuery, *, allow_side_effects: bool = False) -> ParsedQuery:
         """Parse ``sql`` with the table's name pinned to the snapshot read now."""
         text = sql if isinstance(sql, str) else sql.sql
         pinned = pin(text, self.table.name, self.view)
         if not isinstance(sql, str) and pinned == text:
             return super().parse(sql)  # parsed already, nothing to pin
-        return super().parse(pinned)
+        allowed = allow_side_effects or (not isinstance(sql, str) and sql.allow_side_effects)
+        return super().parse(pinned, allow_side_effects=allowed)
 
     # -- fragments -------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from dialects import UnsupportedError
+from sqlfeed.dialects import UnsupportedError
 
 __all__ = ["duckdb_type"]
 

@@ -20,8 +20,8 @@ import os
 import re
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from dialects import InvalidArgumentError
-from sqlfeed.io import MEMORY, Source, url_path
+from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.io import MEMORY, Source, redact_url, url_path
 from sqlfeed.lake.delta import delta_snapshot, delta_version
 from sqlfeed.lake.iceberg import load_table, snapshot_id_at, table_snapshot
 from sqlfeed.lake.source import LakeSource, LakeTable
@@ -60,7 +60,7 @@ def _number(options: dict[str, str], name: str, url: str) -> int | None:
     if value is None:
         return None
     if not re.fullmatch(r"-?\d+", value):
-        raise InvalidArgumentError(f"{url!r}: {name}={value!r} must be a whole number")
+        raise InvalidArgumentError(f"{redact_url(url)!r}: {name}={value!r} must be a whole number")
     return int(value)
 
 
@@ -79,7 +79,7 @@ def open_iceberg_url(url: str) -> Source:
         catalog, location = parts.netloc, unquote(parts.path.lstrip("/"))
         if "." not in location:
             raise InvalidArgumentError(
-                f"{url!r}: name the table as iceberg://CATALOG/namespace.table"
+                f"{redact_url(url)!r}: name the table as iceberg://CATALOG/namespace.table"
             )
         properties = {k: v for k, v in options.items() if k not in _OPTIONS}
         table = load_table(location, catalog, properties)
@@ -88,7 +88,7 @@ def open_iceberg_url(url: str) -> Source:
         catalog, location = None, url_path(url, "iceberg")
         if location == MEMORY:
             raise InvalidArgumentError(
-                f"{url!r}: give iceberg:////absolute/metadata.json or iceberg://CATALOG/ns.table"
+                f"{redact_url(url)!r}: give iceberg:////absolute/metadata.json or iceberg://CATALOG/ns.table"
             )
         table = load_table(location)
         folder = os.path.dirname(os.path.dirname(os.path.abspath(location)))
@@ -123,8 +123,8 @@ def open_delta_url(url: str) -> Source:
     path = url_path(url, "delta")
     if path == MEMORY or not os.path.isdir(path):
         raise InvalidArgumentError(
-            f"{url!r}: no Delta table folder at {path!r}; give delta:///relative/folder or "
-            "delta:////absolute/folder"
+            f"{redact_url(url)!r}: no Delta table folder at {path!r}; give "
+            "delta:///relative/folder or delta:////absolute/folder"
         )
     path = os.path.abspath(path)
     name = _view(options, os.path.basename(path.rstrip("/")))
@@ -144,11 +144,11 @@ def _source(lake: LakeTable, options: dict[str, str], url: str, pin: str) -> Lak
     if unknown or other in options:
         bad = ", ".join(unknown or [other])
         raise InvalidArgumentError(
-            f"{url!r}: unknown option {bad}; use {pin}=, as_of=, since=, view="
+            f"{redact_url(url)!r}: unknown option {bad}; use {pin}=, as_of=, since=, view="
         )
     as_of = parse_time(options["as_of"]) if "as_of" in options else None
     if as_of is not None and pin in options:
-        raise InvalidArgumentError(f"{url!r}: give {pin}= or as_of=, not both")
+        raise InvalidArgumentError(f"{redact_url(url)!r}: give {pin}= or as_of=, not both")
     return LakeSource(
         lake,
         snapshot=_number(options, pin, url),

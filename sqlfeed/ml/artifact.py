@@ -4,7 +4,7 @@ The folder holds the model (``model.keras``, its preprocessing layers inside, or
 ``model.json``), ``manifest.json`` (format version, versions, task, label and classes,
 the features with their Arrow types and transforms, the query, both split SQL texts and
 the split rule, plan and statistics fingerprints, rows, seed, options, metrics, time),
-``stats.json`` (the training split's statistics) and ``stats.html`` (their report).
+``sqlfeed.stats.json`` (the training split's statistics) and ``sqlfeed.stats.html`` (their report).
 
 :func:`write_folder` writes it beside the target, then renames it into place: a training
 killed at any point leaves no half model (only a hidden ``.<name>.partial-*`` folder,
@@ -26,21 +26,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.errors import InvalidArgumentError
 from sqlfeed.feed.converter import Converter
 from sqlfeed.feed.tensors import MASK_SUFFIX, column_mappings
 from sqlfeed.ml.features import Feature, type_family
-from sqlfeed.ml.gbdt import GbdtModel
+from sqlfeed.ml.gbdt import GbdtModel, xgboost_module
 from sqlfeed.ml.labels import class_indices, null_label_message
 from sqlfeed.ml.layers import layer_classes
+from sqlfeed.ml.options import FAMILIES
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "Model",
+    "check_manifest",
     "check_target",
     "load",
+    "model_file",
     "read_manifest",
     "write_folder",
 ]
@@ -49,6 +52,9 @@ FORMAT = "sqlfeed.ml.model"
 FORMAT_VERSION = 1
 """The manifest's format version: a folder of another version is refused by :func:`load`."""
 MANIFEST = "manifest.json"
+MODEL_TASKS = ("binary", "multiclass", "regression")
+"""A trained model's task."""
+_FEATURE_FIELDS = {"name": str, "arrow_type": str, "family": str, "transform": dict}
 _COMPATIBLE = {
     "integer": "number",
     "float": "number",
@@ -244,12 +250,73 @@ def _fsync_tree(folder: Path) -> None:
 def load(path: str | os.PathLike[str]) -> Model:
     """Open a model folder written by :func:`sqlfeed.ml.train`.
 
+    The folder's files are checked before TensorFlow or XGBoost is imported: a folder
+    without its model file is refused at once.
+
     Raises:
-        InvalidArgumentError: not a model folder, or one of another format version.
+        InvalidArgumentError: not a model folder, one of another format version, a
+            manifest that is not a model's, a missing or unreadable model file.
     """
     folder = Path(path)
     manifest = read_manifest(folder)
     return Model(folder, manifest, _predictor(folder, manifest))
+
+
+def model_file(folder: Path, manifest: dict[str, Any]) -> Path:
+    """The model file the manifest names, checked to be in ``folder``.
+
+    Raises:
+        InvalidArgumentError: the folder lacks it.
+    """
+    name = manifest["files"].get("model")
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        raise InvalidArgumentError(_not_whole(folder, f"its {MANIFEST} names no model file"))
+    path = folder / name
+    if not path.is_file():
+        raise InvalidArgumentError(_not_whole(folder, f"it has no {name}"))
+    return path
+
+
+def _not_whole(folder: Path, what: str) -> str:
+    return (
+        f"{folder} is not a whole sqlfeed model folder ({what}): it was changed or copied "
+        "in part; train the model again, or give the whole folder sqlfeed train wrote"
+    )
+
+
+def check_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """The manifest's fields a model is opened by: present, of their types.
+
+    Raises:
+        InvalidArgumentError: a field missing or of another type, naming it.
+    """
+    fields: dict[str, tuple[type, ...]] = {
+        "family": (str,),
+        "task": (str,),
+        "label": (str,),
+        "features": (list,),
+        "files": (dict,),
+    }
+    for name, types in fields.items():
+        if not isinstance(manifest.get(name), types):
+            raise InvalidArgumentError(_not_whole(folder, f"its {MANIFEST} has no valid {name!r}"))
+    if manifest["family"] not in FAMILIES or manifest["task"] not in MODEL_TASKS:
+        raise InvalidArgumentError(
+            _not_whole(
+                folder,
+                f"its {MANIFEST} names family {manifest['family']!r}, task {manifest['task']!r}",
+            )
+        )
+    classes = manifest.get("classes")
+    if classes is not None and not isinstance(classes, list):
+        raise InvalidArgumentError(_not_whole(folder, f"its {MANIFEST} has no valid 'classes'"))
+    for i, feature in enumerate(manifest["features"]):
+        if not isinstance(feature, dict) or not all(
+            isinstance(feature.get(k), t) for k, t in _FEATURE_FIELDS.items()
+        ):
+            raise InvalidArgumentError(
+                _not_whole(folder, f"feature {i} of its {MANIFEST} is not a feature")
+            )
 
 
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -263,6 +330,12 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     folder = Path(path)
     if not folder.exists():  # an overwrite killed between its renames: the old model back
         recover(folder)
+    if not folder.is_dir():
+        what = "no such folder" if not folder.exists() else "a file, not a folder"
+        raise InvalidArgumentError(
+            f"{folder} is not a sqlfeed model folder ({what}): give the --out folder of "
+            "sqlfeed train"
+        )
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise InvalidArgumentError(
@@ -281,27 +354,46 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{manifest.get('format_version')!r}; this sqlfeed reads {FORMAT!r} version "
             f"{FORMAT_VERSION}: train it again with this version"
         )
+    check_manifest(folder, manifest)
     return manifest
 
 
 def _predictor(folder: Path, manifest: dict[str, Any]) -> Callable[[Model, Any], np.ndarray]:
+    path = model_file(folder, manifest)
     if manifest["family"] == "gbdt":
-        booster = GbdtModel.load(
-            folder,
-            [Feature.from_dict(f) for f in manifest["features"]],
-            manifest["task"],
-            manifest.get("classes"),
-        )
+        xgboost_module()  # missing: its own error, not an unreadable file
+        try:
+            booster = GbdtModel.load(
+                folder,
+                [Feature.from_dict(f) for f in manifest["features"]],
+                manifest["task"],
+                manifest.get("classes"),
+            )
+        except InvalidArgumentError:
+            raise
+        except Exception as err:  # XGBoost's error of a cut or changed file
+            raise InvalidArgumentError(_unreadable(path, err)) from None
         return lambda _model, batch: np.asarray(booster.predict_batch(batch))
     keras = require("keras", "loading a sqlfeed.ml model")
     layer_classes()  # registered before the model is read
-    network = keras.models.load_model(folder / manifest["files"]["model"], compile=False)
+    try:
+        network = keras.models.load_model(path, compile=False)
+    except Exception as err:  # Keras's error of a cut or changed file
+        raise InvalidArgumentError(_unreadable(path, err)) from None
 
     def predict(model: Model, batch: Any) -> np.ndarray:
         out = np.asarray(network(model.inputs(batch), training=False), dtype=np.float64)
         return out.reshape(-1) if model.task != "multiclass" else out
 
     return predict
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    return (
+        f"{path} is not a readable model ({reason}): the folder was changed or copied in "
+        "part; train the model again, or give the whole folder sqlfeed train wrote"
+    )
 
 
 def versions(extra: Sequence[str] = ()) -> dict[str, str]:

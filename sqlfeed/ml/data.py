@@ -14,7 +14,7 @@ from sqlfeed.ml.features import Feature
 from sqlfeed.ml.options import TrainOptions
 from sqlfeed.ml.split import Split
 from sqlfeed.plans.model import Plan
-from stats.model import FeatureStats
+from sqlfeed.stats.model import FeatureStats
 
 __all__ = ["TrainingData", "class_weights"]
 

@@ -11,21 +11,22 @@ query runs. The SELECT must return every feature with a compatible type
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
-from dialects import get_dialect
-from sqlfeed.errors import InvalidArgumentError
+from sqlfeed.dialects import get_dialect
+from sqlfeed.errors import EngineError, InvalidArgumentError
 from sqlfeed.feed.feeder import PartitionFeeder
 from sqlfeed.io import Source, connect
 from sqlfeed.ml.artifact import Model, load
 from sqlfeed.ml.metrics import metrics_for
 from sqlfeed.ml.split import Split, split_sql
 
-__all__ = ["evaluate", "evaluate_sql", "scored_sql"]
+__all__ = ["evaluate", "evaluate_sql", "scored_sql", "training_overlap"]
 
 
 def evaluate(
@@ -48,13 +49,20 @@ def evaluate(
         progress: called with a line when done.
 
     Returns:
-        :meth:`sqlfeed.ml.metrics.Accumulator.result`, plus ``sql`` (what was scored).
+        :meth:`sqlfeed.ml.metrics.Accumulator.result`, plus ``sql`` (what was scored) and,
+        for a given SELECT, ``training_overlap``: how many of its rows the model was
+        trained on (:func:`training_overlap`; a warning says so when there are some;
+        None where the training split's table is not in that database).
     """
     opened = model if isinstance(model, Model) else load(model)
     src = connect(source)
     try:
-        sql = query if query is not None else _validation_sql(opened, src)
+        sql = query if query is not None else _split_sqls(opened, src)[1]
         result = evaluate_sql(opened, sql, src, partitions=partitions)
+        if query is not None:
+            result["training_overlap"] = overlap = _overlap_if_known(opened, query, src)
+            if overlap:
+                warnings.warn(_overlap_message(opened, overlap, result["rows"]), stacklevel=2)
     finally:
         if src is not source:  # opened here from a URL
             src.close()
@@ -63,13 +71,71 @@ def evaluate(
     return result
 
 
-def _validation_sql(model: Model, src: Source) -> str:
+def _overlap_if_known(model: Model, query: str, src: Source) -> int | None:
+    """:func:`training_overlap`, or None where the training split cannot be read here.
+
+    A model evaluated on another database (a copy of its data under another name) finds no
+    training table there: nothing tells which rows it was trained on.
+    """
+    try:
+        return training_overlap(model, query, src)
+    except EngineError:
+        return None
+
+
+def _overlap_message(model: Model, overlap: int, rows: int) -> str:
+    return (
+        f"{overlap:,} of the {rows:,} rows evaluated are rows the model was trained on (its "
+        f"training split, matched by {_matched_by(model)}): their metrics flatter it; "
+        "evaluate on its validation split (give no SELECT) or on other rows"
+    )
+
+
+def _matched_by(model: Model, names: list[str] | None = None) -> str:
+    key = (model.manifest.get("split") or {}).get("key")
+    if key is not None and (names is None or key in names):
+        return f"the split key {key}"
+    return "features and label"
+
+
+def _split_sqls(model: Model, src: Source) -> tuple[str, str]:
+    """The model's training and validation SELECTs, in the dialect of ``src``."""
     manifest = model.manifest
     if manifest["dialect"] == src.dialect.name:
-        return str(manifest["validation_sql"])
+        return str(manifest["training_sql"]), str(manifest["validation_sql"])
     written = get_dialect(manifest["dialect"]).sqlglot_dialect
     query = sqlglot.transpile(manifest["query"], read=written, write=src.dialect.sqlglot_dialect)[0]
-    return split_sql(query, src, Split.from_rule(manifest["split"]))[1]
+    return split_sql(query, src, Split.from_rule(manifest["split"]))
+
+
+def training_overlap(model: Model, query: str, source: Any) -> int:
+    """How many of the rows of ``query`` are rows ``model`` was trained on.
+
+    Rows of the SELECT found in the model's training split (its manifest's SQL, or the same
+    split rule applied on another engine): by the split's key when the SELECT has that
+    column (a NULL key matches nothing), else by the features and the label together (a
+    row with a NULL among them matches nothing). The engine counts them: one query.
+    """
+    src = connect(source)
+    parsed = src.parse(query)
+    names = list(src.schema(parsed).names)
+    key = (model.manifest.get("split") or {}).get("key")
+    columns = [str(key)] if key in names else [*model.feature_names, model.label]
+    training = src.parse(_split_sqls(model, src)[0]).tree.copy()
+    evaluated = parsed.tree.copy()
+    assert isinstance(training, exp.Query)
+    assert isinstance(evaluated, exp.Query)
+    same = [
+        exp.EQ(this=exp.column(c, "t", quoted=True), expression=exp.column(c, "e", quoted=True))
+        for c in columns
+    ]
+    trained = exp.select("1").from_(training.subquery("t")).where(exp.and_(*same))
+    count = (
+        exp.select(exp.Count(this=exp.Star()))
+        .from_(evaluated.subquery("e"))
+        .where(exp.Exists(this=trained))
+    )
+    return int(src.scalar(count.sql(dialect=src.dialect.sqlglot_dialect), what="overlap count"))
 
 
 def scored_sql(model: Model, query: str, src: Source, *, label: bool = True) -> str:

@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from sqlfeed.errors import InvalidArgumentError
 from sqlfeed.ml.options import TrainOptions
-from stats.fed import TICK_KINDS, fed_kind, fed_value
-from stats.model import ColumnStats, FeatureStats
+from sqlfeed.stats.fed import TICK_KINDS, fed_kind, fed_value
+from sqlfeed.stats.model import ColumnStats, FeatureStats
 
 __all__ = ["FAMILY_NAMES", "Feature", "check_columns", "choose_features", "type_family"]
 

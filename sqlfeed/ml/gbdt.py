@@ -47,12 +47,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects import InvalidArgumentError, UnsupportedError
-from dialects.optional import require
+from sqlfeed.dialects import InvalidArgumentError, UnsupportedError
+from sqlfeed.dialects.optional import require
 from sqlfeed.feed.feeder import PartitionFeeder, Progress
 from sqlfeed.feed.options import check_int
 from sqlfeed.io import connect
 from sqlfeed.ml.labels import class_indices
+from sqlfeed.plans.model import Plan
 
 if TYPE_CHECKING:
     import xgboost
@@ -448,7 +449,7 @@ class _Read:
     progress: Callable[[str], None] | None
 
     def reader(
-        self, sql: str, what: str, features: Sequence[FeatureLike], targets: _Targets
+        self, sql: str | Plan, what: str, features: Sequence[FeatureLike], targets: _Targets
     ) -> _Reader:
         """A reader of ``sql`` (``what``: training or validation) reporting its rows read."""
         holder: list[_Reader] = []
@@ -501,7 +502,7 @@ def _params(
 
 
 def train_gbdt(
-    training_sql: str,
+    training_sql: str | Plan,
     validation_sql: str | None,
     source: Any,
     *,
@@ -521,7 +522,8 @@ def train_gbdt(
     """Train boosted trees on the rows of ``training_sql``, read by the Feeder.
 
     Args:
-        training_sql: the training split's SELECT (every feature and the label).
+        training_sql: the training split's SELECT (every feature and the label), or its
+            :class:`~sqlfeed.plans.model.Plan`.
         validation_sql: the validation split's SELECT, evaluated after every tree (its
             metric goes to ``progress`` and :attr:`GbdtModel.history`); None: none.
         source: where both run (anything :func:`sqlfeed.connect` takes; one opened here

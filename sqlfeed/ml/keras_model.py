@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.feed.tensors import MASK_SUFFIX
 from sqlfeed.ml.features import Feature
 from sqlfeed.ml.layers import layer_classes

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 
 __all__ = ["layer_classes"]
 

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dialects.errors import InvalidArgumentError
+from sqlfeed.dialects.errors import InvalidArgumentError
 
 TASKS = ("binary", "multiclass", "regression")
 

@@ -83,8 +83,8 @@ class TrainOptions:
         checkpoint_dir: where a training keeps its checkpoints; a training killed and run
             again with the same folder resumes where it stopped.
         overwrite: replace an existing model folder.
-        report: write the statistics' HTML report (``stats.html``, a few seconds per 30
-            columns) into the folder beside ``stats.json``.
+        report: write the statistics' HTML report (``sqlfeed.stats.html``, a few seconds per 30
+            columns) into the folder beside ``sqlfeed.stats.json``.
     """
 
     task: str = "auto"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlfeed.tf as sqlfeed_tf
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.dispatch import open_queue
 from sqlfeed.dispatch.queue import JobStatus
 from sqlfeed.ml.data import TrainingData

@@ -18,21 +18,22 @@ the SELECT), ``predicted_<label>`` (the class, or the value), for binary tasks
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, dialect_for
+from sqlfeed.dialects import InvalidArgumentError, dialect_for
 from sqlfeed.ml.artifact import Model, load
 from sqlfeed.ml.write import fingerprint
 from sqlfeed.sink import WriteReport, copy_into, finish_job
 from sqlfeed.sink.folder import copy_to_folder, load_folder
 from sqlfeed.sink.job import Progress
 
-__all__ = ["Scorer", "finish", "predict"]
+__all__ = ["RowsMeter", "Scorer", "finish", "predict"]
 
 
 class Scorer:
@@ -45,6 +46,8 @@ class Scorer:
         proba: classification: a probability column per class.
         name: the prediction column's name (default ``predicted_<label>``); the
             probability columns are named after it.
+        on_rows: called with the number of rows of each batch scored (from the workers'
+            threads).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class Scorer:
         keep_all: bool = False,
         proba: bool = False,
         name: str | None = None,
+        on_rows: Callable[[int], None] | None = None,
     ) -> None:
         if proba and model.task == "regression":
             raise InvalidArgumentError("--proba needs a classification model; this one regresses")
@@ -64,6 +68,7 @@ class Scorer:
         self.keep = list(keep)
         self.keep_all = keep_all
         self.proba = proba
+        self.on_rows = on_rows
         self.passed: list[str] = []
         self.name = name or f"predicted_{model.label}"
         self.classes = pa.array(model.classes) if model.classes is not None else None
@@ -117,6 +122,8 @@ class Scorer:
         arrays = [batch.column(batch.schema.get_field_index(name)) for name in self.passed]
         arrays += self._predictions(scores, batch.num_rows)
         names = [*self.passed, *(f.name for f in self._prediction_fields())]
+        if self.on_rows is not None:
+            self.on_rows(batch.num_rows)
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
     def _predictions(self, scores: np.ndarray, rows: int) -> list[pa.Array]:
@@ -134,6 +141,45 @@ class Scorer:
         if self.proba:
             out += [pa.array(probabilities[:, i], pa.float64()) for i in range(len(self.classes))]
         return out
+
+
+class RowsMeter:
+    """A prediction run's progress: the rows scored as each batch is, against the rows expected.
+
+    The sink reports rows when a whole partition commits (a few times a run: no rate, no
+    time left to show); this reports every scored batch, as ``progress(rows, expected)``,
+    counting rows committed once known (a partition read again after a lost lease is
+    scored twice, so the count is kept within the rows expected).
+
+    Args:
+        progress: called with the rows scored (or committed) by this process, and the
+            rows expected once the sink counted them (None before).
+    """
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.scored = 0
+        self.committed = 0
+        self.expected: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def rows(self) -> int:
+        """The rows shown: scored (within the rows expected), or committed if more."""
+        scored = self.scored if self.expected is None else min(self.scored, self.expected)
+        return max(scored, self.committed)
+
+    def scored_rows(self, rows: int) -> None:
+        """A batch of ``rows`` rows was scored."""
+        with self._lock:
+            self.scored += rows
+            self.progress(self.rows, self.expected)
+
+    def __call__(self, rows: int, expected: int | None) -> None:
+        """The sink's report: ``rows`` committed by this process, ``expected`` in all."""
+        with self._lock:
+            self.committed, self.expected = rows, expected
+            self.progress(self.rows, expected)
 
 
 def model_fingerprint(model: Model) -> str:
@@ -190,21 +236,37 @@ def predict(
         partitions: the plan's partitions.
         lease_ttl: a lease's life without heartbeat.
         finish: finish once the job is complete (see :func:`sqlfeed.sink.copy_into`).
-        progress: called with the rows written by this process and the rows expected.
+        progress: called with the rows this process has scored (as each batch is; the
+            rows committed when more) and the rows expected (None until counted): see
+            :class:`RowsMeter`.
 
     Returns:
         The report of the finish (None: ``finish`` False); with ``out``, the rows this
         process wrote.
     """
     output = into_db if into_db is not None else source
-    if queue is not None and isinstance(output, str) and dialect_for(output).SINK_ONE_PROCESS:
+    if (
+        out is None  # a folder's workers write files; they only read the database
+        and queue is not None
+        and isinstance(output, str)
+        and dialect_for(output).SINK_ONE_PROCESS
+    ):
         raise InvalidArgumentError(
             f"several processes cannot write one {dialect_for(output).name} file: give the "
             "workers --out DIR, then load it with predict --finish --out DIR --into TABLE "
             "--into-db URL"
         )
     loaded = model if isinstance(model, Model) else load(model)
-    scorer = Scorer(loaded, key=key or (), keep=keep, keep_all=keep_all, proba=proba, name=name)
+    meter = RowsMeter(progress) if progress is not None else None
+    scorer = Scorer(
+        loaded,
+        key=key or (),
+        keep=keep,
+        keep_all=keep_all,
+        proba=proba,
+        name=name,
+        on_rows=meter.scored_rows if meter is not None else None,
+    )
     common: dict[str, Any] = {
         "queue": queue,
         "job": job,
@@ -219,7 +281,7 @@ def predict(
             **common,
             batch_size=batch_size,
             lease_ttl=lease_ttl,
-            progress=progress,
+            progress=meter,
             transform=scorer,
         )
     if into is None:
@@ -235,7 +297,7 @@ def predict(
         batch_size=batch_size,
         lease_ttl=lease_ttl,
         finish=finish,
-        progress=progress,
+        progress=meter,
         transform=scorer,
     )
 

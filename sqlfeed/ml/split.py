@@ -11,7 +11,7 @@ re-applied on another engine, or next year, selects the same rows:
   ``2**62``, so no engine's 64-bit integers overflow), and the bucket ``x % buckets``.
   Keys ``k`` and ``k + P`` share their bucket.
 * a **text key**: the first 7 hex digits of the MD5 of its UTF-8 text, as an integer
-  (:meth:`~dialects.Dialect.md5_head`), modulo ``buckets``. SQLite has no MD5: there an
+  (:meth:`~sqlfeed.dialects.Dialect.md5_head`), modulo ``buckets``. SQLite has no MD5: there an
   integer key is needed.
 * **the whole row** (``key=None``): the MD5 of the columns' texts joined by ``|``, each value
   written ``+<text>`` and NULL as ``-`` (so NULL differs from every text); integers,
@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import Dialect, InvalidArgumentError
+from sqlfeed.dialects import Dialect, InvalidArgumentError
 from sqlfeed.io import connect
 from sqlfeed.sql import ParsedQuery, deterministic
 from sqlfeed.sql.frame import Frame

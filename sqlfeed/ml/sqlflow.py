@@ -42,7 +42,7 @@ from sqlglot import Token, TokenType
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Tokenizer
 
-from dialects import Dialect, get_dialect
+from sqlfeed.dialects import Dialect, get_dialect
 from sqlfeed.errors import InvalidArgumentError, ParseError, SqlfeedError, UnsupportedError
 from sqlfeed.ml.options import TrainOptions
 
@@ -241,8 +241,8 @@ def _clause_start(text: str, tokens: list[Token]) -> int:
         ):
             return token.start
     raise ParseError(
-        "no TO TRAIN, TO EVALUATE or TO PREDICT clause: a plain SELECT is read by "
-        "sqlfeed query/export; add TO TRAIN <model> ... LABEL <column> INTO <path>"
+        "no TO TRAIN, TO EVALUATE or TO PREDICT clause: add TO TRAIN <model> ... LABEL "
+        "<column> INTO <path> (a plain SELECT's rows: sqlfeed sample, or sqlfeed export)"
     )
 
 

@@ -15,7 +15,9 @@ return counts and sums, and the metrics are assembled from them with the accumul
   the positive class; default ``<predicted>_prob`` when the table has it) adds log loss
   (clipped to ``[eps, 1 - eps]`` as scikit-learn does), ROC AUC (exact: the Mann-Whitney U
   over the distinct probabilities, ties counted half) and PR AUC (average precision over
-  the distinct probabilities, as scikit-learn's ``average_precision_score``).
+  the distinct probabilities, as scikit-learn's ``average_precision_score``); multiclass
+  with a probability column per class (``<predicted>_prob_<class>``, as ``sqlfeed predict
+  --proba`` writes them) adds log loss (of each row's true class, clipped alike).
 
 The baseline is computed on the table's own labels (there is no training split): the
 majority class and the class shares, or the labels' mean (its R² is 0).
@@ -35,6 +37,7 @@ from sqlglot import exp
 from sqlfeed.errors import EngineError, InvalidArgumentError
 from sqlfeed.io import Source, connect
 from sqlfeed.ml.metrics import TASKS, format_metrics, metrics_for
+from sqlfeed.sql.names import table_name
 
 __all__ = ["evaluate_table", "table_metrics_text"]
 
@@ -51,6 +54,9 @@ class _Table:
     label: str
     predicted: str
     probability: str | None
+    per_class: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Multiclass: a class's text -> the column of its probability (``<prefix><class>``)."""
+    prefix: str = ""
 
     def sql(self, expression: exp.Expr) -> str:
         return self.source.dialect.sql(expression)
@@ -82,8 +88,11 @@ def evaluate_table(
         label: the column of the true values.
         predicted: the column of the predicted values (classification: class values).
         task: ``"binary"``, ``"multiclass"`` or ``"regression"``.
-        probability: binary only: the column of the positive class's probability (default
+        probability: binary: the column of the positive class's probability (default
             ``<predicted>_prob`` when the table has it); adds log loss, ROC AUC and PR AUC.
+            Multiclass: the start of the per-class probability columns' names, each
+            ``<probability><class>`` (default ``<predicted>_prob_`` when the table has
+            such columns); adds log loss.
 
     Returns:
         ``{"task", "rows", <metric>: ..., "baseline": {...}, "table", "label", "predicted",
@@ -95,8 +104,8 @@ def evaluate_table(
     """
     if task not in TASKS:
         raise InvalidArgumentError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
-    if probability is not None and task != "binary":
-        raise InvalidArgumentError(f"a probability column is for task binary, not {task}")
+    if probability is not None and task == "regression":
+        raise InvalidArgumentError("a probability column is for a classification, not regression")
     src = connect(source)
     try:
         t = _open(src, table, label, predicted, task, probability)
@@ -105,19 +114,15 @@ def evaluate_table(
     finally:
         if src is not source:
             src.close()
-    result.update(table=table, label=t.label, predicted=t.predicted, probability=t.probability)
+    shown = f"{t.prefix}<class>" if t.per_class else t.probability
+    result.update(table=table, label=t.label, predicted=t.predicted, probability=shown)
     return result
 
 
 def _open(
     src: Source, table: str, label: str, predicted: str, task: str, probability: str | None
 ) -> _Table:
-    try:
-        parsed = exp.to_table(table, dialect=src.dialect.sqlglot_dialect)
-    except Exception:
-        parsed = None
-    if not isinstance(parsed, exp.Table) or not parsed.name:
-        raise InvalidArgumentError(f"{table!r} is not a table name: pass name or schema.name")
+    parsed = table_name(table, src.dialect, "table")
     try:
         schema = src.schema(src.dialect.sql(exp.select("*").from_(parsed)))
     except EngineError as err:
@@ -126,12 +131,24 @@ def _open(
         ) from None
     names = schema.names
     found = [_find(names, label, "label", table), _find(names, predicted, "predicted", table)]
-    if probability is None and task == "binary":
+    per_class: dict[str, str] = {}
+    prefix = ""
+    if task == "multiclass":
+        prefix = probability if probability is not None else f"{found[1]}_prob_"
+        per_class = {n[len(prefix) :]: n for n in names if n.startswith(prefix)}
+        if probability is not None and not per_class:
+            raise InvalidArgumentError(
+                f"table {table!r} has no column named {prefix}<class> (a class's "
+                f"probability): its columns are {', '.join(names)}"
+            )
+        probability = None
+    elif probability is None and task == "binary":
         default = f"{found[1]}_prob"
         probability = default if default in names else None
     elif probability is not None:
         probability = _find(names, probability, "probability", table)
-    t = _Table(src, table, parsed, schema, found[0], found[1], probability)
+    t = _Table(src, table, parsed, schema, found[0], found[1], probability, per_class)
+    t.prefix = prefix if task == "multiclass" else ""
     _check_types(t, task)
     return t
 
@@ -176,10 +193,12 @@ def _check_types(t: _Table, task: str) -> None:
             f"column {t.predicted!r} {_noun(kinds[t.predicted])}: the engine cannot compare "
             "them; cast one in a view"
         )
-    if t.probability is not None and _kind(t.schema.field(t.probability).type) != "number":
-        raise InvalidArgumentError(
-            f"the probability column {t.probability!r} is not numeric: pass --probability COL"
-        )
+    probabilities = [*t.per_class.values(), *([t.probability] if t.probability else [])]
+    for name in probabilities:
+        if _kind(t.schema.field(name).type) != "number":
+            raise InvalidArgumentError(
+                f"the probability column {name!r} is not numeric: pass --probability COL"
+            )
 
 
 def _compared(t: _Table) -> tuple[exp.Expr, exp.Expr]:
@@ -304,12 +323,52 @@ def _classification(t: _Table, task: str) -> dict[str, Any]:
     result = acc.result()
     result["baseline"]["strategy"] = "majority_class_of_labels"
     if task == "multiclass":
-        result["log_loss"] = None
+        loss_sum = _true_class_loss(t, classes, label_counts)
+        result["log_loss"] = None if loss_sum is None else loss_sum / sum(label_counts)
     elif t.probability is None:
         result.update(log_loss=None, roc_auc=None, pr_auc=None)
     else:
         result["roc_auc"], result["pr_auc"] = _aucs(t, classes[1], label_counts)
     return result
+
+
+def _true_class_loss(t: _Table, classes: list[Any], counts: list[int]) -> float | None:
+    """The summed ``-ln`` of each row's true-class probability (clipped), from its column.
+
+    None: no per-class columns, or a class some label holds has none. NULL probabilities
+    and values outside [0, 1] are refused.
+    """
+    held = [(c, t.per_class.get(str(c))) for c, n in zip(classes, counts, strict=True) if n]
+    if not t.per_class or any(name is None for _, name in held):
+        return None
+    used = [str(name) for _, name in held]
+    truth = t.column(t.label)
+    true_ln = exp.case()
+    for value, name in held:
+        true_ln = true_ln.when(
+            exp.EQ(this=truth.copy(), expression=_literal(value)), _clipped_ln(t.double(str(name)))
+        )
+    select = exp.select(exp.Count(this=exp.Star()), exp.Sum(this=true_ln))
+    for name in used:
+        column = t.double(name)
+        select = select.select(
+            exp.Count(this=t.column(name)), exp.Min(this=column.copy()), exp.Max(this=column)
+        )
+    row = t.rows(select.from_(t.table.copy()))[0]
+    total = int(row[0])
+    for i, name in enumerate(used):
+        count, low, high = row[2 + 3 * i : 5 + 3 * i]
+        if int(count) < total:
+            raise InvalidArgumentError(
+                f"{total - int(count):,} of {total:,} rows of {t.name!r} have a NULL "
+                f"probability ({name!r}): evaluate a view without them"
+            )
+        if float(low) < 0 or float(high) > 1:
+            raise InvalidArgumentError(
+                f"the probability column {name!r} holds values from {float(low):g} to "
+                f"{float(high):g}, not probabilities in [0, 1]"
+            )
+    return -float(row[1])
 
 
 def _position(classes: list[Any], value: Any) -> int:

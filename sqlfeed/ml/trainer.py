@@ -19,6 +19,10 @@ is known to be possible:
    ``BackupAndRestore``);
 6. the validation metrics (:func:`sqlfeed.ml.evaluate`'s accumulators), then the folder
    (:mod:`sqlfeed.ml.artifact`), renamed into place.
+
+The scratch tables the steps' plans make (PostgreSQL, MySQL/MariaDB) are the run's
+(:class:`sqlfeed.ml.run.TrainingRun`): dropped when it ends, whatever the outcome; a
+checkpointed run interrupted keeps its training split's, which its resumption reads.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from sqlfeed.ml.evaluation import evaluate_sql
 from sqlfeed.ml.features import Feature, check_columns, choose_features
 from sqlfeed.ml.labels import is_number_class, null_label_message
 from sqlfeed.ml.options import TrainOptions
+from sqlfeed.ml.run import TrainingRun
 from sqlfeed.ml.split import Split, band_sql, split_sql
 from sqlfeed.ml.training import (
     MIN_STOP_ROWS,
@@ -52,7 +57,7 @@ from sqlfeed.ml.training import (
 )
 from sqlfeed.ml.write import write_model
 from sqlfeed.plans.planner import plan
-from stats.model import StatsSpec
+from sqlfeed.stats.model import StatsSpec
 
 __all__ = ["prepare", "train"]
 
@@ -101,18 +106,29 @@ def train(
     started = time.time()
     src = connect(source)
     try:
-        data = prepare(query, src, label, opts, say)
-        fitted = fit_gbdt(data, say) if opts.family == "gbdt" else fit_keras(data, say)
-        return write_model(target, data, fitted, started, evaluate_sql, say)
+        run = TrainingRun(query, src, label, target, opts)
+        with run.scope():
+            data = prepare(query, src, label, opts, say, run)
+            fitted = fit_gbdt(data, say) if opts.family == "gbdt" else fit_keras(data, say)
+            return write_model(target, data, fitted, started, evaluate_sql, say)
     finally:
         if src is not source:  # opened here from a URL (or the default)
             src.close()
 
 
 def prepare(
-    query: str, src: Source, label: str, opts: TrainOptions, say: Callable[[str], None]
+    query: str,
+    src: Source,
+    label: str,
+    opts: TrainOptions,
+    say: Callable[[str], None],
+    run: TrainingRun | None = None,
 ) -> TrainingData:
-    """Steps 1 to 4: everything but the model."""
+    """Steps 1 to 4: everything but the model.
+
+    ``run``: the training run whose plan of the training split is taken (a resumed run's
+    is the interrupted one's); None: a new plan.
+    """
     if not isinstance(label, str) or not label:
         raise InvalidArgumentError(f"label must be a column name, not {label!r}")
     parsed = src.parse(query)
@@ -148,7 +164,10 @@ def prepare(
         std = math.sqrt(column.variance) if column.variance else 1.0
         data.label_scale = (float(column.mean or 0.0), std or 1.0)
     data.fed = _fed_dtypes(data)
-    data.plan = plan(training_sql, src, partitions=opts.partitions)
+    if run is not None:
+        data.plan = run.training_plan(training_sql, opts.partitions)
+    else:
+        data.plan = plan(training_sql, src, partitions=opts.partitions)
     say(
         f"exact statistics of the training split in {time.perf_counter() - step:.1f}s: "
         f"{len(data.features)} features ({_families(data.features)})"

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 import sqlfeed.tf as sqlfeed_tf
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.errors import SqlfeedError
 from sqlfeed.feed.tensors import MASK_SUFFIX
 from sqlfeed.ml.data import TrainingData, class_weights
@@ -408,7 +408,7 @@ def fit_gbdt(data: TrainingData, say: Callable[[str], None]) -> Fitted:
     weights = class_weights(data)
     classes = data.classes or []
     model = train_gbdt(
-        data.training_sql,
+        data.plan or data.training_sql,  # the plan made once (a materialized split read)
         data.validation_sql,
         data.source,
         label=data.label,

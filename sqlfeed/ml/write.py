@@ -25,7 +25,7 @@ from sqlfeed.ml.artifact import (
     write_folder,
 )
 from sqlfeed.ml.data import TrainingData
-from stats.report import html_report
+from sqlfeed.stats.report import html_report
 
 if TYPE_CHECKING:
     from sqlfeed.ml.training import Fitted

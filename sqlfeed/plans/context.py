@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects.catalog import Extent
+from sqlfeed.dialects.catalog import Extent
 from sqlfeed.io import Source
 from sqlfeed.plans.model import Partition
 from sqlfeed.sql import ParsedQuery, grouped_output, grouped_table, single_table
@@ -192,7 +192,7 @@ class PlanContext:
 def physical_extent(source: Source, table: exp.Table, quoted: str) -> Extent | str:
     """The physical extent of ``table`` (spelled ``quoted``), or why it has none.
 
-    The dialect's :meth:`~dialects.Dialect.physical_extent`, run on ``source``.
+    The dialect's :meth:`~sqlfeed.dialects.Dialect.physical_extent`, run on ``source``.
 
     PostgreSQL: its pages, and ``reltuples`` scaled to its current size as the planner
     does (None when never analyzed); DuckDB: rowids up to ``MAX(rowid)``; SQLite: rowids

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
-from dialects import ShardsetError
+from sqlfeed.dialects import ShardsetError
 
 __all__ = [
     "Piece",

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 import pyarrow.parquet as pq
 from sqlglot import exp
 
-from dialects import SqlfeedError
+from sqlfeed.dialects import SqlfeedError
 from sqlfeed.io import range_url
 from sqlfeed.plans.context import PlanContext
 from sqlfeed.plans.filemeta import (

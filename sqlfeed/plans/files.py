@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dialects import UnsupportedError
+from sqlfeed.dialects import UnsupportedError
 from sqlfeed.sql import ParsedQuery, function_name, rendering_problem
 from sqlfeed.sql.render import checked_render
 

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.plans import fileplan, materialize
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.files import around_table, file_tables, table_problem

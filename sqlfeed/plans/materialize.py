@@ -9,6 +9,13 @@ when none is given and the user may create tables there. :func:`drop_scratch` dr
 plan's table; scratch tables older than :data:`SCRATCH_TTL_SECONDS` are dropped by the
 next ``materialize`` plan; :func:`list_scratch` and :func:`drop_scratch_tables` list and
 drop them by name (``sqlfeed scratch list|drop``).
+
+A run that makes several plans (a training) owns the scratch tables they make inside
+:func:`owned_scratch`: each is listed for the run to drop on every exit path, and its comment
+names the run and its process (:class:`ScratchOwner`, where the engine keeps table
+comments), so ``scratch list`` shows whose it is and the next run of the same owner drops
+what a killed one left (:func:`drop_orphaned_scratch`). The expiry sweep leaves owned tables
+to their owner.
 """
 
 from __future__ import annotations
@@ -16,16 +23,18 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import time
 import uuid
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import Source, connect
 from sqlfeed.plans.context import Built, PlanContext, expensive
 from sqlfeed.plans.model import Partition, Plan
@@ -36,14 +45,18 @@ __all__ = [
     "DEFAULT_SCRATCH",
     "SCRATCH_PREFIX",
     "SCRATCH_TTL_SECONDS",
+    "OwnedScratch",
+    "ScratchOwner",
     "ScratchTable",
     "build",
     "default_scratch",
     "drop_expired_scratch",
+    "drop_orphaned_scratch",
     "drop_scratch",
     "drop_scratch_tables",
     "drop_scratch_with",
     "list_scratch",
+    "owned_scratch",
     "problem",
     "reason",
     "scratch_created",
@@ -53,7 +66,8 @@ __all__ = [
 SCRATCH_PREFIX = "sqlfeed_"
 """Scratch tables are named ``sqlfeed_<unix time>_<random>``."""
 SCRATCH_TTL_SECONDS = 24 * 3600
-"""Scratch tables older than this are dropped by the next ``materialize`` plan."""
+"""Scratch tables older than this are dropped by the next ``materialize`` plan (unless a
+run owns them: :func:`owned_scratch`)."""
 DEFAULT_SCRATCH = "sqlfeed_scratch"
 """The schema (MySQL: database) ``auto`` materializes into on PostgreSQL and MySQL/MariaDB
 when no ``scratch`` is given, created by sqlfeed when the user may."""
@@ -61,6 +75,80 @@ _ROW_NUMBER = "_sqlfeed_rn"
 _DEFAULT_MEMO = "materialize:default scratch"
 _TABLE_MEMO = "materialize:table"
 _SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
+_OWNER_COMMENT = re.compile(r"^sqlfeed (?P<what>.+) \(pid (?P<pid>\d+) on (?P<host>[^()]*)\)$")
+
+
+@dataclass(frozen=True)
+class ScratchOwner:
+    """Whose scratch table it is: what made it, in which process of which machine.
+
+    Written as the table's comment (``sqlfeed train --out /m (pid 12 on host)``) and
+    read back by :func:`list_scratch`.
+    """
+
+    what: str
+    """What made it, as a user would say it: ``train --out /abs/model``."""
+    pid: int
+    host: str
+
+    @classmethod
+    def here(cls, what: str) -> ScratchOwner:
+        """``what`` in this process on this machine."""
+        return cls(" ".join(what.split()), os.getpid(), socket.gethostname())
+
+    def comment(self) -> str:
+        """The table comment that names this owner."""
+        return f"sqlfeed {self.what} (pid {self.pid} on {self.host})"
+
+    @classmethod
+    def from_comment(cls, text: str | None) -> ScratchOwner | None:
+        """The owner a table comment names; None: not such a comment."""
+        match = _OWNER_COMMENT.match(text or "")
+        if not match:
+            return None
+        return cls(match["what"], int(match["pid"]), match["host"])
+
+    def gone(self) -> bool:
+        """Whether its process is known to have ended (on this machine, no such process)."""
+        if self.host != socket.gethostname() or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process: alive
+            return False
+        return False
+
+
+@dataclass
+class OwnedScratch:
+    """The scratch tables made inside :func:`owned_scratch`, and their owner."""
+
+    owner: ScratchOwner
+    tables: list[str] = field(default_factory=list)
+    """Each table made, as the engine spells it (``schema.name``), in order."""
+
+
+_OWNED: ContextVar[OwnedScratch | None] = ContextVar("sqlfeed_owned_scratch", default=None)
+
+
+@contextlib.contextmanager
+def owned_scratch(what: str) -> Iterator[OwnedScratch]:
+    """Inside, every scratch table a plan makes is ``what``'s (in this context and thread).
+
+    Each is listed in the yielded :class:`OwnedScratch` as soon as it exists (the caller
+    drops them on every exit path), and its comment names ``what``, this process and this
+    machine, where the engine keeps table comments, so that ``scratch list`` says whose it
+    is, :func:`drop_orphaned_scratch` finds it once the process is gone, and the expiry
+    sweep leaves it alone.
+    """
+    owned = OwnedScratch(ScratchOwner.here(what))
+    token = _OWNED.set(owned)
+    try:
+        yield owned
+    finally:
+        _OWNED.reset(token)
 
 
 def problem(ctx: PlanContext, auto: bool = False) -> str | None:
@@ -112,7 +200,7 @@ def default_scratch(ctx: PlanContext) -> str | None:
 def _prepare_default(source: Source) -> str | None:
     """Create :data:`DEFAULT_SCRATCH` where allowed; None when a table can be made in it.
 
-    By the dialect's :meth:`~dialects.Dialect.prepare_scratch_schema`.
+    By the dialect's :meth:`~sqlfeed.dialects.Dialect.prepare_scratch_schema`.
     """
     probe = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
     return source.dialect.prepare_scratch_schema(source, DEFAULT_SCRATCH, probe)
@@ -235,7 +323,13 @@ def _fill(ctx: PlanContext, table: exp.Table, name: str) -> int:
         create.set("properties", exp.Properties(expressions=properties))
     statement = f"{engine.sql(create)} AS {numbered}"
     ctx.source.execute(statement, what="materialize statement")
+    owned = _OWNED.get()
     try:
+        if owned is not None:  # the owner drops it, on every exit path
+            owned.tables.append(engine.sql(table))
+            comment = engine.scratch_comment_sql(table, owned.owner.comment())
+            if comment is not None:
+                ctx.source.execute(comment, what="scratch table comment")
         if engine.SCRATCH_ROW_NUMBER_INDEX:  # not DuckDB: it prunes with its zone maps
             index = engine.scratch_index(table, name, ctx.scratch, _ROW_NUMBER)
             ctx.source.execute(engine.sql(index), what="materialize index")
@@ -303,6 +397,9 @@ class ScratchTable:
     """Its size on disk with its indexes, where the engine tells (PostgreSQL, MySQL)."""
     rows: int | None = None
     """The engine's row estimate, where it keeps one (PostgreSQL, MySQL, DuckDB)."""
+    owner: ScratchOwner | None = None
+    """The run that owns it (see :func:`owned_scratch`); None: no run's (or the engine
+    keeps no table comments)."""
 
     def age(self, now: float | None = None) -> float:
         """Seconds since it was created."""
@@ -313,7 +410,7 @@ def list_scratch(source: Source, scratch: str) -> list[ScratchTable]:
     """The sqlfeed scratch tables in the schema ``scratch``, oldest first."""
     found = []
     catalog = source.dialect.scratch_tables_sql(scratch)
-    for name, size, rows in source.rows(catalog, what="catalog query"):
+    for name, size, rows, comment in source.rows(catalog, what="catalog query"):
         created = scratch_created(str(name))
         if created is not None:
             found.append(
@@ -323,6 +420,7 @@ def list_scratch(source: Source, scratch: str) -> list[ScratchTable]:
                     created,
                     None if size is None else int(size),
                     None if rows is None else int(rows),
+                    ScratchOwner.from_comment(comment),
                 )
             )
     return sorted(found, key=lambda t: (t.created, t.name))
@@ -349,15 +447,33 @@ def drop_scratch_tables(source: Source, scratch: str, names: list[str]) -> None:
 def drop_expired_scratch(
     source: Source, scratch: str, older_than: float = SCRATCH_TTL_SECONDS
 ) -> list[str]:
-    """Drop sqlfeed's scratch tables in ``scratch`` created more than ``older_than`` s ago."""
-    engine = source.dialect
-    sql = engine.table_names_sql(scratch)
-    dropped = []
+    """Drop sqlfeed's scratch tables in ``scratch`` created more than ``older_than`` s ago.
+
+    Except those a run owns (:func:`owned_scratch`): a training may read its table for
+    days, or resume from it; its owner drops it (or ``sqlfeed scratch drop``).
+    """
     cutoff = time.time() - older_than
-    for (name,) in source.rows(sql, what="catalog query"):
-        created = scratch_created(str(name))
-        if created is not None and created < cutoff:
-            table = exp.table_(str(name), db=scratch)
-            source.execute(engine.sql(_drop(table)), what="scratch clean-up")
-            dropped.append(str(name))
-    return dropped
+    doomed = [
+        t.name for t in list_scratch(source, scratch) if t.created < cutoff and t.owner is None
+    ]
+    drop_scratch_tables(source, scratch, doomed)
+    return doomed
+
+
+def drop_orphaned_scratch(
+    source: Source, scratch: str, what: str, keep: tuple[str, ...] = ()
+) -> list[str]:
+    """Drop the scratch tables in ``scratch`` that ``what`` made in a process now gone.
+
+    Those of a killed run, found by its next run (the same ``what``, on the same machine);
+    ``keep``: names to leave (a table the new run reuses). A table whose process still
+    runs is left alone.
+    """
+    what = " ".join(what.split())
+    doomed = [
+        t.name
+        for t in list_scratch(source, scratch)
+        if t.owner is not None and t.owner.what == what and t.owner.gone() and t.name not in keep
+    ]
+    drop_scratch_tables(source, scratch, doomed)
+    return doomed

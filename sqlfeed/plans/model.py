@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, dialect_names, get_dialect
+from sqlfeed.dialects import InvalidArgumentError, dialect_names, get_dialect
 
 STRATEGIES = ("auto", "hash", "range", "ctid", "materialize", "fragments")
 """Partitioning strategies: ``auto`` picks one of the others (see the planner)."""

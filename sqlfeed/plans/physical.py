@@ -16,8 +16,8 @@ import re
 
 from sqlglot import exp
 
-from dialects import Dialect, get_dialect
-from dialects.duckdb import ROW_GROUP
+from sqlfeed.dialects import Dialect, get_dialect
+from sqlfeed.dialects.duckdb import ROW_GROUP
 from sqlfeed.plans.context import Built, PlanContext
 from sqlfeed.plans.model import Partition
 from sqlfeed.plans.spans import template
@@ -178,7 +178,7 @@ def address_conditions(
     """``address >= lo AND address < hi`` for each span between the cuts.
 
     The first and last are open-ended, so together they cover every row once. Each cut is
-    written by the dialect's :meth:`~dialects.Dialect.row_address`: PostgreSQL compares
+    written by the dialect's :meth:`~sqlfeed.dialects.Dialect.row_address`: PostgreSQL compares
     ctids with ``'(page,0)'::tid`` (a TID range scan from PostgreSQL 14), the others rowids.
     """
     at = get_dialect(engine).row_address

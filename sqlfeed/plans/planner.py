@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dialects import InvalidArgumentError, get_dialect
+from sqlfeed.dialects import InvalidArgumentError, get_dialect
 from sqlfeed.io import connect
 from sqlfeed.io.arrow import renamed_columns
 from sqlfeed.plans import fragments, materialize, physical
@@ -227,13 +227,15 @@ def consistency(strategy: str, dialect: str, partitions: int) -> str:
             "inside one exported snapshot: one state of the tables while they are written"
         )
     return (
-        f"; {engine.TITLE} cannot share a snapshot across connections, so a static read of the "
-        "plan (a Feeder epoch, export, tf, torch) runs its queries in order on ONE "
-        "connection inside one consistent snapshot: one state of the tables while they are "
-        f"written, but one reader instead of several, by {engine.PINNED_DRIVER} (several "
-        "times slower than connectorx or ADBC, which open connections of their own); "
-        "snapshot=False reads on several connections at once, only for data that does not "
-        "change meanwhile; jobs, Ray and Dask tasks read at different times"
+        f"; {engine.TITLE} cannot export a snapshot, so a static read of the plan (a Feeder "
+        "epoch, export, tf, torch) runs its queries on ONE connection inside one consistent "
+        "transaction: one state of the tables while they are written, read by "
+        f"{engine.PINNED_DRIVER} (several times slower than connectorx or ADBC, which open "
+        "connections of their own; source.session_connections = N reads on N connections "
+        f"begun at one state while {engine.SNAPSHOT_SYNC} holds writers off, which pays "
+        "where the server does the work); snapshot=False reads on several connections at "
+        "once, only for data that does not change meanwhile; jobs, Ray and Dask tasks read "
+        "at different times"
     )
 
 

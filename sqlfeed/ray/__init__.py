@@ -18,7 +18,7 @@ partitions add up to exactly the query's rows on every strategy (hash, range, ct
 materialize, fragments), NULL keys included.
 
 Ray is imported when a dataset is built: ``import sqlfeed`` never imports it; without
-it, :class:`~dialects.MissingDependencyError` names the extra (``pip install
+it, :class:`~sqlfeed.dialects.MissingDependencyError` names the extra (``pip install
 'sqlfeed[ray]'``).
 """
 

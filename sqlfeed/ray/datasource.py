@@ -13,7 +13,7 @@ from typing import Any, Unpack
 
 import pyarrow as pa
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.feed.options import PlanOptions, check_int, own_scratch
 from sqlfeed.feed.remote import PartitionReader, check_source_url, plan_for_url, reader_for
 from sqlfeed.io import DEFAULT_BATCH_ROWS

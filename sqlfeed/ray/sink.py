@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import Dialect, EngineError, InvalidArgumentError, dialect_for
-from dialects.optional import require
+from sqlfeed.dialects import Dialect, EngineError, InvalidArgumentError, dialect_for
+from sqlfeed.dialects.optional import require
 from sqlfeed.feed.options import check_int
 from sqlfeed.io.files import MEMORY, url_path
 from sqlfeed.sink import TableSink, WriteReport

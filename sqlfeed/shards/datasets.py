@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.shards.join import join_on_uid
 from sqlfeed.shards.manifest import FORMATS, Manifest, ShardEntry, shard_file_name

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.dialects import InvalidArgumentError, ShardsetError
 
 __all__ = [
     "FORMATS",

@@ -23,7 +23,7 @@ import pyarrow.json as pajson
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io.views import plain, plain_schema, plain_type
 from sqlfeed.shards.manifest import check_format
 from sqlfeed.shards.textforms import base64_encoded, csv_type, is_binary, json_type

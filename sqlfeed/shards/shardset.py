@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dialects import ShardsetError
+from sqlfeed.dialects import ShardsetError
 from sqlfeed.shards.manifest import MANIFEST_NAME, Manifest, ShardEntry, shard_file_name
 from sqlfeed.shards.reader import read_shard
 

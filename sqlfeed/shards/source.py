@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io import DEFAULT_BATCH_ROWS, DuckDBSource
 from sqlfeed.plans.filemeta import even_runs, orc_open, orc_stripes, parquet_row_groups
 from sqlfeed.plans.fragments import around_view

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.io import MEMORY, Source, require_file, url_path
 from sqlfeed.shards.datasets import open_dataset
 

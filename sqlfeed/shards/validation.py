@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
-from dialects import ShardsetError
+from sqlfeed.dialects import ShardsetError
 from sqlfeed.shards.manifest import (
     Manifest,
     UidDigest,

@@ -35,7 +35,7 @@ import pyarrow.csv as pacsv
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.io.views import plain, plain_schema
 from sqlfeed.shards.manifest import UidDigest, check_format
 from sqlfeed.shards.textforms import TEXT_ENCODING, base64_encoded, is_binary, json_type

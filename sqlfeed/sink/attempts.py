@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = ["Attempt", "check_folder", "committed", "sweep"]
 
@@ -102,11 +103,19 @@ def committed(root: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     return found
 
 
+_BATCH_FILE = re.compile(r"(\.)?part-\d{5,}-[0-9a-f]{12}-\d{6,}\.parquet(?(1)\.[0-9a-f]{8})")
+"""The name of an attempt's batch file (:meth:`Attempt.write`), or its temporary (hidden)."""
+
+
 def sweep(root: str | os.PathLike[str]) -> None:
-    """Remove the files no manifest lists (lost attempts, temporaries): once the job is complete."""
+    """Remove the files no manifest lists (lost attempts, temporaries): once the job is complete.
+
+    Only files named as :class:`Attempt` names them: other ``part-*`` files (Spark's) are
+    not sqlfeed's to remove.
+    """
     keep = {path.name for _, path in committed(root)}
     for path in Path(root).iterdir():
-        if path.name.startswith((".part-", "part-")) and path.name not in keep:
+        if _BATCH_FILE.fullmatch(path.name) and path.name not in keep:
             path.unlink(missing_ok=True)
 
 

@@ -10,6 +10,9 @@ SQLite's write lock, and look again inside it):
 * staging gone and commits there (renamed, then interrupted), or a ``finished`` record:
   drop what is left;
 * neither there: finished before.
+
+A connection lost on the way is made again (a read's reconnect pauses) and the finish run
+again from the top: each state above is looked at anew.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from typing import Any
 
 from sqlglot import exp
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
+from sqlfeed.io.faults import Losses, connection_lost
+from sqlfeed.io.source import driver_message
 from sqlfeed.io.writes import WriteSession, retry_busy
-from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted
-from sqlfeed.sink.output import run_statements, table_columns
+from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted, same_key
+from sqlfeed.sink.output import losses, run_statements, table_columns
 from sqlfeed.sink.report import WriteReport
 
 __all__ = ["FINISHED_PART", "finish_sink"]
@@ -39,7 +44,7 @@ def finish_sink(sink: Any, keep: bool = True) -> WriteReport:
     else drops it.
     """
     try:
-        return _finish(sink)
+        return _finish_reconnecting(sink)
     except EngineError as err:
         if keep:
             where = f"the rows are kept in {sink.spec['staging']}"
@@ -47,6 +52,20 @@ def finish_sink(sink: Any, keep: bool = True) -> WriteReport:
             sink.abort()
             where = "the rows written were dropped"
         raise EngineError(f"{err}; nothing was put in place, {where}") from None
+
+
+def _finish_reconnecting(sink: Any) -> WriteReport:
+    """:func:`_finish`, run again after a lost connection (within the reconnect budget)."""
+    lost: Losses | None = None
+    while True:
+        try:
+            return _finish(sink)
+        except Exception as err:
+            if not connection_lost(err):
+                raise
+            lost = lost or losses(sink.source)
+            doing = f"finishing into {sink.spec['table']}"
+            lost.wait(sink.dialect.name, doing, driver_message(err.__context__ or err))
 
 
 def _finish(sink: Any) -> WriteReport:
@@ -176,33 +195,37 @@ def _in_place(sink: Any, session: WriteSession) -> bool:
             "its rows are not replaced"
         )
     name = sink.table.this  # the identifier as written: the engine's case rule kept
-    _add_key(sink, session)  # built once, in bulk; two rows sharing it fail here
+    if not transactional:  # built once, in bulk; two rows sharing it fail here
+        _add_key(sink, session, sink.staging)
+        session.commit()  # DDL commits implicitly: the rename is one atomic statement
     if target is None:
         statements = sink.dialect.rename_sql(sink.staging, name)
     else:
         old = sink.spec["staging"][:-1] + "d"
         statements = sink.dialect.swap_sql(sink.table, sink.staging, old)
         statements.append(_sql(sink, drop_table(beside(sink.table, old))))
-    if not transactional:
-        session.commit()  # DDL commits implicitly: the rename is one atomic statement
     for statement in statements:
         session.execute(statement)
+    if transactional:  # named by the engine for the table (PostgreSQL: t_pkey), not staging
+        _add_key(sink, session, sink.table)
     session.commit()
     return True
 
 
-def _add_key(sink: Any, session: WriteSession) -> None:
-    """The staging table's primary key (or row identity's unique constraint).
+def _add_key(sink: Any, session: WriteSession, table: exp.Table) -> None:
+    """The primary key (or row identity's unique constraint) of the rows written, on ``table``.
 
-    Added in the finishing transaction (an implicit commit before it where DDL is not
-    transactional: the rename after is then one atomic statement).
+    Added in the finishing transaction: where DDL is transactional, to the table put in
+    place (after the rename, so the engine names the key for the output table, as if made
+    under its name; a duplicate rolls the rename back); elsewhere to the staging table,
+    then committed (implicitly), so the rename after is one atomic statement.
 
     Raises:
         EngineError: two rows share the key or the identity (nothing is put in place).
     """
     unique = not sink.spec["unique_key"]
     columns = list(IDENTITY) if unique else list(sink.spec["key"])
-    statement = sink.dialect.add_key_sql(sink.staging, columns, unique)
+    statement = sink.dialect.add_key_sql(table, columns, unique)
     if statement is None:  # made with the table
         return
     try:
@@ -273,11 +296,7 @@ def _check_new_keys(sink: Any, session: WriteSession, keys: list[str]) -> None:
         EngineError: some keys are in the table (nothing appended).
     """
     old = exp.select("1").from_(exp.alias_(sink.table.copy(), "t", table=True))
-    same = [
-        exp.column(k, table="t", quoted=True).eq(exp.column(k, table="s", quoted=True))
-        for k in keys
-    ]
-    old = old.where(exp.and_(*same))
+    old = old.where(same_key(sink.source, sink.staging, keys, "t", "s"))
     found = exp.select("COUNT(*)").from_(exp.alias_(sink.staging.copy(), "s", table=True))
     count = int(session.rows(_sql(sink, found.where(exp.Exists(this=old))))[0][0] or 0)
     if count:

@@ -14,15 +14,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
+import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.queue import Lease, LeaseQueue
 from sqlfeed.io import Source, connect
@@ -32,7 +35,51 @@ from sqlfeed.sink.job import Progress, Transform
 from sqlfeed.sink.report import WriteReport
 from sqlfeed.sink.table import TableSink
 
-__all__ = ["copy_to_folder", "load_folder"]
+__all__ = ["check_out_folder", "copy_to_folder", "load_folder"]
+
+_BEING_MADE = re.compile(r"\._job\.json\.[0-9a-f]{8}")
+"""The ``_job.json`` of a folder another worker is making, before it is renamed into place."""
+
+
+def check_out_folder(
+    out: str | os.PathLike[str], job: str | None = None, *, what: str = "the folder"
+) -> None:
+    """Refuse a folder that holds files sqlfeed did not write, before anything is written.
+
+    A job's output folder is new, empty or one a job's workers made (its ``_job.json``
+    says which job; with ``job``, it must be that job's): sqlfeed writes, and removes, only
+    files of its own in it, never beside a user's (Spark's ``part-00000-...snappy.parquet``
+    files look like its own), wherever a symbolic link points. ``what`` names the folder
+    in the message (``--out``).
+
+    Raises:
+        InvalidArgumentError: the folder holds other files, or another job's output (with
+            ``job``: or no job's output).
+    """
+    root = Path(out)
+    names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    owner = _owner(root) if "_job.json" in names else None
+    if owner is None and [n for n in names if not _BEING_MADE.fullmatch(n)]:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise InvalidArgumentError(
+            f"{what} {out} holds files sqlfeed did not write ({shown}): it writes a job's "
+            "output into a new or empty folder; give another"
+        )
+    if job is not None and owner != job:
+        held = f"no output of job {job!r}"
+        if owner is not None:
+            held = f"the output of job {owner!r}, not of {job!r}"
+        raise InvalidArgumentError(f"{what} {out} holds {held}: give the folder its workers wrote")
+
+
+def _owner(root: Path) -> str | None:
+    """The job whose output ``root`` holds, by its ``_job.json`` (None: not sqlfeed's)."""
+    try:
+        found = json.loads((root / "_job.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    job = found.get("job") if isinstance(found, dict) else None
+    return job if isinstance(job, str) else None
 
 
 def copy_to_folder(
@@ -51,15 +98,20 @@ def copy_to_folder(
 ) -> WriteReport:
     """Write ``query``'s result (``transform``-ed) into the batch folder ``out`` as a job.
 
-    Processes sharing ``queue`` and ``job`` each work on it.
+    Processes sharing ``queue`` and ``job`` each work on it. ``out`` is new, empty or
+    this job's (:func:`check_out_folder`).
 
     Returns:
         The rows this process committed, and the folder.
+
+    Raises:
+        InvalidArgumentError: ``out`` holds files sqlfeed did not write, or another job's.
     """
     start = time.monotonic()
+    check_out_folder(out)
     src = connect(source)
     lease_queue = open_queue(queue if queue is not None else "memory://")
-    name = job or "folder"
+    name = job or f"folder-{uuid.uuid4().hex[:12]}"  # a memory queue is the process's
     spec = _folder_job(
         lease_queue, name, query, src, out, partitions, batch_size, lease_ttl, transform
     )
@@ -116,6 +168,8 @@ def _run(
     done = [0]
     lock = threading.Lock()
     expected = (spec.sink or {}).get("expected_rows")
+    if progress is not None:
+        progress(0, expected)  # the total, before the first partition commits
 
     def work() -> None:
         worker = Worker(
@@ -171,12 +225,14 @@ def load_folder(
     again does nothing.
 
     Raises:
+        InvalidArgumentError: ``out`` is not the job's folder.
         EngineError: the folder does not hold the expected rows (the job is not done).
     """
     start = time.monotonic()
     spec = open_queue(queue).job(job)
     if spec.sink is None or "folder" not in spec.sink:
         raise InvalidArgumentError(f"the job {job!r} writes no folder: give the job of --out")
+    check_out_folder(out, job)
     files = committed(out)
     rows = sum(pq.ParquetFile(f).metadata.num_rows for _, f in files)
     expected = spec.sink.get("expected_rows")

@@ -19,9 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.queue import Lease, LeaseQueue
 from sqlfeed.io import Source, connect
@@ -29,7 +28,8 @@ from sqlfeed.plans import plan as make_plan
 from sqlfeed.plans.materialize import drop_scratch
 from sqlfeed.sink.keys import distinct_keys, key_is_unique
 from sqlfeed.sink.report import WriteReport
-from sqlfeed.sink.table import TableSink
+from sqlfeed.sink.table import PartitionLost, TableSink
+from sqlfeed.sql.names import table_name
 
 __all__ = ["Transform", "copy_into", "finish_job", "job_sink"]
 
@@ -298,7 +298,9 @@ def run_workers(
     database, committed with the partition's record once every row was written; a partition
     taken again (its worker died, stalled or gave it back) is read again from its first row,
     and only one attempt's record commits. No resumed read can thus repeat or skip rows,
-    whatever order a partition's rows come back in.
+    whatever order a partition's rows come back in. A partition whose output connection was
+    lost (:class:`~sqlfeed.sink.table.PartitionLost`) is given back and taken again the same
+    way, once the sink has waited its reconnect pause.
 
     Raises:
         The first error of a worker (the others stop and give their leases back).
@@ -309,6 +311,7 @@ def run_workers(
         for _ in range(threads)
     ]
     counter = _Counter(progress, (spec.sink or {}).get("expected_rows"))
+    counter.add(0)  # the rows expected, known before the first partition commits
 
     def work(worker: Worker) -> None:
         own = TableSink.attach(sink.source, sink.spec)
@@ -324,12 +327,8 @@ def run_workers(
 
         worker.on_lease, worker.on_partition = on_lease, on_partition
         try:
-            for delivery in worker.deliveries():
-                if errors:
-                    break
-                out = transform(delivery.batch) if transform is not None else delivery.batch
-                own.write_rows(delivery.row, out)
-                written[0] += out.num_rows
+            while not _deliver(worker, own, transform, errors, written):
+                pass  # a commit's connection was lost: its lease was given back, take again
         except BaseException as err:
             errors.append(err)
             for other in workers:
@@ -347,6 +346,35 @@ def run_workers(
         thread.join()
     if errors:
         raise errors[0]
+
+
+def _deliver(
+    worker: Worker,
+    sink: TableSink,
+    transform: Transform | None,
+    errors: list[BaseException],
+    written: list[int],
+) -> bool:
+    """Write what ``worker`` delivers until the job is done (True) or a commit is lost (False).
+
+    A partition whose connection was lost while its rows were written is refused (its lease
+    given back, to be read again from its first row); one lost at its commit leaves the
+    worker's stream (which gives its leases back), to be started again.
+    """
+    try:
+        for delivery in worker.deliveries():
+            if errors:
+                break
+            out = transform(delivery.batch) if transform is not None else delivery.batch
+            try:
+                sink.write_rows(delivery.row, out)
+            except PartitionLost:
+                worker.refuse(delivery)
+                continue
+            written[0] += out.num_rows
+    except PartitionLost:
+        return False
+    return True
 
 
 class _Counter:
@@ -382,7 +410,7 @@ def finish_job(
         )
     with TableSink.attach(url, spec.sink) as sink:
         if table is not None:
-            named = exp.to_table(table, dialect=sink.dialect.sqlglot_dialect)
+            named = table_name(table, sink.dialect, "table")
             if named.sql(dialect=sink.dialect.sqlglot_dialect) != spec.sink["table"]:
                 raise InvalidArgumentError(
                     f"the job {job!r} writes {spec.sink['table']}, not {table}: give its table"

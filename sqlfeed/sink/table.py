@@ -27,32 +27,48 @@ import contextlib
 import time
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import Source
+from sqlfeed.io.faults import connection_lost
+from sqlfeed.io.privileges import privilege_denied, write_refused
+from sqlfeed.io.source import driver_message
 from sqlfeed.io.writes import WriteSession, retry_busy
 from sqlfeed.plans.materialize import SCRATCH_PREFIX
 from sqlfeed.sink.columns import (
     IDENTITY,
     beside,
+    check_values,
     column_definitions,
     create_table_sql,
     drop_table,
     quoted,
+    server_version,
 )
 from sqlfeed.sink.finish import finish_sink
-from sqlfeed.sink.output import connect_output, run_statements, table_columns
+from sqlfeed.sink.output import connect_output, losses, run_statements, table_columns
 from sqlfeed.sink.report import MODES, WriteReport
+from sqlfeed.sql.names import table_name
 
-__all__ = ["MODES", "PARTITION_BUSY_SECONDS", "TableSink", "WriteReport"]
+__all__ = ["MODES", "PARTITION_BUSY_SECONDS", "PartitionLost", "TableSink", "WriteReport"]
 
 PARTITION_BUSY_SECONDS = 600.0
 """How long an attempt waits to begin while the output is busy (SQLite: another
 process's partition holds the write lock)."""
+
+
+class PartitionLost(EngineError):
+    """The output's connection was lost during an attempt at a partition.
+
+    The attempt was rolled back and the connection is made again at the next
+    :meth:`TableSink.open_partition`: the partition must be written again from its first
+    row (a job's worker gives its lease back).
+    """
 
 
 class TableSink:
@@ -77,6 +93,8 @@ class TableSink:
         """The partition of the attempt open now, and its rows written so far."""
         self._skip = False
         """The open partition was committed by an earlier attempt: nothing to write."""
+        self._losses = losses(source)
+        """Lost connections since the last commit, against the reconnect budget."""
 
     # -- making and joining -------------------------------------------------------------
 
@@ -93,6 +111,7 @@ class TableSink:
         expected_rows: int | None = None,
         expected_keys: int | None = None,
         what: dict[str, Any] | None = None,
+        first_batch: pa.RecordBatch | None = None,
     ) -> TableSink:
         """Check the output and make the staging and commits tables.
 
@@ -107,14 +126,20 @@ class TableSink:
             expected_rows: the rows :meth:`finish` checks (None: not checked).
             expected_keys: the distinct keys :meth:`finish` checks (None: not checked).
             what: what else identifies the job (e.g. the model): part of the spec.
+            first_batch: the first rows to be written, when known: their values are
+                checked too (:func:`~sqlfeed.sink.columns.check_values`) before anything is
+                made.
 
         Raises:
             InvalidArgumentError: a bad mode, the table exists in ``create`` mode, is
                 missing or has other columns in ``append`` mode, a key not among the
-                columns, a type the engine cannot hold.
+                columns, a type the engine cannot hold, a value of ``first_batch`` it
+                cannot hold.
         """
-        source = connect_output(target)
+        source = connect_output(target, starting=True)
         try:
+            if first_batch is not None:
+                check_values(first_batch, source.dialect)
             spec = _new_spec(source, table, schema, mode, key, unique_key, what)
             spec |= {"expected_rows": expected_rows, "expected_keys": expected_keys}
             sink = cls(source, spec, owned=not isinstance(target, Source))
@@ -141,7 +166,8 @@ class TableSink:
         spec = self.spec
         dialect = self.dialect
         key = list(spec["key"] or ())
-        columns = column_definitions(schema, dialect, not_null=key)
+        version = server_version(self.source)  # MySQL/MariaDB: the text columns' collation
+        columns = column_definitions(schema, dialect, not_null=key, version=version)
         if not spec["unique_key"]:
             id_schema = pa.schema([(name, pa.int64()) for name in IDENTITY])
             columns += column_definitions(id_schema, dialect, not_null=IDENTITY)
@@ -155,7 +181,13 @@ class TableSink:
         commit_schema = pa.schema([(name, pa.int64()) for name in names])
         commit_columns = column_definitions(commit_schema, dialect, not_null=names)
         commits = create_table_sql(self.commits, dialect, commit_columns, names[:2])
-        run_statements(self.source, [commits, staging])
+        try:
+            run_statements(self.source, [commits, staging])
+        except Exception as err:
+            if not privilege_denied(err):
+                raise
+            doing = f"creating the staging table of {spec['table']}"
+            raise write_refused(self.source, err, doing, self.staging.db or None) from None
 
     # -- writing ------------------------------------------------------------------------
 
@@ -167,42 +199,65 @@ class TableSink:
         attempt (one process, a Ray task's blocks); a job's workers commit whole partitions
         (:meth:`open_partition`), whatever order a partition's rows come in.
 
+        A lost connection (the transaction rolled back) is made again, with a read's
+        reconnect pauses (:class:`~sqlfeed.io.faults.Reconnect`), and the batch written
+        again; its record keeps it once (True also when the lost commit had gone through).
+
         Raises:
-            EngineError: the output database failed (nothing of the batch committed).
+            InvalidArgumentError: a value the engine cannot hold (nothing written).
+            EngineError: the output database failed (nothing of the batch committed), or
+                its connection was lost and could not be made again.
         """
+        check_values(batch, self.dialect)
         if not self.spec["unique_key"]:
             batch = _with_identity(batch, partition, first_row)
-        session = self._writer()
         record = self._record(partition, first_row, batch.num_rows)
-        staging = self.staging.sql(dialect=self.dialect.sqlglot_dialect)
-
-        def attempt() -> bool:
-            session.begin()
+        while True:
+            session = self._writer()
             try:
-                session.execute(record)
+                done = bool(retry_busy(session, partial(self._attempt, session, record, batch)))
+                self._losses.progressed()
+                return done
             except Exception as err:
-                if not session.duplicate(err):
-                    raise
                 session.rollback()
-                return False
-            session.insert(staging, self.columns, batch)
-            session.commit()
-            return True
+                lost = self._lost(err, "writing into")
+                if self._committed(partition, first_row):
+                    # lost: its commit went through, only the answer was lost; else a
+                    # simultaneous attempt's record won (DuckDB: at COMMIT)
+                    return lost
+                if lost:
+                    continue
+                self._drop_session()
+                raise self._failure(session, err, partition, first_row) from None
 
+    def _attempt(self, session: WriteSession, record: str, batch: pa.RecordBatch) -> bool:
+        """One transaction of :meth:`commit`: the record, then the rows; False: a duplicate."""
+        session.begin()
         try:
-            return bool(retry_busy(session, attempt))
+            session.execute(record)
         except Exception as err:
+            if not session.duplicate(err):
+                raise
             session.rollback()
-            if self._committed(partition, first_row):
-                return False  # a simultaneous attempt's record won (DuckDB: at COMMIT)
-            self._drop_session()
-            if session.duplicate(err):
-                raise EngineError(
-                    f"rows of partition {partition} from row {first_row} are in the output "
-                    "already under other batch boundaries: every worker of a job must batch "
-                    f"alike ({err})"
-                ) from None
-            raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+            return False
+        session.insert(self.staging.sql(dialect=self.dialect.sqlglot_dialect), self.columns, batch)
+        session.commit()
+        return True
+
+    def _failure(
+        self, session: WriteSession, err: Exception, partition: int, first_row: int
+    ) -> EngineError:
+        """The one-line error of a batch that failed (not a lost connection)."""
+        if session.duplicate(err):
+            return EngineError(
+                f"rows of partition {partition} from row {first_row} are in the output "
+                "already under other batch boundaries: every worker of a job must batch "
+                f"alike ({err})"
+            )
+        if privilege_denied(err):
+            doing = f"writing into {self.spec['table']}"
+            return write_refused(self.source, err, doing, self.staging.db or None)
+        return EngineError(f"writing into {self.spec['table']}: {err}")
 
     # -- a partition at once (the jobs' workers) ---------------------------------------
 
@@ -214,28 +269,42 @@ class TableSink:
         back).
         """
         self.rollback_partition()
-        session = self._writer()
-        retry_busy(session, session.begin, PARTITION_BUSY_SECONDS)
+        while True:
+            session = self._writer()
+            try:
+                retry_busy(session, session.begin, PARTITION_BUSY_SECONDS)
+                # committed by an earlier attempt (killed before the queue heard of it): skip
+                # it; asked inside the transaction, where SQLite's write lock keeps others out
+                self._skip = bool(session.rows(self._committed_sql(partition, 0))[0][0])
+                break
+            except Exception as err:
+                session.rollback()
+                if self._lost(err, "writing into"):
+                    continue  # made again: begin again
+                if not self._finished_meanwhile():
+                    raise
+                self._skip = True  # a late worker (stalled): the run was finished meanwhile
+                break
         self._open = [partition, 0]
-        # committed by an earlier attempt (killed before the queue heard of it): skip it;
-        # asked inside the transaction, where SQLite's write lock already keeps others out
-        try:
-            self._skip = bool(session.rows(self._committed_sql(partition, 0))[0][0])
-        except Exception:
-            session.rollback()
-            if not self._finished_meanwhile():
-                raise
-            self._skip = True  # a late worker (stalled): the run was finished meanwhile
 
     def write_rows(self, first_row: int, batch: pa.RecordBatch) -> None:
         """Rows ``first_row``... of the open partition (in this read of it).
 
         Raises:
+            InvalidArgumentError: a value the engine cannot hold (the attempt is rolled
+                back).
+            PartitionLost: the connection was lost (the attempt is rolled back; write the
+                partition again, from :meth:`open_partition`).
             EngineError: the output failed (the attempt is rolled back).
         """
         assert self._open is not None, "open_partition first"
         if self._skip:
             return
+        try:
+            check_values(batch, self.dialect)
+        except InvalidArgumentError:
+            self.rollback_partition()
+            raise
         if not self.spec["unique_key"]:
             batch = _with_identity(batch, self._open[0], first_row)
         session = self._writer()
@@ -246,8 +315,10 @@ class TableSink:
         except Exception as err:
             partition = self._open[0]
             self.rollback_partition()
-            if self._finished_meanwhile():  # a stalled worker woke up: nothing to write
-                self._open, self._skip = [partition, 0], True
+            if self._lost(err, "writing into"):
+                raise self._partition_lost(partition) from None
+            if self._given_up_to_another(partition):
+                self._open, self._skip = [partition, 0], True  # nothing more to write
                 return
             raise EngineError(f"writing into {self.spec['table']}: {err}") from None
         self._open[1] += batch.num_rows
@@ -259,6 +330,8 @@ class TableSink:
         back).
 
         Raises:
+            PartitionLost: the connection was lost before the commit went through (write
+                the partition again); a commit that went through, its answer lost, is True.
             EngineError: the output failed (nothing of the attempt committed).
         """
         assert self._open is not None, "open_partition first"
@@ -271,13 +344,40 @@ class TableSink:
         try:
             session.execute(self._record(partition, 0, rows))
             _commit_when_free(session)
+            self._losses.progressed()
             return True
         except Exception as err:
             session.rollback()
-            if self._finished_meanwhile() or self._committed(partition):
-                return False  # another attempt's record (or the run finished): this one lost
+            lost = self._lost(err, "committing into")
+            if self._finished_meanwhile():
+                return False  # a stalled worker woke up after the run was finished
+            if self._committed(partition):
+                # lost: this attempt's commit went through, only its answer was lost; else
+                # another attempt's record: this one lost
+                return lost
+            if lost:
+                raise self._partition_lost(partition) from None
             self._drop_session()
             raise EngineError(f"writing into {self.spec['table']}: {err}") from None
+
+    def _partition_lost(self, partition: int) -> PartitionLost:
+        return PartitionLost(
+            f"{self.dialect.name} lost the connection writing partition {partition} into "
+            f"{self.spec['table']}: write it again from its first row"
+        )
+
+    def _lost(self, err: BaseException, doing: str) -> bool:
+        """Whether ``err`` is a lost connection.
+
+        If so, the session is let go and the pause before reconnecting waited (the next
+        :meth:`_writer` connects again), or the one-line error that gives up raised.
+        """
+        if not connection_lost(err):
+            return False
+        self._drop_session()
+        why = driver_message(err)
+        self._losses.wait(self.dialect.name, f"{doing} {self.spec['table']}", why)
+        return True
 
     def rollback_partition(self) -> None:
         """Give up the open attempt, if any (its rows are never seen)."""
@@ -285,6 +385,14 @@ class TableSink:
             self._open = None
             if self._session is not None:
                 self._session.rollback()
+
+    def _given_up_to_another(self, partition: int) -> bool:
+        """Whether a failed write of ``partition`` lost to another attempt.
+
+        A stalled worker woke up: the run was finished meanwhile, or another attempt
+        committed the partition (its rows met this one's on a key a finisher built already).
+        """
+        return self._finished_meanwhile() or self._committed(partition)
 
     def _finished_meanwhile(self) -> bool:
         """Whether the run's commits table is gone.
@@ -312,8 +420,12 @@ class TableSink:
         return insert.sql(dialect=self.dialect.sqlglot_dialect)
 
     def _writer(self) -> WriteSession:
-        if self._session is None:
-            self._session = self.source.write_session()
+        while self._session is None:
+            try:
+                self._session = self.source.write_session()
+            except Exception as err:
+                if not self._lost(err, "connecting to write into"):
+                    raise
         return self._session
 
     def _drop_session(self) -> None:
@@ -357,10 +469,19 @@ class TableSink:
             EngineError: the rows written are not the rows expected, or the output
                 failed: nothing is put in place.
         """
+        self.rollback_partition()  # an attempt left open would hold locks the finish needs
+        if self._session is not None:
+            self._session.rollback()
         return finish_sink(self, keep)
 
     def abort(self) -> None:
-        """Drop the staging and commits tables (a run given up)."""
+        """Drop the staging and commits tables (a run given up).
+
+        An attempt still open is rolled back and the write connection given back first:
+        its locks would make the DROP wait on this sink itself.
+        """
+        self.rollback_partition()
+        self._drop_session()
         render = self.dialect.sqlglot_dialect
         run_statements(
             self.source, [drop_table(t).sql(dialect=render) for t in (self.staging, self.commits)]
@@ -394,18 +515,18 @@ def _new_spec(
     if mode not in MODES:
         raise InvalidArgumentError(f"mode {mode!r}: give one of {', '.join(MODES)}")
     render = source.dialect.sqlglot_dialect
-    target = exp.to_table(table, dialect=render)
+    target = table_name(table, source.dialect, "table")
     key = list(key or [])
     missing = [k for k in key if k not in schema.names]
     if missing:
         raise InvalidArgumentError(
-            f"key column {missing[0]!r} is not among the output's columns {schema.names}: "
-            "select it (or --keep it)"
+            f"key column {missing[0]!r} is not among the columns written {schema.names}: "
+            "name a key among them, or write that column too"
         )
     clash = [name for name in schema.names if name in IDENTITY]
     if clash and not (key and unique_key):
         raise InvalidArgumentError(
-            f"column {clash[0]!r} is sqlfeed's row identity: rename it in the SELECT"
+            f"column {clash[0]!r} is sqlfeed's row identity: rename the column written"
         )
     _check_target(source, target, mode, schema, key, unique_key)
     stamp = f"{SCRATCH_PREFIX}{int(time.time())}_"
@@ -445,27 +566,27 @@ def _check_target(
     found = table_columns(source, target)
     if mode == "create" and found is not None:
         raise InvalidArgumentError(
-            f"the output table {name} exists: give --mode replace to replace it or "
-            "--mode append to add rows, or name another table"
+            f"the output table {name} exists: give mode='replace' to replace it or "
+            "mode='append' to add rows, or name another table"
         )
     if mode == "append":
         if found is None:
             raise InvalidArgumentError(
-                f"the output table {name} does not exist: --mode append adds rows to a "
-                "table; give --mode create to make it"
+                f"the output table {name} does not exist: mode='append' adds rows to a "
+                "table; give mode='create' to make it"
             )
         if key and unique_key and any(c in found for c in IDENTITY):
             raise InvalidArgumentError(
                 f"the output table {name} identifies its rows by {', '.join(IDENTITY)} (a "
-                "run without a key made it): append without --key, or replace it"
+                "run without a key made it): append without a key, or replace it"
             )
         wanted = set(schema.names)
         have = {c for c in found if c not in IDENTITY}
         if have != wanted:
             raise InvalidArgumentError(
                 f"the output table {name} has columns {sorted(found)}, but the rows written "
-                f"have {sorted(wanted)}: append needs the same columns (or give --mode "
-                "replace)"
+                f"have {sorted(wanted)}: append needs the same columns (or give "
+                "mode='replace')"
             )
 
 
@@ -490,8 +611,8 @@ def check_append_types(source: Source, target: exp.Table, staging: exp.Table, na
         if not _holds(kept, field.type):
             raise InvalidArgumentError(
                 f"column {field.name!r} of {name} is {kept} but the rows written are "
-                f"{field.type}, which appending would change: cast it in the SELECT, or give "
-                "--mode replace"
+                f"{field.type}, which appending would change: cast the column written, or "
+                "give mode='replace'"
             )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.sink.report import WriteReport
 from sqlfeed.sink.table import TableSink
 
@@ -56,7 +56,7 @@ def write_table(
             "write_table was given no batches: give at least one (it may be empty)"
         )
     rows: list[int] = []
-    sink = TableSink.create(url, table, first.schema, mode=mode, key=key)
+    sink = TableSink.create(url, table, first.schema, mode=mode, key=key, first_batch=first)
     try:
         offset = 0
         for batch in itertools.chain([first], batches):

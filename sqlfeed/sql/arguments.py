@@ -1,13 +1,13 @@
 """Validation of the arguments the query builders share: key columns, counts, indices.
 
-Each check raises :class:`dialects.InvalidArgumentError` with the value it got.
+Each check raises :class:`sqlfeed.dialects.InvalidArgumentError` with the value it got.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = [
     "MAX_PARTITIONS",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dialects import Dialect, InvalidArgumentError, QueryError, UnsupportedError
+from sqlfeed.dialects import Dialect, InvalidArgumentError, QueryError, UnsupportedError
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import (
     ast_names,

@@ -51,7 +51,7 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from dialects import Dialect
+from sqlfeed.dialects import Dialect
 from sqlfeed.sql.frame import BEYOND_A_FILTER, Frame
 from sqlfeed.sql.parse import ParsedQuery, parse
 from sqlfeed.sql.syntax import is_star, item_names

@@ -34,6 +34,7 @@ from sqlfeed.sql.syntax import (
 __all__ = [
     "Key",
     "TableKeys",
+    "base_tables",
     "cte_definitions",
     "group_expressions",
     "only_base_table",
@@ -56,6 +57,20 @@ def only_base_table(tree: exp.Expr) -> exp.Table | None:
     >>> only_base_table(sqlglot.parse_one("WITH c AS (SELECT * FROM s.t) SELECT * FROM c")).sql()
     's.t'
     """
+    tables = base_tables(tree)
+    return tables[0] if len(tables) == 1 else None
+
+
+def base_tables(tree: exp.Expr) -> list[exp.Table]:
+    """The base tables the query reads, each once, in the order they first appear.
+
+    Each by its name alone (no alias or hints); CTE names and table functions aside.
+
+    >>> import sqlglot
+    >>> tree = sqlglot.parse_one("SELECT * FROM s.t AS a JOIN u ON a.x = u.x JOIN s.t AS b")
+    >>> [table.sql() for table in base_tables(tree)]
+    ['s.t', 'u']
+    """
     ctes = set(cte_definitions(tree))
     found: dict[tuple[str, str, str], exp.Table] = {}
     for table in tree.find_all(exp.Table):
@@ -64,12 +79,10 @@ def only_base_table(tree: exp.Expr) -> exp.Table | None:
         if not table.db and table.name.casefold() in ctes:
             continue
         ident = (table.catalog.casefold(), table.db.casefold(), table.name.casefold())
-        found.setdefault(ident, table)
-    if len(found) != 1:
-        return None
-    plain = next(iter(found.values())).copy()
-    plain.set("alias", None)
-    return plain
+        if ident not in found:  # its name alone: no alias, hints or sample
+            parts = {k: v.copy() for k in ("this", "db", "catalog") if (v := table.args.get(k))}
+            found[ident] = exp.Table(**parts)
+    return list(found.values())
 
 
 def cte_definitions(tree: exp.Expr) -> dict[str, exp.Expr]:

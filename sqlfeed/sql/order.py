@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from dialects import Dialect
+from sqlfeed.dialects import Dialect
 from sqlfeed.sql.keys import (
     TableKeys,
     group_expressions,

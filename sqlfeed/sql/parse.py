@@ -2,12 +2,16 @@
 
 Everything that would modify something is refused before anything runs: several
 statements, anything that is not a query (DDL, DML, COPY, GRANT, SET, ...), a
-data-modifying part anywhere in the tree, ``SELECT ... INTO``, locking clauses and
-functions with side effects. Syntax errors are reported with line and column.
+data-modifying part anywhere in the tree, ``SELECT ... INTO`` (a table, a file, variables),
+locking clauses, and the functions of the engine's
+:attr:`~sqlfeed.dialects.Dialect.SIDE_EFFECT_FUNCTIONS` (they write, or reach outside the
+database) unless the caller allows side effects. Syntax errors are reported with line and
+column.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -15,8 +19,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError as SqlglotParseError
 from sqlglot.errors import TokenError
+from sqlglot.tokenizer_core import TokenType
 
-from dialects import (
+from sqlfeed.dialects import (
     Dialect,
     ParseError,
     QueryError,
@@ -24,20 +29,11 @@ from dialects import (
     UnsupportedError,
     get_dialect,
 )
+from sqlfeed.dialects.effects import side_effect
 from sqlfeed.sql.syntax import ast_names, function_name, is_star, projection
 from sqlfeed.sql.wording import misspelt_keyword, syntax_problem, unclosed
 
 __all__ = ["ParsedQuery", "parse"]
-
-# Functions that change state or wait: never run them on the user's behalf.
-_SIDE_EFFECT_FUNCTIONS = frozenset(
-    (
-        "nextval setval pg_advisory_lock pg_advisory_xact_lock pg_sleep pg_terminate_backend "
-        "pg_cancel_backend pg_reload_conf pg_rotate_logfile lo_import lo_export lo_unlink "
-        "dblink_exec set_config pg_create_restore_point pg_switch_wal get_lock release_lock "
-        "release_all_locks sleep benchmark load_file sys_exec sys_eval xp_cmdshell"
-    ).split()
-)
 
 
 @dataclass(frozen=True)
@@ -55,6 +51,10 @@ class ParsedQuery:
 
     tree: exp.Expr = field(repr=False)
     """The parsed query: a SELECT, a set operation, or a VALUES list."""
+
+    allow_side_effects: bool = False
+    """Whether the query may call functions that write or reach outside the database (the
+    dialect's :attr:`~sqlfeed.dialects.Dialect.SIDE_EFFECT_FUNCTIONS`): the caller said so."""
 
     @property
     def output_names(self) -> list[str | None] | None:
@@ -79,17 +79,34 @@ class ParsedQuery:
         return len(items)
 
 
-def parse(sql: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> ParsedQuery:
+def parse(
+    sql: str | ParsedQuery, dialect: str | Dialect = "duckdb", *, allow_side_effects: bool = False
+) -> ParsedQuery:
     """Parse and validate ``sql``: exactly one read-only query.
 
     Refuses, before anything runs: empty input, several statements, anything that is not
     a query (DDL, DML, COPY, GRANT, SET, ...), DDL/DML anywhere in the tree (for example
-    a data-modifying CTE), ``SELECT ... INTO``, locking clauses and functions with side
-    effects.
+    a data-modifying CTE), ``SELECT ... INTO``, locking clauses, and calls of the
+    functions that write or reach outside the database (the dialect's
+    :attr:`~sqlfeed.dialects.Dialect.SIDE_EFFECT_FUNCTIONS`: ``dblink``, ``lo_create``,
+    ``LOAD_FILE``, ``load_extension``, ...) unless ``allow_side_effects``.
+
+    A parsed query given to the planner, the Feeder or a sink in place of SQL text keeps
+    its ``allow_side_effects``: ``plan(parse(sql, "postgres", allow_side_effects=True),
+    url)``.
+
+    >>> parse("SELECT lo_create(0)", "postgres")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+      ...
+    sqlfeed...UnsafeQueryError: the query calls lo_create(), which creates, writes or deletes ...
+    >>> parse("SELECT lo_create(0)", "postgres", allow_side_effects=True).allow_side_effects
+    True
 
     Args:
         sql: the SQL text (or an already parsed query, returned as is).
         dialect: the engine's dialect name or object.
+        allow_side_effects: let the query call functions that write or reach outside the
+            database (each partition calls them; a retried partition again).
 
     Raises:
         ParseError: the text does not parse (with line and column).
@@ -122,8 +139,10 @@ def parse(sql: str | ParsedQuery, dialect: str | Dialect = "duckdb") -> ParsedQu
             "(or WITH ... SELECT, UNION/INTERSECT/EXCEPT, VALUES)"
         )
     _refuse_unsafe_nodes(tree)
+    if not allow_side_effects:
+        _refuse_side_effects(tree, engine)
     _refuse_lost_with_ties(tree, engine)
-    return ParsedQuery(sql=sql, dialect=engine, tree=tree)
+    return ParsedQuery(sql=sql, dialect=engine, tree=tree, allow_side_effects=allow_side_effects)
 
 
 def _parse_statements(sql: str, engine: Dialect) -> list[exp.Expr]:
@@ -135,6 +154,7 @@ def _parse_statements(sql: str, engine: Dialect) -> list[exp.Expr]:
     try:
         parsed = sqlglot.parse(sql, read=engine.sqlglot_dialect)
     except SqlglotParseError as err:
+        _refuse_unparsed_into(sql, engine)
         first = err.errors[0] if err.errors else {}
         misspelt = misspelt_keyword(
             sql, engine.sqlglot_dialect, first.get("line"), first.get("col")
@@ -170,11 +190,45 @@ def _refuse_unsafe_nodes(tree: exp.Expr) -> None:
             raise UnsafeQueryError(
                 "the query takes row locks (FOR UPDATE/SHARE): remove the locking clause"
             )
+
+
+def _refuse_side_effects(tree: exp.Expr, engine: Dialect) -> None:
+    """Refuse a call of a function of ``engine`` that writes or reaches outside the database.
+
+    Wherever it is: a projection, a WHERE, a FROM (``dblink(...) AS t(...)``), a CTE, a
+    schema-qualified name (``public.dblink``).
+    """
+    for node in tree.walk():
         name = function_name(node)
-        if name in _SIDE_EFFECT_FUNCTIONS:
+        does = side_effect(engine.SIDE_EFFECT_FUNCTIONS, name) if name else None
+        if does is not None:
             raise UnsafeQueryError(
-                f"the query calls {name}(), which has side effects: sqlfeed runs partition "
-                "queries several times, so it refuses functions that change state"
+                f"the query calls {name}(), which {does}: a function with side effects "
+                "runs once per partition and again on a retry; give allow_side_effects=True "
+                "(--allow-side-effects) if that is what you mean"
+            )
+
+
+def _refuse_unparsed_into(sql: str, engine: Dialect) -> None:
+    """Refuse an ``INTO`` sqlglot cannot parse as what it is, not as a syntax error.
+
+    MySQL's ``INTO OUTFILE``, ``INTO DUMPFILE`` and ``INTO @variable``.
+    """
+    try:
+        tokens = sqlglot.tokenize(sql, read=engine.sqlglot_dialect)
+    except TokenError:
+        return
+    for token, following in itertools.pairwise(tokens):
+        if token.token_type == TokenType.INTO:
+            target = following.text.upper()
+            if target in ("OUTFILE", "DUMPFILE"):
+                raise UnsafeQueryError(
+                    f"SELECT ... INTO {target} writes a file on the server: sqlfeed only "
+                    "reads, remove INTO"
+                )
+            raise UnsafeQueryError(
+                "SELECT ... INTO writes a table, a file or variables: sqlfeed only reads, "
+                "remove INTO"
             )
 
 
@@ -182,7 +236,7 @@ def _refuse_lost_with_ties(tree: exp.Expr, engine: Dialect) -> None:
     """Refuse ``FETCH ... WITH TIES`` on an engine that has none.
 
     sqlglot would silently read it as a plain LIMIT, which drops the rows tied with the last
-    one: see :attr:`~dialects.Dialect.FETCH_WITH_TIES`. (For MySQL/MariaDB, whose SQL
+    one: see :attr:`~sqlfeed.dialects.Dialect.FETCH_WITH_TIES`. (For MySQL/MariaDB, whose SQL
     sqlglot also writes as a LIMIT, a partition embeds the user's own text, and a rewrite
     that would lose it is refused when rendered: see
     :func:`sqlfeed.sql.render.render_problem`.)

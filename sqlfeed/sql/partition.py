@@ -8,7 +8,7 @@ inside it is rendered only where that provably keeps its meaning.
 The partition invariant: for any valid query ``q`` and any ``M >= 1``, the multiset union
 of ``partition_sql(q, k, M)`` for ``k`` in ``0..M-1`` is exactly the result of ``q``.
 It rests on three facts: the bucket of a row is computed from the row's own values only,
-it is never NULL and always in [0, M) (see ``dialects.Dialect.bucket``), and ``q`` is
+it is never NULL and always in [0, M) (see ``sqlfeed.dialects.Dialect.bucket``), and ``q`` is
 stable, i.e. returns the same rows every time it runs (see
 :func:`sqlfeed.sql.stability.unstable_reasons`): an ORDER BY that may tie where it decides
 the rows (a LIMIT's, a window's) is completed with tie-breakers first
@@ -31,7 +31,7 @@ from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
-from dialects import Dialect, InvalidArgumentError, QueryError, UnsupportedError
+from sqlfeed.dialects import Dialect, InvalidArgumentError, QueryError, UnsupportedError
 from sqlfeed.sql.arguments import (
     check_partition_count,
     check_partition_index,

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
-from dialects import Dialect, InvalidArgumentError, UnsupportedError
+from sqlfeed.dialects import Dialect, InvalidArgumentError, UnsupportedError
 from sqlfeed.sql.arguments import check_positive_int, normalize_key
 from sqlfeed.sql.frame import Frame, output_alias_referenced, pushdown_blocker
 from sqlfeed.sql.order import complete_orders

@@ -36,7 +36,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.parser import Parser
 from sqlglot.tokenizer_core import Token, TokenType
 
-from dialects import Dialect, SqlfeedError
+from sqlfeed.dialects import Dialect, SqlfeedError
 
 __all__ = [
     "Template",
@@ -238,41 +238,136 @@ def without_order(text: str, engine: Dialect, expected: exp.Expr) -> str | None:
     return candidate if reparsed is not None and reparsed == expected else None
 
 
-def with_order(text: str, engine: Dialect, original: exp.Expr, rewritten: exp.Expr) -> str | None:
+def with_order(
+    text: str,
+    engine: Dialect,
+    original: exp.Expr,
+    rewritten: exp.Expr,
+    *,
+    render_user_order: bool = True,
+) -> str | None:
     """``text`` (which parses as ``original``) with ``rewritten``'s outermost ORDER BY.
 
-    It replaces the outermost ORDER BY when that is the only difference (tie-breakers added
-    to the ORDER BY of its LIMIT) and the result parses as exactly ``rewritten``; else None.
-    Only sqlfeed's ORDER BY is rendered: the rest of the query stays as the user wrote it.
+    When that ORDER BY is the only difference (tie-breakers added to the ORDER BY of a
+    LIMIT or a DISTINCT ON) and the result parses as exactly ``rewritten``; else None.
+    The user's words are not rendered again: the tie-breakers are appended to the user's
+    own ORDER BY text, and an ORDER BY that sqlfeed adds starts with the DISTINCT ON
+    expressions as written (PostgreSQL matches them with the ORDER BY's as written:
+    ``date_trunc('week', ts)`` rendered ``DATE_TRUNC('WEEK', ts)`` would not match). Only
+    sqlfeed's own keys are rendered; a user's ORDER BY that itself changed is rendered
+    whole, if ``render_user_order`` (never under DISTINCT ON).
     """
     old, new = original.args.get("order"), rewritten.args.get("order")
-    if old is None or new is None:
+    if new is None or old == new:
         return None
     same = rewritten.copy()
-    same.set("order", old.copy())
+    same.set("order", old.copy() if old is not None else None)
     tokens = _tokens(text, engine)
     if tokens is None or same != original:
         return None
-    depth, start, end = 0, None, len(text)
+    outer = _outer_tokens(tokens)
+    at_order = [i for i, t in enumerate(outer) if t.token_type == TokenType.ORDER_BY][-1:]
+    first = at_order[0] if at_order else 0
+    after = [i for i, t in enumerate(outer) if t.token_type in _AFTER_ORDER and i > first]
+    stop = after[0] if after else len(outer)
+    if stop == 0 or bool(at_order) != (old is not None):
+        return None
+    kept = len(old.expressions) if old is not None else 0
+    on = _distinct_on(original, tokens, text)
+    try:
+        if old is not None and new.expressions[:kept] != old.expressions:
+            if on or not render_user_order:  # DISTINCT ON: matched as written
+                return None
+            begin, end = outer[first].start, outer[stop].start if after else len(text)
+            rest = text[end:]
+            order = engine.sql(new).strip()
+            candidate = f"{text[:begin]}{order}{' ' + rest if rest.strip() else rest}"
+        else:
+            keys = _key_texts(new.expressions[kept:], on if old is None else [], engine)
+            at = outer[stop - 1].end + 1  # after the last word (a trailing comment stays)
+            joint = ", " if old is not None else " ORDER BY "
+            candidate = f"{text[:at]}{joint}{', '.join(keys)}{text[at:]}"
+    except SqlfeedError:
+        return None
+    reparsed = reparse(candidate, engine)
+    return candidate if reparsed is not None and reparsed == rewritten else None
+
+
+def _outer_tokens(tokens: list[Token]) -> list[Token]:
+    """The tokens outside every parenthesis and bracket: the outermost query's own."""
+    depth, out = 0, []
     for token in tokens:
         if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
             depth += 1
         elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
             depth -= 1
-        elif depth == 0 and token.token_type == TokenType.ORDER_BY:
-            start, end = token.start, len(text)
-        elif depth == 0 and start is not None and token.token_type in _AFTER_ORDER:
-            end = min(end, token.start)
-    if start is None:
-        return None
-    try:
-        order = engine.sql(new)
-    except SqlfeedError:
-        return None
-    rest = text[end:]
-    candidate = f"{text[:start]}{order.strip()}{' ' + rest if rest.strip() else rest}"
-    reparsed = reparse(candidate, engine)
-    return candidate if reparsed is not None and reparsed == rewritten else None
+        elif depth == 0:
+            out.append(token)
+    return out
+
+
+def _key_texts(
+    keys: list[exp.Expr], written: list[tuple[exp.Expr, str]], engine: Dialect
+) -> list[str]:
+    """``keys`` as ORDER BY text; those that start them with ``written``'s trees, its text.
+
+    ``written``: the DISTINCT ON expressions (tree, text as written) an added ORDER BY
+    starts with; the keys after them are sqlfeed's own, rendered.
+    """
+    out = []
+    for key, own in zip(keys, written, strict=False):
+        if not (isinstance(key, exp.Ordered) and key.this == own[0]):
+            break
+        direction = " DESC" if key.args.get("desc") else " ASC"
+        nulls = key.args.get("nulls_first")
+        direction += "" if nulls is None else " NULLS FIRST" if nulls else " NULLS LAST"
+        out.append(f"{own[1]}{direction}")
+    rest = [key.copy() for key in keys[len(out) :]]
+    if rest:  # sqlfeed's own keys, rendered together: one render whatever their number
+        order = engine.sql(exp.Order(expressions=rest)).strip()
+        out.append(order.removeprefix("ORDER BY").strip())
+    return out
+
+
+def _distinct_on(tree: exp.Expr, tokens: list[Token], text: str) -> list[tuple[exp.Expr, str]]:
+    """The outermost SELECT's DISTINCT ON expressions: each one's tree and text as written.
+
+    Empty when it has none (or its text does not split into as many expressions).
+    """
+    distinct = tree.args.get("distinct")
+    on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+    if on is None:
+        return []
+    depth, at = 0, None
+    for i, token in enumerate(tokens):
+        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+        elif depth == 0 and token.token_type == TokenType.DISTINCT:
+            kinds = [t.token_type for t in tokens[i + 1 : i + 3]]
+            at = i + 3 if kinds == [TokenType.ON, TokenType.L_PAREN] else None
+            break
+    if at is None:
+        return []
+    texts: list[str] = []
+    depth, begin = 0, at
+    for i in range(at, len(tokens)):
+        kind = tokens[i].token_type
+        if depth == 0 and kind in (TokenType.COMMA, TokenType.R_PAREN):
+            if i == begin:
+                return []
+            texts.append(text[tokens[begin].start : tokens[i - 1].end + 1])
+            if kind == TokenType.R_PAREN:
+                break
+            begin = i + 1
+        elif kind in (TokenType.L_PAREN, TokenType.L_BRACKET):
+            depth += 1
+        elif kind in (TokenType.R_PAREN, TokenType.R_BRACKET):
+            depth -= 1
+    if len(texts) != len(on.expressions):
+        return []
+    return list(zip(on.expressions, texts, strict=True))
 
 
 _AFTER_ORDER = (TokenType.LIMIT, TokenType.OFFSET, TokenType.FETCH)

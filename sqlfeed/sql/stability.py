@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import sqlglot
 from sqlglot import exp
 
-from dialects import Dialect, UnstableQueryError
+from sqlfeed.dialects import Dialect, UnstableQueryError
 from sqlfeed.sql.keys import TableKeys
 from sqlfeed.sql.order import (
     ORDER_SENSITIVE_AGGREGATE_CLASSES,

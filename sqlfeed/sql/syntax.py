@@ -49,12 +49,19 @@ def projection(tree: exp.Expr) -> list[exp.Expr] | None:
 
 
 def is_star(item: exp.Expr) -> bool:
-    """Whether an output item is ``*`` or ``t.*``, or DuckDB's ``COLUMNS(...)`` anywhere in it.
+    """Whether an output item may make several columns the text does not name.
 
-    ``COLUMNS(...)`` gives one output column per column it matches: either hides the column
-    names.
+    ``*``, ``t.*`` and ``(expression).*``, DuckDB's ``COLUMNS(...)`` anywhere in it (one
+    output column per column it matches), and an ``UNNEST(...)`` that is the item (DuckDB
+    makes one column per field of a struct, alias or not, and per nested field with
+    ``recursive := true``): the engine says how many columns and their names.
     """
     if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and item.is_star):
+        return True
+    root = item.unalias()
+    if isinstance(root, exp.Explode) or (
+        isinstance(root, exp.Dot) and isinstance(root.expression, exp.Star)
+    ):
         return True
     nested = (exp.Query, exp.Subquery)
     for node in item.walk(prune=lambda n: n is not item and isinstance(n, nested)):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects import Dialect, SqlfeedError, UnsupportedError, dialect_names, get_dialect
-from dialects.text import unused_name
+from sqlfeed.dialects import Dialect, SqlfeedError, UnsupportedError, dialect_names, get_dialect
+from sqlfeed.dialects.text import unused_name
 from sqlfeed.sql.parse import ParsedQuery
 from sqlfeed.sql.render import (
     checked_render,
@@ -47,7 +47,7 @@ EMBEDDING_ENGINES = frozenset(
     name for name in dialect_names() if get_dialect(name).EMBEDS_QUERY_TEXT
 )
 """The engines whose own text is embedded and whose renderings are checked (their
-dialects' :attr:`~dialects.Dialect.EMBEDS_QUERY_TEXT`)."""
+dialects' :attr:`~sqlfeed.dialects.Dialect.EMBEDS_QUERY_TEXT`)."""
 
 
 def faithful(parsed: ParsedQuery) -> bool:
@@ -132,7 +132,7 @@ def _without_order(tree: exp.Expr) -> exp.Expr:
 def _without_outer_modifiers(tree: exp.Expr, engine: Dialect) -> exp.Expr:
     """The SELECT without the modifiers the engine takes only in the outermost SELECT.
 
-    :attr:`~dialects.Dialect.OUTER_MODIFIERS`, MySQL's ``SQL_NO_CACHE``...: they change no
+    :attr:`~sqlfeed.dialects.Dialect.OUTER_MODIFIERS`, MySQL's ``SQL_NO_CACHE``...: they change no
     row, so a derived table leaves them out. A copy, ``tree`` itself when it has none.
     """
     if not engine.OUTER_MODIFIERS:
@@ -202,15 +202,17 @@ def whole_text(parsed: ParsedQuery, pretty: bool = False) -> str:
 def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str:
     """``tree``, a rewrite of the user's query, as text.
 
-    The user's text with only its outermost ORDER BY rendered (tie-breakers for its LIMIT),
-    or the whole tree rendered once checked to be faithful.
+    The user's text with sqlfeed's tie-breakers spliced into its outermost ORDER BY (see
+    :func:`~sqlfeed.sql.render.with_order`), or the whole tree rendered once checked to be
+    faithful.
     """
     engine = parsed.dialect
     text = statement_text(parsed.sql, engine)
     original = reparse(text, engine)
     if engine.EMBEDS_QUERY_TEXT and original is not None:
-        spliced = with_order(text, engine, original, tree)
-        if spliced is not None and _order_words_written(parsed, original):
+        rerender = _order_words_written(parsed, original)
+        spliced = with_order(text, engine, original, tree, render_user_order=rerender)
+        if spliced is not None:
             return spliced
     rendered, problem = checked_render(engine, tree, parsed.sql)
     # Only the engines the corpus runs on are refused: elsewhere sqlglot's round trip
@@ -227,7 +229,8 @@ def _rewritten(parsed: ParsedQuery, tree: exp.Expr, pretty: bool = False) -> str
 def _order_words_written(parsed: ParsedQuery, original: exp.Expr) -> bool:
     """Whether sqlglot writes the user's own ORDER BY with the user's words only.
 
-    The ORDER BY is the part :func:`with_order` renders.
+    Then :func:`with_order` may render it whole (where the tie-breakers are not only
+    appended to it).
     """
     order = original.args.get("order")
     if order is None:

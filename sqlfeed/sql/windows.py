@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dialects import Dialect
+from sqlfeed.dialects import Dialect
 from sqlfeed.sql.syntax import function_name, is_constant
 
 __all__ = [

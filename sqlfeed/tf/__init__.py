@@ -74,7 +74,7 @@ vocabulary every facade shares, :mod:`sqlfeed.feed.options`); a job's epochs are
 re-exported by :mod:`sqlfeed.tf.job`).
 
 TensorFlow is imported only when a dataset is built; without it,
-:class:`~dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[tf]'``).
+:class:`~sqlfeed.dialects.MissingDependencyError` names the extra (``pip install 'sqlfeed[tf]'``).
 """
 
 from __future__ import annotations

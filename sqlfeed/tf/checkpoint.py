@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from dialects import InvalidArgumentError, MissingDependencyError
+from sqlfeed.dialects import InvalidArgumentError, MissingDependencyError
 
 __all__ = ["STATE_FILE", "BackupAndRestore", "FeedCheckpoint"]
 

@@ -14,8 +14,8 @@ from typing import Any, Unpack
 import numpy as np
 import pyarrow as pa
 
-from dialects import InvalidArgumentError, SqlfeedError
-from dialects.optional import require
+from sqlfeed.dialects import InvalidArgumentError, SqlfeedError
+from sqlfeed.dialects.optional import require
 from sqlfeed.dispatch import Feeder, Worker, default_worker_id
 from sqlfeed.dispatch.epochs import JobEpochs
 from sqlfeed.feed.converter import Converter
@@ -159,8 +159,13 @@ class Feed:
         self._restored_epoch, self._restored_rows = -1, 0
         self._failure: str | None = None
         """sqlfeed's error that ended the generator of the iteration (see :meth:`_build`)."""
-        self.dataset: Any = self._build()
-        """The ``tf.data.Dataset``."""
+        self.error: SqlfeedError | None = None
+        """That error itself, for :func:`_own_errors` to raise."""
+        self.dataset: Any = _own_errors(self._build(), self)
+        """The ``tf.data.Dataset``: iterated in Python, sqlfeed's own error (a NULL label,
+        a value out of range, the database's) is raised as itself, not inside TensorFlow's
+        ``InvalidArgumentError`` (inside a ``tf.function``, such as Keras's ``fit``, it is
+        TensorFlow's, its message carrying sqlfeed's)."""
         if state is not None:
             self.load_state_dict(state)
 
@@ -193,11 +198,12 @@ class Feed:
         """
 
         def run() -> Iterator[Any]:
-            self._failure = None
+            self._failure = self.error = None
             try:
                 yield from elements()
             except SqlfeedError as err:
                 self._failure = f"{type(err).__name__}: {err}"
+                self.error = err
 
         return run
 
@@ -323,6 +329,47 @@ class Feed:
             options.experimental_optimization.inject_prefetch = False
             ds = ds.with_options(options)
         return ds
+
+
+_OWN_ERRORS: dict[type, type] = {}
+"""A tf.data class (a dataset's, an iterator's) -> its subclass raising sqlfeed's errors."""
+
+
+def _own_errors(ds: Any, feed: Feed) -> Any:
+    """``ds``, whose Python iterators raise ``feed``'s own error as itself.
+
+    tf.data raises an error of the generator's as an ``InvalidArgumentError`` whose long
+    message buries sqlfeed's line; the dataset (and each iterator it makes) becomes an
+    instance of a subclass of its own class whose ``__iter__`` (``__next__``) raises
+    :attr:`Feed.error` instead. Nothing else changes: the same graph, the same specs.
+    """
+    ds.__class__ = _subclass(type(ds), "__iter__", _dataset_iter)
+    ds._sqlfeed_feed = feed
+    return ds
+
+
+def _subclass(base: type, name: str, method: Callable[..., Any]) -> type:
+    if base not in _OWN_ERRORS:
+        _OWN_ERRORS[base] = type(base.__name__, (base,), {name: method, "__module__": __name__})
+    return _OWN_ERRORS[base]
+
+
+def _dataset_iter(ds: Any) -> Any:
+    iterator = super(type(ds), ds).__iter__()
+    iterator.__class__ = _subclass(type(iterator), "__next__", _iterator_next)
+    iterator._sqlfeed_feed = ds._sqlfeed_feed
+    return iterator
+
+
+def _iterator_next(iterator: Any) -> Any:
+    feed = iterator._sqlfeed_feed
+    try:
+        return super(type(iterator), iterator).__next__()
+    except feed.tf.errors.OpError:
+        error, feed.error = feed.error, None
+        if error is None:
+            raise
+        raise error.with_traceback(None) from None
 
 
 def _check_modes(prefetch: int | None, read: ReadOptions, job: JobOptions) -> int:

@@ -55,7 +55,7 @@ Package layout: :mod:`sqlfeed.torch.types` (options and key names), :mod:`sqlfee
 :mod:`sqlfeed.torch.dataset` (:class:`SQLDataset`) and :mod:`sqlfeed.torch.loader`
 (:func:`dataloader`). torch is imported
 when :class:`SQLDataset` or :func:`dataloader` is first used, never by ``import sqlfeed``;
-without it, :class:`~dialects.MissingDependencyError` names the extra
+without it, :class:`~sqlfeed.dialects.MissingDependencyError` names the extra
 (``pip install 'sqlfeed[torch]'``).
 """
 
@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dialects.optional import require
+from sqlfeed.dialects.optional import require
 from sqlfeed.torch.types import LENGTHS_SUFFIX, LIST_MODES, MASK_SUFFIX
 
 if TYPE_CHECKING:

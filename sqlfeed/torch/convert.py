@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from dialects import QueryError
+from sqlfeed.dialects import QueryError
 from sqlfeed.feed.converter import Converter, null_message
 from sqlfeed.feed.tensors import MASK_SUFFIX, ColumnMapping
 from sqlfeed.torch.types import LENGTHS_SUFFIX, tokenizer_of

@@ -20,7 +20,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.fetch import _IterableDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from dialects import InvalidArgumentError, NotImplementedYetError
+from sqlfeed.dialects import InvalidArgumentError, NotImplementedYetError
 from sqlfeed.dispatch import Delivery, LeaseQueue, Worker, default_worker_id, open_queue
 from sqlfeed.dispatch.epochs import JobEpochs
 from sqlfeed.dispatch.feeder import create_job

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.torch.split import shard_of
 
 __all__ = ["LoadedDataset", "check_loader_state", "dataloader"]

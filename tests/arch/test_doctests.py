@@ -23,11 +23,11 @@ MODULES = [
     "sqlfeed.shards.join",
     "sqlfeed.feed.feeder",
     "sqlfeed.cli.native",
-    "dialects",
-    "dialects.base",
-    "dialects.sqlite",
-    "dialects.text",
-    "dialects.optional",
+    "sqlfeed.dialects",
+    "sqlfeed.dialects.base",
+    "sqlfeed.dialects.sqlite",
+    "sqlfeed.dialects.text",
+    "sqlfeed.dialects.optional",
     "sqlfeed.errors",
 ]
 

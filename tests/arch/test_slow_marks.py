@@ -39,6 +39,13 @@ QUICK_CHILDREN = {
     "tests/engines/test_concurrent_writes.py::test_export_writes_one_state": (
         "one SQLite writer process (the sqlite cases only): about 1.5 s a case"
     ),
+    "tests/engines/test_concurrent_writes.py::test_several_connections_begin_at_one_state": (
+        "one SQLite writer process (the sqlite cases only): about 1 s a case"
+    ),
+    "tests/engines/test_concurrent_writes.py::"
+    "test_a_user_who_may_not_lock_reads_on_one_connection_and_is_told_why": (
+        "its writer is a thread (the writing fixture starts a process for SQLite only)"
+    ),
 }
 """Tests that start a child the costly way and are quick all the same, with the measure."""
 

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
-from dialects import EngineError
 from sqlfeed import __version__
 from sqlfeed.cli import export as cli_export
 from sqlfeed.cli import query as cli_query
+from sqlfeed.dialects import EngineError
 from sqlfeed.feed import PartitionFeeder as Feeder
 from sqlfeed.feed import UnequalSharesWarning
 from tests.helpers import engines

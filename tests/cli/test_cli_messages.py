@@ -7,14 +7,25 @@ a URL people often mistype gets the fix.
 
 from __future__ import annotations
 
+import argparse
+import io
+import re
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError, SqlfeedError
+import sqlfeed.ml as ml
+from sqlfeed.cli.main import build_parser
+from sqlfeed.cli.progress import RowsBar
+from sqlfeed.dialects import InvalidArgumentError, SqlfeedError
 from tests.conftest import get_engine
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL
@@ -196,3 +207,222 @@ def test_the_python_api_gives_the_same_url_fix(url: str, expected: str) -> None:
         sqlfeed.connect(url)
     assert expected in str(refused.value)
     assert "secret" not in str(refused.value)
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command of ``parser`` (``job create`` as ``("job", "create")``) and its parser."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        yield path, parser
+        return
+    for name, sub in groups[0].choices.items():
+        yield from _commands(sub, (*path, name))
+
+
+def _typo(option: str) -> str:
+    """``option`` with its second and third letters swapped (``--label`` -> ``--lbael``)."""
+    word = option[2:]
+    return f"--{word[0]}{word[2]}{word[1]}{word[3:]}"
+
+
+def test_a_mistyped_option_of_any_command_is_named_with_the_option_meant() -> None:
+    """Issue 36 item 14: argparse said "required: --label" for ``--lable``, never which word."""
+    checked = 0
+    for path, parser in _commands(build_parser()):
+        for option in parser._option_string_actions:
+            if not option.startswith("--") or option == "--help" or len(option) < 5:
+                continue
+            typo = _typo(option)
+            if typo == option:
+                continue
+            run = run_cli([*path, typo, "value"])
+            assert run.code == 2, (path, typo)
+            assert run.err == (
+                f"sqlfeed: error: unknown option {typo}; did you mean {option}? "
+                f"(see 'sqlfeed {' '.join(path)} --help')\n"
+            ), (path, run.err)
+            checked += 1
+    assert checked > 150
+
+
+def test_a_mistyped_option_is_named_before_the_required_one_it_was_meant_to_be() -> None:
+    run = run_cli(["train", "--db", "duckdb:///x.duckdb", "--lable", "y", "SELECT 1 AS y"])
+    assert run.err == (
+        "sqlfeed: error: unknown option --lable; did you mean --label? "
+        "(see 'sqlfeed train --help')\n"
+    )
+    quiet = run_cli(["--quite", "count", "--db", "duckdb:///x.duckdb", "SELECT 1"])
+    assert "unknown option --quite; did you mean --quiet?" in quiet.err
+    equals = run_cli(["count", "--db=duckdb:///x.duckdb", "--formt=json", "SELECT 1"])
+    assert "unknown option --formt; did you mean --format?" in equals.err
+    far = run_cli(["count", "--db", "duckdb:///x.duckdb", "--zzzz", "SELECT 1"])
+    assert far.err == "sqlfeed: error: unknown option --zzzz (see 'sqlfeed count --help')\n"
+
+
+def test_what_argparse_reads_as_values_is_not_an_unknown_option(db: str) -> None:
+    """Abbreviations, ``--opt=value``, negative numbers, words with spaces, after ``--``."""
+    for args in (
+        ["count", "--d", db, "SELECT -1 AS x"],
+        ["count", f"--db={db}", "--format=json", "SELECT 1 AS x"],
+        ["count", "--db", db, "-", "--", "--x"],
+        ["sample", "--db", db, "--rows", "2", "-- a comment\nSELECT id FROM t"],
+        ["plan", "--db", db, "-m2", "SELECT id FROM t"],
+    ):
+        run = run_cli(args, stdin="SELECT 1 AS x")
+        assert "unknown option" not in run.err, (args, run.err)
+    minus = run_cli(["count", "--db", db, "-5"])
+    assert "unknown option" not in minus.err
+
+
+@pytest.mark.parametrize("flag", ["--out", "--html"])
+@pytest.mark.parametrize("dangling", [False, True], ids=["file", "dangling"])
+def test_stats_refuses_an_output_that_is_a_symbolic_link(
+    db: str, tmp_path: Path, flag: str, dangling: bool
+) -> None:
+    """Issue 36 item 3: ``stats --out link`` replaced the file the link points to, elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / "theirs.json"
+    if not dangling:
+        theirs.write_text("a user's file\n", encoding="utf-8")
+    Path("stats.json").symlink_to(theirs)
+    run = run_cli(["stats", "--db", db, flag, "stats.json", "SELECT id, category FROM t"])
+    assert run.err == (
+        f"sqlfeed: error: {flag} stats.json is a symbolic link to {theirs}: writing it would "
+        "replace that file; give the file's own path if you mean it, or another name\n"
+    )
+    assert run.code == 2
+    assert list(elsewhere.iterdir()) == ([] if dangling else [theirs])
+    if not dangling:
+        assert theirs.read_text(encoding="utf-8") == "a user's file\n"
+    direct = run_cli(["stats", "--db", db, flag, str(tmp_path / "s.out"), "SELECT id FROM t"])
+    assert direct.code == 0, direct.err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_rows_bar_shows_the_total_and_the_time_left() -> None:
+    """Issue 36 item 16: ``predict``'s bar showed the rows alone, even with the total known."""
+    terminal = _Terminal()
+    bar = RowsBar(stream=terminal)
+    bar(0, 200_000)
+    time.sleep(0.2)
+    bar(50_000, 200_000)
+    bar.close()
+    last = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).strip().split("\r")[-1]
+    assert "50.0k/200.0k rows" in last, last
+    assert re.search(r"ETA 0:00:0\d", last), last
+
+
+# -- evaluate on rows the model was trained on (issue 36 item 17) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def overlap_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """(a model trained on DuckDB's table, that table's name, a model split by the whole row)."""
+    folder = tmp_path_factory.mktemp("overlap")
+    name = f"ov_{uuid.uuid4().hex[:8]}"
+    db = f"duckdb:///{folder / 'train.duckdb'}"
+    sqlfeed.write_table(_overlap_rows(), db, name)
+    keyed, whole = folder / "keyed", folder / "whole"
+    ml.train(f"SELECT id, x, y FROM {name}", db, label="y", out=str(keyed), key="id", epochs=1)
+    ml.train(f"SELECT x, y FROM {name}", db, label="y", out=str(whole), epochs=1)
+    return keyed, name, whole
+
+
+def _overlap_rows() -> pa.Table:
+    ids = list(range(1, 201))
+    return pa.table({"id": ids, "x": [i * 0.37 % 5 for i in ids], "y": [i % 2 for i in ids]})
+
+
+@pytest.mark.parametrize("engine_name", ["duckdb", "sqlite", "postgres", "mysql"])
+def test_evaluate_warns_of_rows_the_model_was_trained_on(
+    engine_name: str, overlap_model: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    """It scored training rows with no word: metrics that flatter the model."""
+    keyed, name, _ = overlap_model
+    if engine_name in ("postgres", "mysql"):
+        get_engine(engine_name)
+    url = {
+        "duckdb": f"duckdb:///{tmp_path / 'e.duckdb'}",
+        "sqlite": f"sqlite:///{tmp_path / 'e.db'}",
+    }.get(engine_name) or _url(engine_name)
+    sqlfeed.write_table(_overlap_rows(), url, name)
+    try:
+        training = ml.evaluate(keyed, f"SELECT id, x, y FROM {name}", url)["training_overlap"]
+        run = run_cli(["evaluate", "--db", url, "--model", str(keyed), f"SELECT * FROM {name}"])
+        assert run.code == 0, run.err
+        assert 0 < training < 200
+        assert run.err == (
+            f"sqlfeed: warning: {training:,} of the 200 rows evaluated are rows the model was "
+            "trained on (its training split, matched by the split key id): their metrics "
+            "flatter it; evaluate on its validation split (give no SELECT) or on other rows\n"
+        )
+        split = run_cli(["evaluate", "--db", url, "--model", str(keyed)])
+        assert split.code == 0, split.err
+        assert split.err == ""
+        fresh = f"SELECT id + 1000 AS id, x, y FROM {name}"
+        assert ml.evaluate(keyed, fresh, url)["training_overlap"] == 0
+    finally:
+        with sqlfeed.connect(url) as source:
+            source.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_evaluate_matches_a_whole_row_split_by_features_and_label(
+    overlap_model: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    _, name, whole = overlap_model
+    url = f"duckdb:///{tmp_path / 'e.duckdb'}"
+    sqlfeed.write_table(_overlap_rows(), url, name)
+    result = ml.evaluate(whole, f"SELECT x, y FROM {name}", url)
+    assert 0 < result["training_overlap"] < 200
+    assert result["training_overlap"] + ml.evaluate(whole, None, url)["rows"] == 200
+
+
+# -- write_table's errors in its Python arguments (issue 36 item 14) ------------------------
+
+
+@pytest.mark.parametrize("engine_name", ["duckdb", "sqlite", "postgres", "mysql"])
+def test_write_table_errors_speak_of_its_arguments_not_of_flags(
+    engine_name: str, tmp_path: Path
+) -> None:
+    """They said --mode replace, --key, --keep and "cast it in the SELECT" to a program."""
+    if engine_name in ("postgres", "mysql"):
+        get_engine(engine_name)
+    url = {
+        "duckdb": f"duckdb:///{tmp_path / 'w.duckdb'}",
+        "sqlite": f"sqlite:///{tmp_path / 'w.db'}",
+    }.get(engine_name) or _url(engine_name)
+    name = f"wt_{uuid.uuid4().hex[:8]}"
+    ints = pa.table({"id": [1, 2], "n": [1, 2]})
+    cases = [
+        (dict(data=ints), "give mode='replace' to replace it or mode='append' to add rows"),
+        (dict(data=ints, table=f"{name}_x", mode="append"), "give mode='create' to make it"),
+        (dict(data=pa.table({"id": [3]}), mode="append"), "(or give mode='replace')"),
+        (
+            dict(data=pa.table({"id": [3], "n": [1.5]}), mode="append"),
+            "cast the column written, or give mode='replace'",
+        ),
+        (dict(data=ints, table=f"{name}_y", key=["nope"]), "name a key among them"),
+        (dict(data=pa.table({"_sqlfeed_row": [1]}), table=f"{name}_z"), "rename the column"),
+    ]
+    sqlfeed.write_table(ints, url, name)
+    try:
+        for given, expected in cases:
+            if engine_name == "sqlite" and "cast" in expected:
+                continue  # SQLite keeps 1.5 in an INTEGER column as it is: nothing refused
+            arguments: dict[str, Any] = {"table": name, **given}
+            with pytest.raises(InvalidArgumentError) as refused:
+                sqlfeed.write_table(arguments.pop("data"), url, arguments.pop("table"), **arguments)
+            message = str(refused.value)
+            assert expected in message, message
+            assert "--" not in message, message
+            assert "SELECT" not in message, message
+    finally:
+        with sqlfeed.connect(url) as source:
+            source.execute(f"DROP TABLE IF EXISTS {name}")

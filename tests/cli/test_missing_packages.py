@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from dialects import MissingDependencyError
-from dialects.optional import EXTRAS, install_hint
 from sqlfeed.cli import demo, torch_demo
 from sqlfeed.cli.checks import missing_module_hint, missing_package
+from sqlfeed.dialects import MissingDependencyError
+from sqlfeed.dialects.optional import EXTRAS, install_hint
 
 
 def missing(module: str) -> ModuleNotFoundError:

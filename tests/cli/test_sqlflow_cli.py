@@ -12,9 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dialects import InvalidArgumentError
 from sqlfeed.cli import main as cli_main
 from sqlfeed.cli import sqlflow as cli_sqlflow
+from sqlfeed.dialects import InvalidArgumentError
 from tests.helpers.cli import Run, run_cli
 
 UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:9/test"

@@ -34,6 +34,7 @@ from sqlfeed.dispatch.sessions import READ_ONLY
 from sqlfeed.dispatch.shutdown import DEADLINE_SECONDS, RELEASE_MARGIN
 from sqlfeed.dispatch.sqlqueue import SQLQueue
 from tests.dispatch.test_leases import queue_url
+from tests.helpers import sweep
 from tests.scripts import fault_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -443,17 +444,20 @@ def test_sqlite_a_worker_frozen_inside_a_transaction_stalls_the_others_but_fails
 def test_200_random_sigterms_never_hang(backend: str, make_run: Callable[..., Run]) -> None:
     """200 workers, 6 at a time, each SIGTERMed at a random moment: most within 0.4 s of
     their first delivery (reading, acknowledging, inside a queue transaction), some while
-    starting. Every one exits within the deadline, 143 once it handles SIGTERM, and gives
-    its lease back: none is left held but by a worker that reached the deadline. (The
-    moment counts from the first delivery, not from handling SIGTERM: how long a worker
-    takes to deliver depends on the machine's load, what it is doing when hit must not.)"""
+    starting (a plain run takes 70 of them, its moments drawn from the day's sweep seed,
+    tests/helpers/sweep.py; ``make test-full`` all 200). Every one exits within the
+    deadline, 143 once it handles SIGTERM, and gives its lease back: none is left held
+    but by a worker that reached the deadline. (The moment counts from the first delivery,
+    not from handling SIGTERM: how long a worker takes to deliver depends on the machine's
+    load, what it is doing when hit must not.)"""
+    workers = 200 if sweep.full() else 70  # a run's sample; the moments rotate daily
     run = make_run(backend, partitions=240, epochs=50, ttl=30)
-    rng = random.Random(3)
+    rng = random.Random(3 if sweep.full() else sweep.seed())
     due: dict[str, float] = {}  # when each worker gets its SIGTERM (inf: 0.4 s after D)
     ready: dict[str, float] = {}  # when it handled SIGTERM (R), for one that never delivers
     sent: dict[str, float] = {}
     exits: dict[str, float] = {}
-    waiting = [f"t{i}" for i in range(200)]
+    waiting = [f"t{i}" for i in range(workers)]
     while waiting or len(exits) < len(due):
         now = time.monotonic()
         for name, process in run.processes.items():
@@ -485,7 +489,7 @@ def test_200_random_sigterms_never_hang(backend: str, make_run: Callable[..., Ru
         assert process.exitcode in (143, -signal.SIGTERM), (name, process.exitcode)
         assert process.exitcode == 143 or not ready, f"{name} ignored its SIGTERM handler"
     working = sum(1 for n in run.processes if any(line[0] == "D" for line in run.log(n)))
-    assert working >= 100  # most signals landed while the worker was at work
+    assert working >= workers // 2  # most signals landed while the worker was at work
     stuck = DEADLINE_SECONDS - RELEASE_MARGIN
     slow = [n for n in exits if exits[n] - sent.get(n, exits[n]) > stuck]
     assert len(run.tasks("state = 'leased'")) <= len(slow)

@@ -97,3 +97,26 @@ def test_the_rewind_command_names_an_unknown_checkpoint(
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "no checkpoint 3" in done.stderr
+
+
+def test_a_checkpoint_recorded_while_another_worker_holds_the_queue_lock_waits_its_turn(
+    source: sqlfeed.Source, tmp_path: Path
+) -> None:
+    """A SQLite queue's write lock held by another process's transaction longer than one
+    busy timeout (0.2 s), shorter than a queue call's retry budget: the ledger's record is
+    tried again like every queue call, not failed on 'database is locked' (a Keras
+    checkpoint callback failed so under load in CI)."""
+    import sqlite3
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    plan = sqlfeed.plan("SELECT id FROM t", source, partitions=3)
+    queue = open_queue(url)
+    queue.create_job(JobSpec("j", plan))
+    holder = sqlite3.connect(tmp_path / "queue.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another worker's write transaction
+    threading.Timer(1.0, holder.rollback).start()
+    entries = [LedgerEntry(0, 0, 0, 2, 20, False)]
+    queue.record("j", 7, "w", entries)  # waits for the lock, then records
+    assert queue.checkpoints("j") == [7]
+    holder.close()

@@ -6,7 +6,9 @@ with an HTML comment on the line before its fence, with the reason:
 marked ``<!-- expected-output -->``, is that block's expected output. In a ``console``
 block, ``$ `` starts a command (a line ending in ``\\`` goes on) and the lines up to the
 next one are its expected output. Expected output is compared as doctest does with
-ELLIPSIS: ``...`` stands for any text (times, rates, metrics that vary).
+ELLIPSIS: ``...`` stands for any text (times, rates, metrics that vary). A block that is
+not an example but follows one (what a not-run command prints, a folder it writes) is
+compared or says why not: ``<!-- not-compared: the command needs a Spark cluster -->``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ LANGUAGES = {
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 _MARK = re.compile(
-    r"^\s*<!--\s*(?P<word>not-run|expected-output)\s*(?::\s*(?P<why>.*?))?\s*-->\s*$"
+    r"^\s*<!--\s*(?P<word>not-run|not-compared|expected-output)\s*(?::\s*(?P<why>.*?))?\s*-->\s*$"
 )
 
 
@@ -42,6 +44,8 @@ class Block:
     code: str
     not_run: str | None = None
     expected: str | None = None
+    not_compared: str | None = None
+    """Why a block that shows output (it follows an example) is not compared."""
 
     @property
     def kind(self) -> str | None:
@@ -91,7 +95,9 @@ def blocks(path: Path) -> list[Block]:
             found.append(Block(last.path, last.line, last.lang, last.code, last.not_run, code))
         else:
             why = mark[1] if mark and mark[0] == "not-run" else None
-            found.append(Block(path, start + 1, fence["lang"].lower(), code, not_run=why))
+            unmatched = mark[1] if mark and mark[0] == "not-compared" else None
+            block = Block(path, start + 1, fence["lang"].lower(), code, why, None, unmatched)
+            found.append(block)
         mark = None
     return found
 

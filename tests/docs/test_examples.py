@@ -12,6 +12,7 @@ see :mod:`tests.docs.blocks`); the pages run in subprocesses, so they are marked
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import IN_CI
-from tests.docs.blocks import ROOT, Block, examples, pages
+from tests.docs.blocks import ROOT, Block, blocks, examples, pages
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL
 
 DOC_POSTGRES = re.compile(r"postgresql(\+psycopg)?://postgres@127\.0\.0\.1:5432/test\b")
@@ -168,6 +169,25 @@ def test_expected_output_follows_a_python_block() -> None:
                 if not before or before[-1].kind != "python" or before[-1].expected is None:
                     stray.append(f"{p.relative_to(ROOT)}:{i + 1}")
     assert not stray, f"expected-output marks with no Python block before them: {stray}"
+
+
+def test_every_output_block_is_compared_or_says_why() -> None:
+    """A block showing output after an example is its compared output, or says why not.
+
+    (The lakehouse guide once printed 8866 where the query returns 8858: an output block
+    nothing compared.)
+    """
+    unchecked = []
+    for p in pages():
+        found = blocks(p)
+        for before, block in itertools.pairwise(found):
+            shows_output = block.kind is None and before.kind is not None
+            if shows_output and not (block.not_compared or "").strip():
+                unchecked.append(block.where)
+    assert not unchecked, (
+        f"output blocks neither compared (expected-output after a Python block, or a console "
+        f"block) nor marked <!-- not-compared: why -->: {unchecked}"
+    )
 
 
 def counts() -> tuple[int, int]:

@@ -14,8 +14,10 @@ commits after the first batch), so a read that is not one snapshot fails here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import logging
 import multiprocessing
 import random
 import sqlite3
@@ -32,6 +34,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed.feed.export import export
+from sqlfeed.io import pinned
 from tests.conftest import get_engine
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL, Engine, SQLiteEngine
 from tests.scripts.concurrent_writer import DEADLINE, ROWS, Transactions, write_sqlite
@@ -330,7 +333,8 @@ def test_a_feeder_can_opt_out_of_the_snapshot_and_says_what_it_risks() -> None:
     setup = make_table("mysql")
     with setup.engine.source() as source:
         plan = _plan(setup, source, "range")
-        assert "one consistent snapshot" in plan.reason
+        assert "one consistent transaction" in plan.reason
+        assert "LOCK TABLES ... READ" in plan.reason
         assert "snapshot=False" in plan.reason
         rows = sum(b.num_rows for b in sqlfeed.Feeder(plan, source, snapshot=False))
         assert rows == ROWS
@@ -472,3 +476,112 @@ def test_a_snapshot_that_cannot_be_exported_is_said_not_silent() -> None:
         source.close()
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("name", ["mysql", "sqlite"])
+@pytest.mark.parametrize("sync", ["held", "disabled"])
+def test_several_connections_begin_at_one_state(
+    name: str, sync: str, writing: Callable[[Setup], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL/MariaDB and SQLite read a plan on several connections at once (where the
+    source allows them: ``session_connections``), each in a transaction begun while a
+    short lock (LOCK TABLES ... READ; BEGIN IMMEDIATE) holds the writer off: one state.
+    The writer is given time to commit between two sessions' begins; with the lock
+    disabled it does, and the read mixes states (the check fails)."""
+    setup = make_table(name)
+    with setup.engine.source() as source:
+        source.session_connections = 3  # type: ignore[attr-defined]
+        plan = _plan(setup, source, "range")
+        writer = writing(setup)
+        begun: list[Any] = []
+        run = pinned._run
+
+        def begin(connection: Any, statements: Any) -> None:
+            run(connection, statements)
+            begun.append(connection)
+            if sync == "disabled":
+                writer.wait_commits(10)  # commits between two sessions' begins
+            else:
+                time.sleep(0.2)  # the writer tries to commit meanwhile; the lock holds it off
+
+        monkeypatch.setattr(pinned, "_run", begin)
+        if sync == "disabled":
+            monkeypatch.setattr(
+                type(source),
+                "_snapshot_sync",
+                lambda self, sql: lambda: contextlib.nullcontext("no lock"),
+            )
+        feeder = sqlfeed.Feeder(plan, source, readers=3, read_batch_rows=READ_BATCH)
+        table = feed_all(iter(feeder), writer)
+        assert len(begun) == 3, "the read was not made on 3 connections"
+        if sync == "held":
+            check_one_state(table, f"{name}: 3 readers")
+        else:
+            with pytest.raises(AssertionError, match=r"states mixed|read twice|half of a pair"):
+                check_one_state(table, f"{name}: 3 readers begun at different times")
+
+
+def test_a_user_who_may_not_lock_reads_on_one_connection_and_is_told_why(
+    writing: Callable[[Setup], Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A MariaDB user with SELECT alone (neither LOCK TABLES nor RELOAD): the consistent
+    read runs on one connection, still one state, and one warning line says why and
+    which privilege would make it parallel."""
+    import pymysql
+
+    setup = make_table("mysql")
+    user, password = f"sqlfeed_ro_{random.randrange(16**6):06x}", "pw"
+    admin = setup.connect()
+    admin.autocommit(True)
+    cursor = admin.cursor()
+    cursor.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+    try:
+        cursor.execute(f"GRANT SELECT ON `{setup.engine.schema}`.* TO '{user}'@'%'")
+        url = urlparse(MYSQL_URL)
+        ro_url = f"mysql+pymysql://{user}:{password}@{url.hostname}:{url.port or 3306}/"
+        ro_url += setup.engine.schema
+        caplog.set_level(logging.WARNING, logger="sqlfeed.io")
+        with sqlfeed.connect(ro_url) as source:
+            source.session_connections = 3  # type: ignore[attr-defined]
+            plan = _plan(setup, source, "range")
+            writer = writing(setup)
+            feeder = sqlfeed.Feeder(plan, source, readers=3, read_batch_rows=READ_BATCH)
+            check_one_state(feed_all(iter(feeder), writer), "mysql: one connection")
+            list(sqlfeed.Feeder(plan, source, readers=3))  # said once per source
+        said = [r.getMessage() for r in caplog.records if "ONE connection" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "\n" not in said[0]
+        assert "LOCK TABLES" in said[0], said[0]
+        assert "grant LOCK TABLES on the tables read (or RELOAD)" in said[0], said[0]
+    finally:
+        with contextlib.suppress(pymysql.Error):
+            cursor.execute(f"DROP USER '{user}'@'%'")
+        admin.close()
+
+
+def test_the_lock_names_a_hostile_table_as_an_identifier(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A table whose name holds a backtick, a comment opener and a dash pair is locked by
+    that name (LOCK TABLES quotes it), so the 3 connections begin under the lock; nothing
+    falls back to one connection."""
+    engine = get_engine("mysql")
+    name = f"we`ird/*x -- {random.randrange(16**6):06x}"
+    quoted = "`" + name.replace("`", "``") + "`"
+    engine.execute(f"CREATE TABLE {quoted} (id INTEGER PRIMARY KEY)")
+    engine.execute(f"INSERT INTO {quoted} VALUES " + ", ".join(f"({i})" for i in range(50)))
+    engine.commit()
+    try:
+        caplog.set_level(logging.INFO, logger="sqlfeed.io")
+        with engine.source() as source:
+            source.session_connections = 3  # type: ignore[attr-defined]
+            sql = f"SELECT id FROM {quoted}"
+            plan = sqlfeed.plan(sql, source, partitions=6, strategy="range", key="id")
+            ids = [i for b in sqlfeed.Feeder(plan, source, readers=3) for i in b["id"].to_pylist()]
+        assert sorted(ids) == list(range(50))
+        said = [r.getMessage() for r in caplog.records]
+        assert any("on 3 connections: LOCK TABLES" in line for line in said), said
+        assert not any("ONE connection" in line for line in said), said
+    finally:
+        engine.execute(f"DROP TABLE IF EXISTS {quoted}")
+        engine.commit()

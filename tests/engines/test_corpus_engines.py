@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError, SqlfeedError, UnsupportedError
+from sqlfeed.dialects import InvalidArgumentError, SqlfeedError, UnsupportedError
 from sqlfeed.plans import drop_scratch
 from tests.conftest import get_engine
 from tests.helpers.corpus_engines import (
@@ -154,6 +154,7 @@ def check_case(case: EngineCase, strategy: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # a rotating third of the cases a run (SQLFEED_SWEEP=full: all)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_engine_corpus(case: EngineCase, strategy: str) -> None:

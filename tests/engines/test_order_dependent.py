@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import sqlfeed
-from dialects import UnstableQueryError, UnsupportedError
+from sqlfeed.dialects import UnstableQueryError, UnsupportedError
 from sqlfeed.sql import (
     complete_orders,
     grouped_table,
@@ -516,3 +516,122 @@ def test_duckdb_unpivot_and_columns_partition_exactly() -> None:
             expected = multiset(engine.rows(sql))
             for m in M_VALUES:
                 assert plan_rows(engine, source, sql, m, "hash") == expected, sql
+
+
+# -- DISTINCT ON expressions sqlglot writes otherwise (#36 item 21) ------------------------
+
+NORMALIZED_ON: dict[str, dict[str, tuple[str, ...]]] = {
+    "date_trunc": dict.fromkeys(PG_DUCK, ("date_trunc('week', make_date(2024, 1, 1) + g * 3)",)),
+    "substr": dict.fromkeys(PG_DUCK, ("substr(s, 1, 2)",)),
+    "mod": dict.fromkeys(PG_DUCK, ("mod(id, 4)",)),
+    "char_length": dict.fromkeys(PG_DUCK, ("char_length(s) + g",)),
+    "strpos": dict.fromkeys(PG_DUCK, ("strpos(s, '1')",)),
+    "date_part": {"postgres": ("date_part('dow', make_date(2024, 1, 1) + g)",)},
+    "casts": dict.fromkeys(PG_DUCK, ("g::numeric(6, 1)::text",)),
+    "two_expressions": dict.fromkeys(PG_DUCK, ("substr(s, 1, 2)", "mod(id, 2)")),
+}
+"""DISTINCT ON expressions that sqlglot renders in other words (``DATE_TRUNC('WEEK', ...)``,
+``SUBSTRING(s FROM 1 FOR 2)``, ``x % 2``, ``LENGTH``, ``POSITION``, ``EXTRACT``, ``CAST``):
+PostgreSQL matches DISTINCT ON with the ORDER BY as written, so the tie-breakers must
+leave the user's ORDER BY (and the DISTINCT ON text an added ORDER BY starts with) as is."""
+
+ON_FORMS = {
+    "order_by": "SELECT DISTINCT ON ({e}) {e0} AS k, x, s FROM {t} ORDER BY {e}, x",
+    "no_order_by": "SELECT DISTINCT ON ({e}) {e0} AS k, x, s FROM {t}",
+    "limit": "SELECT DISTINCT ON ({e}) {e0} AS k, x, s FROM {t} ORDER BY {e}, x LIMIT 3",
+    "comment": "SELECT DISTINCT ON ({e}) {e0} AS k, x, s FROM {t} ORDER BY {e}, x -- first x",
+    "in_cte": "WITH c AS (SELECT DISTINCT ON ({e}) {e0} AS k, x, s FROM {t} ORDER BY {e}, x) "
+    "SELECT k, x, s FROM c",
+}
+"""The query forms: the tie-breakers appended to the user's ORDER BY, or an ORDER BY added
+(that starts with the DISTINCT ON text); inside a CTE the query is rendered whole."""
+
+NESTED_NEW_WORDS = {
+    "postgres": {"substr", "char_length", "strpos", "date_part", "two_expressions"},
+    "duckdb": {"substr", "char_length", "two_expressions"},
+}
+"""Where the ORDER BY to complete is nested (``in_cte``), the query is rendered whole: refused
+with one line when sqlglot writes these with words the user did not (``SUBSTRING``)."""
+
+
+@pytest.mark.parametrize("strategy", ["hash", "materialize"])
+@pytest.mark.parametrize("form", list(ON_FORMS))
+@pytest.mark.parametrize("expression", list(NORMALIZED_ON))
+def test_distinct_on_expressions_sqlglot_normalizes_partition_exactly(
+    od: Engine, expression: str, form: str, strategy: str
+) -> None:
+    if od.name not in NORMALIZED_ON[expression]:
+        pytest.skip(f"not an engine gap: {od.name}'s SQL has no such construct")
+    on_list = NORMALIZED_ON[expression][od.name]
+    e, e0 = ", ".join(on_list), on_list[0]
+    text = ON_FORMS[form].format(e=e, e0=e0, t=TABLE)
+    parsed = parse(text, od.name)
+    completion = complete_orders(parsed, columns=od.columns(schema_sql(parsed)))
+    assert completion.completed, completion
+    if form == "in_cte" and expression in NESTED_NEW_WORDS[od.name]:
+        with od.source() as source, pytest.raises(UnsupportedError) as refused:
+            sqlfeed.plan(ON_FORMS[form].format(e=e, e0=e0, t=od.qualify(TABLE)), source)
+        assert "cannot write it for" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        return
+    expected = multiset(od.rows(parsed.dialect.sql(completion.parsed.tree)))
+    groups = multiset(od.rows(f"SELECT DISTINCT {e} FROM {TABLE}"))
+    if form == "limit":
+        assert sum(expected.values()) == min(3, len(groups))
+    else:  # one row per group
+        assert sum(expected.values()) == len(groups)
+    with od.source() as source:
+        for m in (1, 5):
+            sql = ON_FORMS[form].format(e=e, e0=e0, t=od.qualify(TABLE))
+            got = plan_rows(od, source, sql, m, strategy)
+            assert got == expected, f"M={m}: {list(got - expected)[:3]} {list(expected - got)[:3]}"
+
+
+# -- output items whose width only the engine knows (#36 item 21) --------------------------
+
+EXPANDING = {
+    "duckdb": (
+        "CREATE OR REPLACE TABLE od_nested AS SELECT range AS id, "
+        "{'a': range, 'b': 'x' || range} AS st, [{'p': range, 'q': range % 3}] AS ls "
+        "FROM range(30)",
+        [
+            "SELECT id, unnest(st) FROM od_nested",
+            "SELECT unnest(st) AS u, id FROM od_nested",
+            "SELECT id, unnest(ls, recursive := true) FROM od_nested",
+            "SELECT id, unnest([id, id + 1]) AS e, id * 2 AS twice FROM od_nested",
+            "SELECT id, st.* FROM od_nested",
+            "SELECT DISTINCT id % 4 AS g, unnest(st) FROM od_nested",
+        ],
+    ),
+    "postgres": (
+        "CREATE TABLE od_nested AS SELECT g AS id, jsonb_build_object('a', g, 'b', 'x' || g) "
+        "AS j, ARRAY[g, g + 1] AS arr FROM generate_series(0, 29) AS g",
+        [
+            "SELECT id, (jsonb_each(j)).* FROM od_nested",
+            "SELECT (jsonb_each_text(j)).*, id FROM od_nested",
+            "SELECT id, unnest(arr) AS v FROM od_nested",
+            "SELECT o.id * 10 AS k, (o).* FROM (SELECT id, id * 2 AS d FROM od_nested) AS o",
+        ],
+    ),
+}
+"""Per engine: a table, and queries with an item that makes several columns (or may): a
+struct's fields (DuckDB's UNNEST), a composite's (PostgreSQL's ``(f(x)).*``)."""
+
+
+@pytest.mark.parametrize("engine_name", list(EXPANDING))
+def test_items_that_expand_are_read_with_the_engines_columns(engine_name: str) -> None:
+    engine = get_engine(engine_name)
+    create, queries = EXPANDING[engine_name]
+    engine.execute(f"DROP TABLE IF EXISTS {engine.qualify('od_nested')}")
+    engine.execute(create.replace("od_nested", engine.qualify("od_nested"), 1))
+    try:
+        with engine.source() as source:
+            for text in queries:
+                sql = text.replace("od_nested", engine.qualify("od_nested"))
+                expected = multiset(engine.rows(sql))
+                planned = sqlfeed.plan(sql, source, partitions=3)
+                assert list(planned.columns) == engine.columns(sql), sql
+                for m in (1, 5):
+                    assert plan_rows(engine, source, sql, m, "hash") == expected, (m, sql)
+    finally:
+        engine.execute(f"DROP TABLE IF EXISTS {engine.qualify('od_nested')}")

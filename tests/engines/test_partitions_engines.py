@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dialects import QueryError
+from sqlfeed.dialects import QueryError
 from sqlfeed.sql import ParsedQuery, complete_orders, count_sql, parse, partition_sqls, schema_sql
 from tests.helpers.corpus import CORPUS, Case, invalid_result
 from tests.helpers.engines import Engine, assert_engine_refuses, multiset

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.feed.remote import plan_for_url, release_sources
 from tests.helpers.remote_engines import (
     PLANS,

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError, MissingDependencyError
+from sqlfeed.dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.feed.remote import plan_for_url
 from tests.helpers.remote_engines import (
     PLANS,

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.plans.materialize import scratch_created
 from tests.helpers.engines import Engine
 from tests.helpers.remote_engines import QUERY, url_engine

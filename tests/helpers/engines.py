@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
-from dialects.sqlite import SQLite
+from sqlfeed.dialects.sqlite import SQLite
 
 ENGINES = ("duckdb", "sqlite", "postgres", "mysql")
 
@@ -337,3 +337,18 @@ def _normalize(value: Any) -> Any:
 def multiset(rows: Iterable[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
     """Rows as a multiset."""
     return Counter(rows)
+
+
+def write_through_sqlfeed(url: str, statements: Sequence[str]) -> None:
+    """Run ``statements`` in one transaction of sqlfeed's own write session on ``url``."""
+    import sqlfeed
+
+    with sqlfeed.connect(url) as source:
+        session = source.write_session()
+        try:
+            session.begin()
+            for sql in statements:
+                session.execute(sql)
+            session.commit()
+        finally:
+            session.close()

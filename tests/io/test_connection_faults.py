@@ -17,11 +17,9 @@ import contextlib
 import gc
 import logging
 import os
-import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -37,6 +35,7 @@ from sqlfeed.dispatch.queue import JobSpec
 from sqlfeed.dispatch.sqlqueue import SQLQueue
 from sqlfeed.io.faults import connection_lost
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL
+from tests.helpers.killer import Killer, admin_connection, kill_sessions, no_traceback
 from tests.helpers.sources import require_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -85,21 +84,7 @@ class Server:
 
     def _connect(self) -> Any:
         """The test's own connection (autocommit), by the engine's own driver."""
-        if self.name == "postgres":
-            import psycopg
-
-            return psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
-        import pymysql
-
-        url = urlparse(MYSQL_URL)
-        return pymysql.connect(
-            host=url.hostname or "127.0.0.1",
-            port=url.port or 3306,
-            user=url.username or "root",
-            password=url.password or "",
-            autocommit=True,
-            connect_timeout=5,
-        )
+        return admin_connection(self.name)
 
     def _run(self, sql: str) -> list[tuple[Any, ...]]:
         for attempt in range(50):  # after a server restart: connect again, while it starts
@@ -126,25 +111,7 @@ class Server:
         """End every connection sqlfeed opened on the table (a PostgreSQL snapshot's
         holder aside: a read cannot outlive it), or only those running a query
         (``active``); how many were ended."""
-        if self.name == "postgres":
-            running = " AND state = 'active'" if active else ""
-            rows = self._run(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = "
-                f"'{self.tag}' AND query NOT ILIKE '%pg_export_snapshot%'{running}"
-            )
-            done = [self._run(f"SELECT pg_terminate_backend({pid})") for (pid,) in rows]
-            return sum(1 for answer in done if answer and answer[0][0])
-        running = " AND command IN ('Query', 'Execute')" if active else ""
-        rows = self._run(
-            "SELECT id FROM information_schema.processlist WHERE db = "
-            f"'{self.tag}' AND id <> CONNECTION_ID(){running}"
-        )
-        killed = 0
-        for (pid,) in rows:
-            with contextlib.suppress(Exception):  # it ended meanwhile
-                self._run(f"KILL CONNECTION {pid}")
-                killed += 1
-        return killed
+        return kill_sessions(self._run, self.name, self.tag, active)
 
     def drop(self) -> None:
         with contextlib.suppress(Exception):
@@ -168,45 +135,6 @@ def server() -> Iterator[Callable[..., Server]]:
     yield make
     for one in made:
         one.drop()
-
-
-class Killer:
-    """Kills the server's reading connections every ``low``-``high`` seconds, in a thread,
-    and records when."""
-
-    def __init__(
-        self, server: Server, low: float, high: float, seed: int = 5, first: bool = False
-    ) -> None:
-        self.server = server
-        self._first = first
-        """Kill the first query as soon as it runs (a fast reader may finish in 0.2 s)."""
-        self.times: list[float] = []
-        self.kills = 0
-        self._rng = random.Random(seed)
-        self._range = (low, high)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="killer")
-
-    def start(self) -> Killer:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while self._first and not self._stop.wait(0.005):
-            ended = self.server.kill(active=True)
-            if ended:
-                self.kills += ended
-                self.times.append(time.time())
-                break
-        while not self._stop.wait(self._rng.uniform(*self._range)):
-            ended = self.server.kill()
-            if ended:
-                self.kills += ended
-                self.times.append(time.time())
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def _recovery(kills: list[float], streams: list[list[float]]) -> str:
@@ -233,14 +161,6 @@ def _readers(monkeypatch: pytest.MonkeyPatch, engine: str, readers: str) -> None
     if module is not None:
         require_module(module)
     monkeypatch.setenv(_READER_VARIABLES[engine], readers)
-
-
-def _no_traceback(err: str, readers: str = "") -> None:
-    assert "Traceback" not in err, err[-3000:]
-    assert "Exception ignored" not in err, err[-3000:]
-    assert "Exception during reset" not in err, err[-3000:]
-    if readers != "connectorx":  # Rust prints connectorx's panics itself (documented)
-        assert "panicked" not in err, err[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -293,7 +213,7 @@ def test_a_static_feed_survives_killed_connections(
     )
     assert reconnects, "no read lost its connection: the test did not test anything"
     assert Counter(ids) == Counter(db.ids())  # every row exactly once
-    _no_traceback(capfd.readouterr().err, readers)
+    no_traceback(capfd.readouterr().err, readers)
 
 
 @pytest.mark.parametrize("engine", ["postgres", "mysql"])
@@ -365,7 +285,7 @@ def test_a_read_that_cannot_reconnect_fails_in_one_line_without_traceback(
     assert not tracebacks, tracebacks
     assert "\n" not in str(caught.value)
     assert "SQLFEED_RECONNECT_TRIES" in str(caught.value)
-    _no_traceback(capfd.readouterr().err)
+    no_traceback(capfd.readouterr().err)
 
 
 def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
@@ -404,7 +324,7 @@ def test_a_lost_consistent_mariadb_read_fails_in_one_line_without_traceback(
     assert not unraisable, [u.exc_value for u in unraisable]
     assert not [r.getMessage() for r in caplog.records if r.exc_info]
     assert "\n" not in str(caught.value)
-    _no_traceback(capfd.readouterr().err)
+    no_traceback(capfd.readouterr().err)
 
 
 @pytest.mark.parametrize("engine", ["postgres", "mysql"])
@@ -565,7 +485,7 @@ def test_b_job_workers_survive_killed_connections(
     assert all(ids == table for ids in _epoch_ids(lines, 2))  # every row once per epoch
     assert reconnects, "no read lost its connection: the test did not test anything"
     for err in errors:
-        _no_traceback(err)
+        no_traceback(err)
 
 
 def _restart_postgres() -> None:
@@ -632,7 +552,7 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
     table = Counter(db.ids())
     assert all(ids == table for ids in _epoch_ids(lines, 2))
     for err in errors:
-        _no_traceback(err)
+        no_traceback(err)
 
     if queue == "sqlite":  # the static feeds once per engine
         _static_feeds_through_a_restart(engine, db, table, capfd)
@@ -669,7 +589,7 @@ def _static_feeds_through_a_restart(
         f"first batch {min(t for t in times if t > ended) - started:.1f}s after it began",
     )
     assert Counter(ids) == table
-    _no_traceback(capfd.readouterr().err)
+    no_traceback(capfd.readouterr().err)
 
     # In one snapshot (the default): a restart ends the snapshot's session (PostgreSQL's
     # exported one, MariaDB's consistent read), so the read cannot resume; it says so in
@@ -694,7 +614,7 @@ def _static_feeds_through_a_restart(
         read_through_a_restart()
     assert "\n" not in str(caught.value)
     _report(capfd, f"{engine} static feed in one snapshot, 1 restart: {caught.value}")
-    _no_traceback(capfd.readouterr().err)
+    no_traceback(capfd.readouterr().err)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
-from dialects import EngineError, InvalidArgumentError, MissingDependencyError
+from sqlfeed.dialects import EngineError, InvalidArgumentError, MissingDependencyError
 from sqlfeed.dispatch.backends import open_queue
 from sqlfeed.dispatch.queue import JobSpec
 from sqlfeed.dispatch.worker import Worker

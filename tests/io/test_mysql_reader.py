@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sqlfeed
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import MySQLSource
 from sqlfeed.io.arrow import downscale_decimal, without_hints
 from sqlfeed.io.mysql import MYSQL_HINT

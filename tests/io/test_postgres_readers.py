@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import EngineError
+from sqlfeed.dialects import EngineError
 from sqlfeed.io import PostgresSource, arrow, connect
 from sqlfeed.io import source as sourcemodule
 from tests.conftest import get_engine

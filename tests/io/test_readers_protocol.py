@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import Reader, ReadRequest, Source, connect
 from sqlfeed.io import duckdb as duckdb_io
 from sqlfeed.io import mysql as mysql_io

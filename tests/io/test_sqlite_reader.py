@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import EngineError, InvalidArgumentError
+from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.io import SQLiteSource, connect
 from sqlfeed.io.sqlite import SQLITE_HINT
 from tests.helpers.sources import SourceFactory, require_module

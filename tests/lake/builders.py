@@ -755,6 +755,52 @@ def delta_enable_column_mapping(path: Path) -> int:
     return version + 1
 
 
+def delta_table_features(
+    path: Path, reader: Sequence[str], writer: Sequence[str], configuration: Mapping[str, str]
+) -> int:
+    """Moves the table to reader 3 / writer 7 with these table features, by a hand-written
+    commit; the version. delta-rs cannot turn ``columnMapping`` on as a table feature (it
+    writes a column-mapped table with other features as one without mapping in force).
+
+    Args:
+        path: The table's folder.
+        reader: Reader features (``columnMapping``, ``deletionVectors``, ...).
+        writer: Writer features.
+        configuration: Table properties added (``delta.enableDeletionVectors``: ``true``).
+    """
+    version = DeltaTable(str(path)).version()
+    metadata = _latest_metadata(path, version)
+    metadata["configuration"] = {**metadata.get("configuration", {}), **configuration}
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": list(reader),
+        "writerFeatures": list(writer),
+    }
+    info = _commit_info("SET TBLPROPERTIES", {"properties": json.dumps(dict(configuration))})
+    _commit_delta(path, version + 1, [info, {"protocol": protocol}, {"metaData": metadata}])
+    return version + 1
+
+
+def delta_add_file(path: Path, data: pa.Table, partition_values: Mapping[str, str]) -> int:
+    """Adds ``data`` as one Parquet file (its columns as given, names as the file's), by a
+    hand-written commit; the version. For files a writer wrote wrongly (a column missing)."""
+    name = f"part-hand-{uuid.uuid4()}.parquet"
+    pq.write_table(data, path / name)
+    stats = {"numRecords": data.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    add = {
+        "path": name,
+        "partitionValues": dict(partition_values),
+        "size": (path / name).stat().st_size,
+        "modificationTime": int(time.time() * 1000),
+        "dataChange": True,
+        "stats": json.dumps(stats),
+    }
+    version = DeltaTable(str(path)).version() + 1
+    _commit_delta(path, version, [_commit_info("WRITE", {"mode": "Append"}), {"add": add}])
+    return version
+
+
 def _commit_info(operation: str, parameters: Mapping[str, str]) -> dict[str, Any]:
     return {
         "commitInfo": {

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import InvalidArgumentError, MissingDependencyError
+from sqlfeed.dialects import InvalidArgumentError, MissingDependencyError
 from sqlfeed.ml import gbdt
 from tests.helpers.sources import require_module
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dialects.errors import InvalidArgumentError
+from sqlfeed.dialects.errors import InvalidArgumentError
 from sqlfeed.ml import metrics as m
 from sqlfeed.ml.metrics import Accumulator, format_metrics, metrics_for
 

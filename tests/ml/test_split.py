@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from sqlglot import exp, parse_one
 
-from dialects import get_dialect
+from sqlfeed.dialects import get_dialect
 from sqlfeed.errors import InvalidArgumentError
 from sqlfeed.ml.split import HASH_SCHEME, Split, bucket_expression, split_sql
 from tests.conftest import get_engine

@@ -3,12 +3,25 @@ onto TrainOptions, and one-line errors that say where."""
 
 from __future__ import annotations
 
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
 import pyarrow as pa
 import pytest
 
+import sqlfeed
+from sqlfeed.cli.main import COMMANDS
 from sqlfeed.errors import InvalidArgumentError, ParseError, UnsupportedError
+from sqlfeed.ml import train
 from sqlfeed.ml.options import TrainOptions
 from sqlfeed.ml.sqlflow import FAMILIES, Statement, parse_statement
+from tests.conftest import get_engine
+from tests.helpers.cli import run_cli
+from tests.helpers.engines import ENGINES, MYSQL_URL, POSTGRES_URL
 
 IRIS = (
     "SELECT * FROM iris TO TRAIN DNNClassifier "
@@ -311,3 +324,115 @@ def test_trainoptions_refuses_what_with_gave() -> None:
     assert statement.options == {"epochs": 0}
     with pytest.raises(InvalidArgumentError, match="epochs must be an integer > 0"):
         statement.train_options()
+
+
+# -- TO PREDICT on every engine ----------------------------------------------------------
+
+
+def _churn_rows(count: int) -> pa.Table:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=count)
+    return pa.table(
+        {
+            "id": pa.array(range(1, count + 1), pa.int64()),
+            "x": x,
+            "churned": ["yes" if v > 0.2 else "no" for v in x],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def churn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A linear classifier of ``churned`` from ``x`` (trained once, on DuckDB)."""
+    folder = tmp_path_factory.mktemp("sqlflow") / "churn"
+    db = f"duckdb:///{folder.parent / 'train.duckdb'}"
+    sqlfeed.write_table(_churn_rows(200), db, "t")
+    train("SELECT id, x, churned FROM t", db, label="churned", out=str(folder), key="id", epochs=1)
+    return folder
+
+
+@pytest.fixture
+def churn_input(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """(URL, input table, output table) on the engine ``request.param``; dropped after."""
+    name = request.param
+    if name in ("postgres", "mysql"):
+        get_engine(name)  # skips (or fails under CI=true) when the server is down
+    url = {
+        "duckdb": f"duckdb:///{tmp_path / 'p.duckdb'}",
+        "sqlite": f"sqlite:///{tmp_path / 'p.db'}",
+        "postgres": POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1),
+        "mysql": MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1),
+    }[name]
+    suffix = uuid.uuid4().hex[:8]
+    table, out = f"sfp_in_{suffix}", f"sfp_out_{suffix}"
+    sqlfeed.write_table(_churn_rows(60), url, table)
+    yield url, table, out
+    with sqlfeed.connect(url) as source:
+        for name in (table, out):
+            source.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+@pytest.mark.parametrize("churn_input", ENGINES, indirect=True)
+def test_to_predict_keeps_a_selected_column_of_the_predicted_name(
+    churn_input: tuple[str, str, str], churn_model: Path
+) -> None:
+    """Issue 36 item 4: ``TO PREDICT out.churned`` over a SELECT of ``churned`` wrote the
+    prediction into ``churned``: the true labels were gone, without a word."""
+    url, table, out = churn_input
+    statement = f"SELECT id, x, churned FROM {table} TO PREDICT {out}.churned USING '{churn_model}'"
+    run = run_cli(["sql", "--db", url, statement])
+    assert run.code == 0, run.err
+    assert run.out == f"60 predictions in {out}.predicted_churned\n"
+    assert run.err == (
+        f"sqlfeed: warning: TO PREDICT {out}.churned: the SELECT has a column churned, kept as "
+        "it is; the prediction is predicted_churned\n"
+    )
+    with sqlfeed.connect(url) as source:
+        found = source.arrow(f"SELECT * FROM {out}").sort_by("id")
+    assert [n for n in found.column_names if not n.startswith("_sqlfeed")] == [
+        "id",
+        "x",
+        "churned",
+        "predicted_churned",
+        "predicted_churned_prob",
+    ]
+    assert found["churned"].to_pylist() == _churn_rows(60)["churned"].to_pylist()
+    assert set(found["predicted_churned"].to_pylist()) <= {"yes", "no"}
+
+
+def test_to_predict_matches_the_selected_column_case_aside(
+    churn_model: Path, tmp_path: Path
+) -> None:
+    url = f"duckdb:///{tmp_path / 'p.duckdb'}"
+    sqlfeed.write_table(_churn_rows(30), url, "t")
+    statement = f"SELECT id, x, churned FROM t TO PREDICT o.CHURNED USING '{churn_model}'"
+    run = run_cli(["sql", "--db", url, "--format", "json", statement])
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["column"] == "predicted_CHURNED"
+    with sqlfeed.connect(url) as source:
+        found = source.arrow("SELECT churned, predicted_CHURNED FROM o ORDER BY id")
+    assert found["churned"].to_pylist() == _churn_rows(30)["churned"].to_pylist()
+
+
+def test_to_predict_names_the_prediction_as_written_when_nothing_is_selected_so(
+    churn_model: Path, tmp_path: Path
+) -> None:
+    url = f"duckdb:///{tmp_path / 'p.duckdb'}"
+    sqlfeed.write_table(_churn_rows(30), url, "t")
+    statement = f"SELECT id, x FROM t TO PREDICT o.churned USING '{churn_model}'"
+    run = run_cli(["sql", "--db", url, statement])
+    assert run.code == 0, run.err
+    assert run.err == ""
+    with sqlfeed.connect(url) as source:
+        columns = source.output_columns("SELECT * FROM o")
+    assert columns[:4] == ["id", "x", "churned", "churned_prob"]
+
+
+def test_a_plain_select_is_pointed_to_commands_that_exist() -> None:
+    """Issue 36 item 14: ``sqlfeed sql 'SELECT 1'`` named a ``sqlfeed query`` command."""
+    run = run_cli(["sql", "--db", "duckdb:///x.duckdb", "SELECT 1"])
+    assert run.code == 2
+    named = re.findall(r"sqlfeed (\w+)", run.err.removeprefix("sqlfeed: error: "))
+    assert named
+    commands = {name for _, names in COMMANDS for name, _ in names}
+    assert set(named) <= commands, run.err

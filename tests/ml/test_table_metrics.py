@@ -236,3 +236,94 @@ def test_cli_model_form_refuses_table_flags(db: str) -> None:
     run = _evaluate(db, "SELECT 1")
     assert run.code == 2
     assert "--model DIR" in run.err
+
+
+# -- multiclass with a probability column per class (issue 36 item 17) ------------------------
+
+
+def _multiclass_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    names = np.array(["ant", "bee", "cat"])
+    y = names[rng.integers(0, 3, 200)]
+    proba = np.round(rng.dirichlet([1.0, 1.0, 1.0], 200), 3)
+    proba[:, 2] = np.round(1 - proba[:, 0] - proba[:, 1], 3)
+    proba = np.clip(proba, 0, 1)
+    proba[0] = [0.0, 1.0, 0.0]  # a true class given 0: clipped as scikit-learn does
+    y[0] = "ant"
+    return names, y, names[np.argmax(proba, axis=1)], proba
+
+
+def test_multiclass_log_loss_from_the_per_class_probability_columns(
+    table: tuple[Engine, str],
+) -> None:
+    """Log loss was "-" though predict --proba writes a probability column per class."""
+    engine, name = table
+    names, y, pred, proba = _multiclass_rows()
+    columns = [(f"predicted_y_prob_{c}", "float") for c in names]
+    engine.create_table(
+        name,
+        [("y", "text"), ("predicted_y", "text"), *columns],
+        [(a, b, *map(float, p)) for a, b, p in zip(y, pred, proba, strict=True)],
+    )
+    with engine.source() as source:
+        got = evaluate_table(
+            source, engine.qualify(name), label="y", predicted="predicted_y", task="multiclass"
+        )
+        named = evaluate_table(
+            source,
+            engine.qualify(name),
+            label="y",
+            predicted="predicted_y",
+            task="multiclass",
+            probability="predicted_y_prob_",
+        )
+    want = skm.log_loss(y, proba, labels=names)
+    assert got["log_loss"] == pytest.approx(want, abs=TOL)
+    assert named["log_loss"] == pytest.approx(want, abs=TOL)
+    assert got["probability"] == "predicted_y_prob_<class>"
+    assert got["accuracy"] == pytest.approx(skm.accuracy_score(y, pred), abs=TOL)
+
+
+def test_multiclass_probability_columns_are_checked(table: tuple[Engine, str]) -> None:
+    engine, name = table
+    names, y, pred, proba = _multiclass_rows()
+    proba[5, 1] = None
+    engine.create_table(
+        name,
+        [("y", "text"), ("p", "text"), *((f"p_prob_{c}", "float") for c in names)],
+        [
+            (a, b, *(None if np.isnan(v) else float(v) for v in q))
+            for a, b, q in zip(y, pred, proba, strict=True)
+        ],
+    )
+    with engine.source() as source:
+        with pytest.raises(InvalidArgumentError, match=r"1 of 200 rows .* NULL probability"):
+            evaluate_table(
+                source, engine.qualify(name), label="y", predicted="p", task="multiclass"
+            )
+        with pytest.raises(InvalidArgumentError, match="no column named q_<class>"):
+            evaluate_table(
+                source,
+                engine.qualify(name),
+                label="y",
+                predicted="p",
+                task="multiclass",
+                probability="q_",
+            )
+
+
+def test_cli_multiclass_prints_the_log_loss(tmp_path: Path) -> None:
+    names, y, pred, proba = _multiclass_rows()
+    path = tmp_path / "m.duckdb"
+    with duckdb.connect(str(path)) as con:
+        probs = ", ".join(f'"predicted_y_prob_{c}" DOUBLE' for c in names)
+        con.execute(f"CREATE TABLE preds (y TEXT, predicted_y TEXT, {probs})")
+        con.executemany(
+            "INSERT INTO preds VALUES (?, ?, ?, ?, ?)",
+            [(a, b, *map(float, p)) for a, b, p in zip(y, pred, proba, strict=True)],
+        )
+    flags = ["--predictions", "preds", "--label", "y", "--predicted", "predicted_y"]
+    run = _evaluate(f"duckdb:///{path}", *flags, "--task", "multiclass")
+    assert run.code == 0, run.err
+    (line,) = [line for line in run.out.splitlines() if line.startswith("log_loss")]
+    assert line.split()[1] == f"{skm.log_loss(y, proba, labels=names):.4f}", run.out

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 import sqlfeed
-from dialects import Dialect, InvalidArgumentError
+from sqlfeed.dialects import Dialect, InvalidArgumentError
 from sqlfeed.plans import prepare
 from sqlfeed.sql import MAX_PARTITIONS, partition_sqls, range_partition_sqls
 from tests.helpers.cli import run_cli

@@ -1,9 +1,10 @@
 """A ``sqlfeed.ml.train(..., checkpoint_dir=...)`` process for the kill-and-resume test.
 
-Usage: python -m tests.scripts.train_child PHASE WORKDIR
+Usage: python -m tests.scripts.train_child PHASE WORKDIR [URL TABLE]
 
-It trains a ``dnn`` on ``WORKDIR/data.duckdb`` (table ``t``, made by
-:mod:`tests.ml.test_train_resume`) through the public API, exactly as a user's call would,
+It trains a ``dnn`` on the table ``TABLE`` of ``URL`` (default: ``t`` of
+``WORKDIR/data.duckdb``; made by :mod:`tests.ml.test_train_resume`, with the columns ``id,
+x, f1, f2, color, y``) through the public API, exactly as a user's call would,
 with the checkpoints in ``WORKDIR/<ck>`` and the model written to ``WORKDIR/<models>/m``.
 PHASE is ``full`` (the uninterrupted run, its own folders), ``first`` (the run the test
 SIGKILLs: it prints ``CHECKPOINT`` once a checkpoint is written, then takes each later
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-QUERY = "SELECT id, CAST(id AS DOUBLE) AS x, f1, f2, color, y FROM t"
+QUERY = "SELECT id, x, f1, f2, color, y FROM {table}"
 """``x`` names the row (a float unique in every row is a feature); ``id`` is the split key."""
 OPTIONS: dict[str, Any] = {
     "family": "dnn",
@@ -122,6 +123,9 @@ def observe(phase: str, log: Log) -> None:
 
 def main() -> None:
     phase, workdir = sys.argv[1], Path(sys.argv[2])
+    url, table = (
+        sys.argv[3:5] if len(sys.argv) > 3 else (f"duckdb:///{workdir / 'data.duckdb'}", "t")
+    )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     observe(phase, Log(workdir / f"{phase}.log"))
     import sqlfeed.ml
@@ -129,8 +133,8 @@ def main() -> None:
     checkpoints, models = FOLDERS[phase]
     (workdir / models).mkdir(exist_ok=True)
     sqlfeed.ml.train(
-        QUERY,
-        f"duckdb:///{workdir / 'data.duckdb'}",
+        QUERY.format(table=table),
+        url,
         label="y",
         out=workdir / models / "m",
         checkpoint_dir=str(workdir / checkpoints),

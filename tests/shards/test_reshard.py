@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from dialects import EngineError, InvalidArgumentError, QueryError, UnstableQueryError
+from sqlfeed.dialects import EngineError, InvalidArgumentError, QueryError, UnstableQueryError
 from sqlfeed.shards.manifest import Manifest
 from sqlfeed.shards.reader import read_shard
 from sqlfeed.shards.reshard import TOLERANCE, parse_size, reshard

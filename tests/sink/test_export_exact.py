@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import get_dialect
+from sqlfeed.dialects import get_dialect
 from sqlfeed.sink.columns import arrow_kind
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import (
@@ -35,6 +35,7 @@ from tests.helpers.engines import (
     EngineUnavailable,
     ServerEngine,
     open_engine,
+    write_through_sqlfeed,
 )
 
 pytestmark = pytest.mark.slow  # 20 to 30 s over the four engines, more under load
@@ -135,15 +136,7 @@ class Endpoint:
 
     def execute(self, statements: list[str]) -> None:
         """Run DDL/DML through the engine's own driver."""
-        with sqlfeed.connect(self.url) as source:
-            session = source.write_session()
-            try:
-                session.begin()
-                for sql in statements:
-                    session.execute(sql)
-                session.commit()
-            finally:
-                session.close()
+        write_through_sqlfeed(self.url, statements)
 
     def sqlfeed_tables(self) -> list[str]:
         """The tables named like sqlfeed's staging and commits tables in our schema."""
@@ -406,7 +399,7 @@ def test_cli_refusals_before_anything_runs(endpoints: dict[str, Any]) -> None:
         ([*base, "--into", "t", "--queue", "sqlite:///q.db", "SELECT 1"], "--queue and --job"),
         ([*base, "--into", "t", "--finish"], "--finish"),
         ([*base, "--into", "t", "--strategy", "hash", "SELECT 1"], "--strategy"),
-        ([*base, "--into", " ", "SELECT 1"], "--into needs a table"),
+        ([*base, "--into", " ", "SELECT 1"], "--into ' ' is not a table name: it is empty"),
         ([*base, "--into", "t"], "SQL"),
         ([*base, "--into", "t", "--readers", "0", "SELECT 1"], "--readers"),
     ]

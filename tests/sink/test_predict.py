@@ -4,6 +4,7 @@ before anything is written."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +12,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.ml import load, predict, train
 from sqlfeed.plans.materialize import list_scratch
 from tests.helpers.cli import Run, run_cli
@@ -308,3 +311,211 @@ def test_a_parquet_folder_finished_into_duckdb(
     out = sqlfeed.connect(target)
     assert out.rows("SELECT COUNT(*), COUNT(DISTINCT id) FROM preds") == [(300, 300)]
     _check_output(out, "preds", _expected(model_dir, sqlfeed.connect(url), "src"))
+
+
+# -- --out folders: sqlfeed writes and removes only its own files (issue 36 item 3) ---------
+
+SPARK_FILES = (
+    "part-00000-1b9c1a3e-7f6d-4a2b-9f7e-2d3c4b5a6f70-c000.snappy.parquet",
+    ".part-00000-1b9c1a3e-7f6d-4a2b-9f7e-2d3c4b5a6f70-c000.snappy.parquet.crc",
+)
+"""A Spark output's file and its checksum: named like sqlfeed's own batch files."""
+
+
+def _add_spark_files(folder: Path) -> dict[str, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SPARK_FILES:
+        (folder / name).write_bytes(f"Spark's {name}".encode())
+    return _files(folder)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_predict_out_refuses_a_folder_of_files_it_did_not_write(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """Directly and through a symbolic link: refused before anything is written or removed."""
+    url = sqlite_input
+    spark = tmp_path / "spark"
+    before = _add_spark_files(spark)
+    link = tmp_path / "link"
+    link.symlink_to(spark, target_is_directory=True)
+    for folder in (spark, link):
+        _refused(
+            _predict(url, model_dir, "--out", str(folder), "--keep", "id"),
+            f"--out {folder} holds files sqlfeed did not write (.part-00000-",
+        )
+        with pytest.raises(InvalidArgumentError, match="holds files sqlfeed did not write"):
+            predict("SELECT id, x1, x2, cat FROM src", url, model_dir, out=str(folder))
+    queue = f"sqlite:///{tmp_path / 'q.db'}"
+    job = ("--queue", queue, "--job", "f")
+    ours = tmp_path / "ours"
+    assert _predict(url, model_dir, "--out", str(ours), *job).code == 0
+    target = f"duckdb:///{tmp_path / 'out.duckdb'}"
+    for folder in (spark, link):  # --finish loads only the job's own folder
+        _refused(
+            _predict(url, model_dir, "--finish", "--out", str(folder), "--into", "p", *job),
+            f"--out {folder} holds files sqlfeed did not write",
+        )
+    _refused(
+        _predict(url, model_dir, "--finish", "--out", str(tmp_path / "none"), "--into", "p", *job),
+        "holds no output of job 'f'",
+    )
+    assert _files(spark) == before
+    assert not Path(target.removeprefix("duckdb:///")).exists()
+
+
+def test_a_folder_job_removes_only_files_it_wrote(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """The sweep of a complete job keeps what a user put in its folder; --out may be a link."""
+    url = sqlite_input
+    queue = f"sqlite:///{tmp_path / 'q.db'}"
+    job = ("--queue", queue, "--job", "f")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "preds"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    first = _predict(url, model_dir, "--out", str(link), "--keep", "id", *job)
+    assert first.code == 0, first.err
+    written = _files(elsewhere)
+    added = _add_spark_files(elsewhere)
+    lost = elsewhere / "part-00003-0123456789ab-000000.parquet"  # a lost attempt's file
+    lost.write_bytes(b"garbage")
+    again = _predict(url, model_dir, "--out", str(link), "--keep", "id", *job)  # sweeps
+    assert again.code == 0, again.err
+    assert _files(elsewhere) == {**written, **added}
+    target = f"duckdb:///{tmp_path / 'out.duckdb'}"
+    finish = ("--finish", "--out", str(link), "--into", "preds", "--into-db", target)
+    loaded = _predict(url, model_dir, *finish, *job)
+    assert loaded.code == 0, loaded.err
+    assert sqlfeed.connect(target).rows("SELECT COUNT(*), COUNT(DISTINCT id) FROM preds") == [
+        (300, 300)
+    ]
+
+
+# -- what a run shows: progress with its total, and one true summary (issue 36 item 16) --------
+
+
+def test_progress_knows_the_total_first_and_counts_every_scored_batch(
+    inputs: tuple[Engine, str], model_dir: Path, tmp_path: Path
+) -> None:
+    """The bar had no total until a whole partition committed, then jumped: no rate, no ETA."""
+    engine, name = inputs
+    source = engine.source()
+    sql = f"SELECT id, x1, x2, cat FROM {engine.qualify(name)}"
+    table = engine.qualify(f"pprog_{uuid.uuid4().hex[:8]}")
+    for into, out in ((table, None), (None, str(tmp_path / "folder"))):
+        calls: list[tuple[int, int | None]] = []
+
+        def record(rows: int, expected: int | None, calls: list[Any] = calls) -> None:
+            calls.append((rows, expected))
+
+        predict(
+            sql,
+            source,
+            model_dir,
+            into=into,
+            out=out,
+            key=["id"],
+            readers=2,
+            partitions=3,
+            batch_size=50,
+            progress=record,
+        )
+        assert calls[0] == (0, ROWS), into
+        assert calls[-1] == (ROWS, ROWS), into
+        assert len({rows for rows, _ in calls}) >= ROWS // 50, into  # batch by batch
+        assert [rows for rows, _ in calls] == sorted(rows for rows, _ in calls), into
+    source.execute(f"DROP TABLE {table}")
+
+
+def test_the_summary_says_who_put_the_table_in_place(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """It said "finished by before" for a table another process had put in place."""
+    url = sqlite_input
+    job = ("--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "p")
+    first = _predict(url, model_dir, "--into", "scores", "--key", "id", *job)
+    assert first.out.startswith("300 rows in "), first.out  # out, as the engine names it
+    assert first.out.endswith(" (create, put in place by this process)\n"), first.out
+    again = _predict(url, model_dir, "--into", "scores", "--key", "id", *job)
+    assert again.out.startswith("300 rows in "), again.out
+    assert again.out.endswith(
+        " (create, already in place: put there by another process or an earlier finish)\n"
+    ), again.out
+    finished = _predict(url, model_dir, "--into", "scores", "--finish", *job)
+    assert finished.out == again.out, finished.err
+
+
+def test_folder_workers_each_say_what_they_wrote_and_whether_the_job_is_complete(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """Two --out workers both said "finished by this process"; a folder is finished by a load."""
+    url = sqlite_input
+    folder = tmp_path / "preds"
+    job = ("--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "f")
+    first = _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job)
+    assert first.code == 0, first.err
+    assert first.out == (
+        f"300 rows written into {folder} by this process; all 300 rows of the job are there "
+        f"(predict --finish --out {folder} --into TABLE loads them)\n"
+    )
+    second = _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job)
+    assert second.out.startswith(f"0 rows written into {folder} by this process; all 300 rows")
+    third = _predict(url, model_dir, "--out", str(folder), "--keep", "id", "--format", "json", *job)
+    assert third.code == 0, third.err
+    report = json.loads(third.out)
+    assert (report["rows"], report["complete"], report["job_rows"]) == (0, True, 300)
+    assert "finished_by" not in report
+    checked = _predict(url, model_dir, "--finish", "--out", str(folder), *job)
+    assert checked.out == f"{folder} holds all 300 rows of the job f\n"
+    alone = _predict(url, model_dir, "--out", str(tmp_path / "alone"), "--keep", "id")
+    assert alone.out == f"300 rows in {tmp_path / 'alone'} (Parquet files)\n"
+
+
+def test_a_folder_worker_leaving_an_incomplete_job_says_so(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    url = sqlite_input
+    folder = tmp_path / "preds"
+    queue = f"sqlite:///{tmp_path / 'q.db'}"
+    job = ("--queue", queue, "--job", "f")
+    assert _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job).code == 0
+    (folder / "_manifest-00000.json").unlink()  # as if partition 0 were not committed yet
+    run = _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job)
+    assert run.out == (
+        f"0 rows written into {folder} by this process; the job is not complete (its other "
+        "workers write the rest)\n"
+    )
+
+
+def test_two_folder_runs_of_one_process_are_two_jobs(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """Both ran as the job 'folder' of the process's memory queue: the second, finding it
+    done, wrote no row into its own folder and reported 0 rows, without an error."""
+    url = sqlite_input
+    first = predict("SELECT id, x1, x2, cat FROM src", url, model_dir, out=str(tmp_path / "a"))
+    second = predict(
+        "SELECT id, x1, x2, cat FROM src WHERE id <= 100", url, model_dir, out=str(tmp_path / "b")
+    )
+    assert (first.rows, second.rows) == (300, 100)  # type: ignore[union-attr]
+    assert pq.read_table(tmp_path / "b", columns=["predicted_label"]).num_rows == 100
+
+
+def test_folder_workers_share_a_duckdb_input(model_dir: Path, tmp_path: Path) -> None:
+    """--out workers only read the DuckDB file: they were refused as if they wrote it (the
+    advice that refusal gives for a DuckDB output)."""
+    url = f"duckdb:///{tmp_path / 'in.duckdb'}"
+    rows = _rows(120)
+    names = ["id", "x1", "x2", "cat"]
+    data = pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)})
+    sqlfeed.write_table(data, url, "src")
+    folder = tmp_path / "preds"
+    job = ("--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "f")
+    run = _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job)
+    assert run.code == 0, run.err
+    assert pq.read_table(folder, columns=["id"]).num_rows == 120

@@ -32,8 +32,9 @@ import pytest
 
 import sqlfeed
 import sqlfeed.ml
-from dialects import EngineError
+from sqlfeed.dialects import EngineError
 from sqlfeed.sink import TableSink
+from tests.helpers import sweep
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import MYSQL_URL, POSTGRES_URL
 
@@ -212,32 +213,33 @@ def _check_unkeyed(source: Any, inp: str, out: str, single: str, rows: int) -> N
 
 
 def _run_chaos(url: str, tmp_path: Path, names: dict[str, str], rows: int, queue: str) -> None:
-    """Kill chaos with --key, then again without, both against single-process runs."""
+    """Kill chaos with --key (rows identified by the key), and without (by partition and
+    row), each against a single-process run. A plain run takes one of the two, rotating
+    with the sweep seed (tests/helpers/sweep.py); ``make test-full`` both."""
     source = _source(url)
     tables = list(names.values())
+    every = {
+        "key": (names["output"], names["single"], ["--key", "id"], _check_keyed),
+        "identity": (names["nokey"], names["single2"], ["--keep", "id"], _check_unkeyed),
+    }
+    kinds = sweep.sample(list(every), f"predict-chaos {url.split(':')[0]}")
+    kinds = kinds or [list(every)[sweep.seed() % 2]]  # a share of neither: one by parity
+    variants = [(kind[0], *every[kind]) for kind in kinds]  # job p (key) or i (identity)
     try:
         _make_input(source, url, names["input"], rows)
         model = str(_train(url, names["input"], tmp_path / "model"))
         sql = SELECT.format(table=names["input"])
         common = ["--db", url, "--model", model, "--batch-size", "2000", "--format", "json"]
-        for into, extra in (
-            (names["single"], ["--key", "id"]),
-            (names["single2"], ["--keep", "id"]),
-        ):
-            run = run_cli(["predict", *common, "--into", into, *extra, sql])
+        for job, into, single, extra, check in variants:
+            run = run_cli(["predict", *common, "--into", single, *extra, sql])
             assert run.code == 0, run.err
-        for job, into, extra in (
-            ("p", names["output"], ["--key", "id"]),
-            ("q", names["nokey"], ["--keep", "id"]),
-        ):
             args = [*common, "--into", into, *extra, "--queue", queue, "--job", job]
             args += ["--lease-ttl", str(TTL), "--partitions", "16", sql]
             done = _chaos(args, queue, job, tmp_path / f"{job}.log")
             assert done["killed"] > 0
             assert done["stopped"] == 1
             _finish(["--queue", queue, "--job", job, "--into", into, "--db", url])
-        _check_keyed(source, names["input"], names["output"], names["single"], rows)
-        _check_unkeyed(source, names["input"], names["nokey"], names["single2"], rows)
+            check(source, names["input"], into, single, rows)
     finally:
         _drop(source, tables)
         source.close()
@@ -347,6 +349,38 @@ def test_simultaneous_commits(engine: str, tmp_path: Path) -> None:
         first.close()
 
 
+def test_a_stalled_attempt_writing_while_the_run_finishes_gives_its_partition_up(
+    tmp_path: Path,
+) -> None:
+    """Worker A began partition 0 and stalled; B committed it, every partition is in, and a
+    finisher has built the staging table's key (MariaDB: its first step, committed at once,
+    before the rename; engines with transactional DDL add it after the rename, in one
+    transaction). A wakes and writes its rows: they meet B's committed keys. A gives the
+    partition up (False) without an error, and the finish completes: under chaos a worker
+    exited 1 on "Duplicate entry '37500' for key 'PRIMARY'" at exactly this point."""
+    url = _server_or_file("mariadb", tmp_path)
+    table = f"chaos_late_{uuid.uuid4().hex[:8]}"
+    stalled = TableSink.create(url, table, _batch(0).schema, key=["id"], unique_key=True)
+    other = TableSink.attach(url, stalled.spec)
+    try:
+        assert not stalled.dialect.TRANSACTIONAL_DDL
+        add_key = stalled.dialect.add_key_sql(stalled.staging, ["id"], False)
+        assert add_key is not None
+        stalled.open_partition(0)
+        assert other.commit(0, 0, _batch(0)) is True
+        other.source.execute(add_key)
+        stalled.write_rows(0, _batch(0))
+        assert stalled.commit_partition() is False
+        assert (_staged(stalled), stalled.committed()) == (10, (1, 10))
+        assert other.finish().rows == 10
+        assert int(other.source.rows(f"SELECT COUNT(*) FROM {table}")[0][0]) == 10
+    finally:
+        other.close()
+        stalled.close()
+        _drop(stalled.source, [table])
+        stalled.abort()
+
+
 @pytest.mark.parametrize("engine", ["postgres", "sqlite"])
 def test_concurrent_finishers_race(
     engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -420,16 +454,21 @@ def test_kill_chaos_folder_into_duckdb(tmp_path: Path, names: dict[str, str]) ->
 # -- atomic replace ------------------------------------------------------------------------
 
 
-def _reader(url: str, table: str, stop: threading.Event, seen: list[Any]) -> None:
-    source = sqlfeed.connect(url)
-    try:
+def _reader(table: str, stop: threading.Event, seen: list[Any]) -> None:
+    """Counts ``table``'s rows again and again, each in a transaction of its own.
+
+    By the driver itself (autocommit): the replace's atomicity is the database's, and a
+    reader through sqlfeed spends a core validating the same statement thousands of times,
+    starving the worker it watches.
+    """
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
         while not stop.is_set():
             try:
-                seen.append(int(source.rows(f"SELECT COUNT(*) FROM {table}")[0][0]))
+                seen.append(int(connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]))
             except Exception as err:  # recorded and asserted
                 seen.append(err)
-    finally:
-        source.close()
 
 
 def _status(queue: str, job: str) -> dict[str, Any]:
@@ -449,7 +488,7 @@ def test_atomic_replace(tmp_path: Path, names: dict[str, str]) -> None:
         source.execute(f"CREATE TABLE {old} AS SELECT id FROM {names['input']} WHERE id < 1000")
         args = ["--db", PG, "--model", model, "--into", old, "--key", "id", "--mode", "replace"]
         stop, seen = threading.Event(), list[Any]()
-        reader = threading.Thread(target=_reader, args=(PG, old, stop, seen))
+        reader = threading.Thread(target=_reader, args=(old, stop, seen))
         reader.start()
         log = tmp_path / "replace.log"
         code = _worker([*args, sql], log).wait(timeout=300)
@@ -465,7 +504,7 @@ def test_atomic_replace(tmp_path: Path, names: dict[str, str]) -> None:
         source.execute(f"CREATE TABLE {old} AS SELECT id FROM {names['input']} WHERE id < 1000")
         queue = f"sqlite:///{tmp_path / 'queue.db'}"
         job = [*args, "--queue", queue, "--job", "r", "--batch-size", "500"]
-        job += ["--partitions", "64", sql]
+        job += ["--partitions", "64", "--lease-ttl", str(TTL), sql]  # the kill's lease expires soon
         worker = _worker(job, log)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -4,6 +4,7 @@ append that would repeat a key refused whole, a failed run leaving nothing behin
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from sqlfeed.plans.materialize import list_scratch
 from sqlfeed.sink import TableSink, copy_into, write_table
 from sqlfeed.sink.job import job_sink, run_workers
 from tests.conftest import get_engine
+from tests.helpers.cli import run_cli as sqlfeed_cli
 from tests.helpers.engines import Engine
 
 
@@ -120,6 +122,28 @@ def test_a_commit_is_once_per_batch(place: tuple[Engine, str, str]) -> None:
         assert _left(engine, source) == []
 
 
+def test_abort_with_an_attempt_open_drops_its_tables(place: tuple[Engine, str, str]) -> None:
+    """A run given up in the middle of a partition: ``abort`` ends its own attempt before
+    dropping the tables (the attempt's locks made the DROP wait on itself, for ever on
+    PostgreSQL and MariaDB)."""
+    engine, _, out = place
+    source = engine.source()
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})
+    sink = TableSink.create(source, out, batch.schema, expected_rows=3)
+    aborting = threading.Thread(target=sink.abort)
+    try:
+        sink.open_partition(0)
+        sink.write_rows(0, batch)
+        aborting.start()
+        aborting.join(30)
+        assert not aborting.is_alive(), "abort waited on the sink's own open attempt"
+        assert _left(engine, source) == []
+    finally:
+        sink.close()  # ends the attempt if abort is stuck behind it
+        if aborting.is_alive():
+            aborting.join(30)
+
+
 def test_write_table_takes_frames_and_refuses_what_it_cannot_write(tmp_path) -> None:  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'o.db'}"
     report = write_table(pd.DataFrame({"a": [1, 2], "b": ["x", None]}), url, "t")
@@ -183,3 +207,23 @@ def test_a_partition_read_again_in_another_order_is_written_once(tmp_path) -> No
     ]
     for drop in (out, table):
         source.execute(f"DROP TABLE {drop}")
+
+
+@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "mysql+pymysql"])
+def test_an_output_that_cannot_be_reached_is_said_after_the_starting_budget(
+    scheme: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's first connection to its output tries STARTING's budget, then gives the
+    database's refusal (it retried for the whole reconnect budget of a running job: ~54 s
+    of 'lost the connection' before an unreachable --into-db was said)."""
+    from sqlfeed.sink.output import STARTING
+
+    url = f"{scheme}://me:pw@127.0.0.1:1/db"
+    with pytest.raises(EngineError, match=r"^cannot connect to .*127\.0\.0\.1:1") as refused:
+        write_table(pa.table({"a": [1, 2]}), url, "made")
+    assert "pw" not in str(refused.value)
+    retries = [r for r in caplog.records if "reconnecting in" in r.getMessage()]
+    assert len(retries) == STARTING.tries
+    run = sqlfeed_cli(["export", "--db", "duckdb://", "--into", "t", "--into-db", url, "SELECT 1"])
+    assert run.code == 1, run.err
+    assert run.err.strip().splitlines()[-1].startswith("sqlfeed: engine error: cannot connect")

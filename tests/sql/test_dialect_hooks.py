@@ -17,9 +17,9 @@ import duckdb
 import pytest
 from sqlglot import exp
 
-from dialects import Dialect, UnsupportedError, get_dialect
-from dialects.base import QueueBounds
-from dialects.catalog import Extent
+from sqlfeed.dialects import Dialect, UnsupportedError, get_dialect
+from sqlfeed.dialects.base import QueueBounds
+from sqlfeed.dialects.catalog import Extent
 
 ENGINES = ("postgres", "mysql", "sqlite", "duckdb")
 
@@ -36,6 +36,12 @@ CAPABILITIES: dict[str, dict[str, Any]] = {
     "EXPORTS_SNAPSHOTS": {"postgres": True, "mysql": False, "sqlite": False, "duckdb": False},
     "WRITTEN_WHILE_READ": {"postgres": True, "mysql": True, "sqlite": True, "duckdb": False},
     "PINNED_DRIVER": {"postgres": "", "mysql": "pymysql", "sqlite": "sqlite3", "duckdb": ""},
+    "SNAPSHOT_SYNC": {
+        "postgres": "",
+        "mysql": "LOCK TABLES ... READ on the tables read (else FLUSH TABLES WITH READ LOCK)",
+        "sqlite": "BEGIN IMMEDIATE (a memory database: one session)",
+        "duckdb": "",
+    },
     "CREATES_SCRATCH_SCHEMA": {"postgres": True, "mysql": True, "sqlite": False, "duckdb": False},
     "SCRATCH_BY_PAGES": {"postgres": True, "mysql": False, "sqlite": False, "duckdb": False},
     "SCRATCH_ROW_NUMBER_INDEX": {
@@ -293,7 +299,7 @@ def test_scratch_tables_come_from_each_catalog() -> None:
     assert "data_length + index_length" in get_dialect("mysql").scratch_tables_sql("s")
     assert "duckdb_tables()" in get_dialect("duckdb").scratch_tables_sql("s")
     assert get_dialect("sqlite").scratch_tables_sql("s") == (
-        "SELECT name, NULL, NULL FROM s.sqlite_master WHERE type = 'table'"
+        "SELECT name, NULL, NULL, NULL FROM s.sqlite_master WHERE type = 'table'"
     )
     assert get_dialect("sqlite").table_names_sql("s") == (
         "SELECT name FROM s.sqlite_master WHERE type = 'table'"
@@ -301,6 +307,24 @@ def test_scratch_tables_come_from_each_catalog() -> None:
     assert get_dialect("postgres").table_names_sql("s") == (
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 's'"
     )
+
+
+def test_a_scratch_table_comment_is_set_and_read_where_the_engine_keeps_one() -> None:
+    table = exp.table_("x", db="s")
+    text = "train --out /m/it's (pid 1 on h)"
+    assert get_dialect("postgres").scratch_comment_sql(table, text) == (
+        "COMMENT ON TABLE s.x IS 'train --out /m/it''s (pid 1 on h)'"
+    )
+    assert get_dialect("duckdb").scratch_comment_sql(table, text) == (
+        "COMMENT ON TABLE s.x IS 'train --out /m/it''s (pid 1 on h)'"
+    )
+    assert get_dialect("mysql").scratch_comment_sql(table, "a\\b'c") == (
+        "ALTER TABLE s.x COMMENT = 'a\\\\b''c'"
+    )
+    assert get_dialect("sqlite").scratch_comment_sql(table, text) is None
+    assert "obj_description(c.oid, 'pg_class')" in get_dialect("postgres").scratch_tables_sql("s")
+    assert "NULLIF(table_comment, '')" in get_dialect("mysql").scratch_tables_sql("s")
+    assert ", comment FROM duckdb_tables()" in get_dialect("duckdb").scratch_tables_sql("s")
 
 
 def test_sqlite_qualifies_the_scratch_index_not_its_table() -> None:
@@ -444,3 +468,9 @@ def test_queue_sessions_are_bounded_per_engine() -> None:
         "check_same_thread": False,
     }
     assert get_dialect("postgres").queue_connect_args(BOUNDS) == {}
+    assert get_dialect("mysql").queue_connect_args(BOUNDS, "pymysql") == {
+        "read_timeout": 90,
+        "write_timeout": 90,
+        "connect_timeout": 10,
+    }
+    assert get_dialect("mysql").queue_connect_args(BOUNDS, "mysqlconnector") == {}

@@ -19,7 +19,7 @@ import sqlalchemy
 import sqlglot
 from sqlglot import exp
 
-from dialects import (
+from sqlfeed.dialects import (
     Dialect,
     InvalidArgumentError,
     SqlfeedError,
@@ -29,7 +29,7 @@ from dialects import (
     dialect_names,
     get_dialect,
 )
-from dialects.sqlite import SQLite, row_hash
+from sqlfeed.dialects.sqlite import SQLite, row_hash
 from sqlfeed.sql import count_sql, partition_sql, partition_sqls, sample_sql, schema_sql
 
 M = 8

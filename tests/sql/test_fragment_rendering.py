@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
-from dialects import SqlfeedError
+from sqlfeed.dialects import SqlfeedError
 from sqlfeed.shards import create_dataset
 
 N = 600

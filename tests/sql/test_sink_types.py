@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from sqlglot import exp
 
-from dialects import InvalidArgumentError, get_dialect
+from sqlfeed.dialects import InvalidArgumentError, get_dialect
 from tests.helpers.engines import Engine
 
 PARIS = dt.timezone(dt.timedelta(hours=1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import fractions
 import math
 from collections import Counter
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed import InvalidArgumentError, StatsSpec
-from stats.units import to_units
+from sqlfeed.stats.units import to_units
 from tests.helpers.engines import Engine
 
 pytestmark = pytest.mark.engine
@@ -141,3 +142,46 @@ def test_bad_specs_are_refused() -> None:
         StatsSpec(kinds={"a": "ordinal"})
     with pytest.raises(InvalidArgumentError, match="buckets"):
         StatsSpec(buckets=1)
+
+
+@pytest.mark.parametrize("method", ["pushdown", "accumulate"])
+def test_means_of_integers_dates_and_timestamps_are_exact(engine: Engine, method: str) -> None:
+    """The mean of big integers and today's timestamps is their exact mean, rounded once.
+
+    Summed as doubles, a timestamp's mean (~1.7e15 microseconds) was off by microseconds to
+    tens of microseconds; the engines that sum integers exactly (DuckDB, PostgreSQL, MySQL)
+    and the accumulators (Python integers) give the exact mean. SQLite's SUM overflows
+    instead: its pushdown mean stays a rounded double, within 1e-12 relative.
+    """
+    rng = np.random.default_rng(20)
+    start = dt.datetime(2024, 5, 1, 12)
+    stamps = [start + dt.timedelta(microseconds=int(u)) for u in rng.integers(0, 10**12, 3000)]
+    bigs = [int(b) for b in 1_700_000_000_000_000 + rng.integers(0, 10**13, 3000)]
+    days = [dt.date(2000, 1, 1) + dt.timedelta(days=int(d)) for d in rng.integers(0, 9000, 3000)]
+    table = engine.qualify(f"exact_means_{method}")
+    engine.create_table(
+        table,
+        [("ts", "timestamp"), ("big", "bigint"), ("day", "date")],
+        zip(stamps, bigs, days, strict=True),
+    )
+    try:
+        stats = sqlfeed.compute_stats(
+            f"SELECT ts, big, day FROM {table}", engine.source(), method=method
+        )
+    finally:
+        engine.execute(f"DROP TABLE {table}")
+    expected = {
+        "ts": [to_units(v, "us") for v in stamps],
+        "big": bigs,
+        "day": [to_units(v, "days") for v in days],
+    }
+    exact_sums = method == "accumulate" or sqlfeed.get_dialect(engine.name).EXACT_SUMS
+    for name, values in expected.items():
+        mean = stats.columns[name].mean
+        if stats.columns[name].kind != "numeric":  # SQLite's dates and timestamps are text
+            continue
+        exact = float(fractions.Fraction(sum(values), len(values)))
+        if exact_sums:
+            assert mean == exact, (name, mean - exact)
+        else:
+            assert mean == pytest.approx(exact, rel=1e-12)

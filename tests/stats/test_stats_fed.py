@@ -22,8 +22,8 @@ import pytest
 import sqlfeed
 from sqlfeed import InvalidArgumentError, StatsSpec
 from sqlfeed.feed.tensors import column_mappings
-from stats.fed import fed_kind, fed_value
-from stats.keras import to_keras
+from sqlfeed.stats.fed import fed_kind, fed_value
+from sqlfeed.stats.keras import to_keras
 from tests.helpers.engines import Engine
 
 tf = pytest.importorskip("tensorflow")

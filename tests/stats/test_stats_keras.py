@@ -15,7 +15,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed import InvalidArgumentError, StatsSpec
-from stats.keras import to_keras
+from sqlfeed.stats.keras import to_keras
 
 QUERY = """
 SELECT (range % 97) * 1.5 - 20 AS amount,

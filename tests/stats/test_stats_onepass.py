@@ -18,7 +18,7 @@ import pytest
 
 import sqlfeed
 from sqlfeed import StatsSpec
-from stats.pushdown import compute_pushdown
+from sqlfeed.stats.pushdown import compute_pushdown
 from tests.helpers.engines import Engine
 
 pytestmark = pytest.mark.engine

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from dialects import MissingDependencyError
-from stats.keras import to_keras
-from stats.model import FeatureStats
+from sqlfeed.dialects import MissingDependencyError
+from sqlfeed.stats.keras import to_keras
+from sqlfeed.stats.model import FeatureStats
 
 
 def test_missing_keras_names_the_tf_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import sqlfeed
-from dialects import MissingDependencyError
-from stats.model import ColumnStats, FeatureStats
-from stats.report import html_report, top_bars
+from sqlfeed.dialects import MissingDependencyError
+from sqlfeed.stats.model import ColumnStats, FeatureStats
+from sqlfeed.stats.report import html_report, top_bars
 from tests.helpers.cli import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -281,8 +281,13 @@ def test_missing_matplotlib_is_a_missing_dependency(
         html_report(stats)
 
 
-def test_report_does_not_import_sqlfeed() -> None:
-    code = "import sys, stats.report; assert 'sqlfeed' not in sys.modules, sorted(sys.modules)"
+def test_report_imports_nothing_of_sqlfeed_but_stats_and_dialects() -> None:
+    code = (
+        "import sys, sqlfeed.stats.report\n"
+        "own = ('sqlfeed.stats', 'sqlfeed.dialects')\n"
+        "other = [m for m in sys.modules if m.startswith('sqlfeed.') and not m.startswith(own)]\n"
+        "assert not other, other"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -21,15 +21,15 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from dialects import get_dialect
 from sqlfeed import StatsSpec
-from stats.accumulate import StatsAccumulator, _Distinct
-from stats.pushdown import positions
-from stats.sqlvalues import float_literal
+from sqlfeed.dialects import get_dialect
+from sqlfeed.stats.accumulate import StatsAccumulator, _Distinct
+from sqlfeed.stats.pushdown import positions
+from sqlfeed.stats.sqlvalues import float_literal
 from tests.conftest import get_engine
 from tests.helpers.engines import Engine
 
-accumulate_module = importlib.import_module("stats.accumulate")  # `stats.accumulate` is
+accumulate_module = importlib.import_module("sqlfeed.stats.accumulate")  # `stats.accumulate` is
 # also the name of a function the package exports
 
 METHODS = ("pushdown", "sample", "accumulate")

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 import sqlfeed
-from stats.model import ColumnStats, FeatureStats, StatsSpec
-from stats.pushdown import compute_pushdown, positions
+from sqlfeed.stats.model import ColumnStats, FeatureStats, StatsSpec
+from sqlfeed.stats.pushdown import compute_pushdown, positions
 from tests.engines.test_corpus_engines import _close_sources, corpus_engine, source_for
 from tests.helpers.corpus_engines import ENGINE_CORPUS, EngineCase
 from tests.helpers.engines import Engine

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from dialects import EngineError
-from dialects.optional import require
+from sqlfeed.dialects import EngineError
+from sqlfeed.dialects.optional import require
 from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.keptconnections import KeptConnection, ThreadConnections
 from sqlfeed.io.postgres.copy import COPY_SESSION, copy_batches, copy_fits

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from dialects import EngineError
-from dialects.postgres import HASHABLE_TYPE_OIDS
+from sqlfeed.dialects import EngineError
+from sqlfeed.dialects.postgres import HASHABLE_TYPE_OIDS
 from sqlfeed.io.keptconnections import ThreadConnections
 from sqlfeed.io.postgres.readers import READER_TABLE, AdbcReader, CopyReader
 from sqlfeed.io.postgres.sessions import POSTGRES_SESSION
@@ -130,6 +130,29 @@ class PostgresSource(SQLAlchemySource):
     def write_session(self) -> PostgresSession:
         """A session writing with ``COPY FROM STDIN`` (:mod:`sqlfeed.io.postgres.write`)."""
         return PostgresSession(self.engine.raw_connection(), self.dialect, "format")
+
+    def write_grant(self, schema: str | None, *, read_only: bool = False) -> str:
+        """CREATE on the schema (the staging and commit tables are made beside the output)."""
+        user = self.engine.url.username or "the_role"
+        if read_only:
+            return (
+                f"the role's transactions are read-only (default_transaction_read_only, or a "
+                f"standby): write with a role that may (ALTER ROLE {user} SET "
+                "default_transaction_read_only = off), on the primary"
+            )
+        where = schema or self._current_schema()
+        return (
+            f"the role needs CREATE on the schema {where} and INSERT on an existing output "
+            f"table (GRANT CREATE ON SCHEMA {where} TO {user})"
+        )
+
+    def _current_schema(self) -> str:
+        """The schema an unqualified table is created in (the first of the search path)."""
+        try:
+            with self.engine.connect() as connection:
+                return str(connection.exec_driver_sql("SELECT current_schema()").scalar())
+        except Exception:  # only for a message: the schema then stays unnamed
+            return "<schema>"
 
     def export_snapshot(self) -> SnapshotHolder:
         """A snapshot exported by a REPEATABLE READ transaction on a connection of its own.

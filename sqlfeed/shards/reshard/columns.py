@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.io.views import plain, plain_type
 from sqlfeed.shards.reader import TAR_KEY
 from sqlfeed.shards.reshard.engine import col, engine_errors, render

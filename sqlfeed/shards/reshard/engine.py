@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import EngineError, SqlfeedError, get_dialect
+from sqlfeed.dialects import EngineError, SqlfeedError, get_dialect
 from sqlfeed.io import driver_message
 from sqlfeed.shards.reshard.options import ReshardOptions
 

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import InvalidArgumentError, ShardsetError
+from sqlfeed.dialects import InvalidArgumentError, ShardsetError
 from sqlfeed.io import DuckDBSource, Source
 from sqlfeed.shards.reader import TAR_KEY, read_shard
 from sqlfeed.shards.reshard.engine import Monitor, Reporter, engine_errors, ident, render

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dialects import InvalidArgumentError
+from sqlfeed.dialects import InvalidArgumentError
 
 RESHARD_FORMATS = ("parquet", "csv", "jsonl", "tar")
 TOLERANCE = 0.10

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dialects import EngineError, InvalidArgumentError, dialect_for, get_dialect
+from sqlfeed.dialects import EngineError, InvalidArgumentError, dialect_for, get_dialect
 from sqlfeed.io import DuckDBSource, Source, connect
 from sqlfeed.shards.manifest import Manifest, ShardEntry
 from sqlfeed.shards.reshard.columns import Columns, check_columns, check_uid, converter
