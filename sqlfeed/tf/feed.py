@@ -366,10 +366,20 @@ def _iterator_next(iterator: Any) -> Any:
     try:
         return super(type(iterator), iterator).__next__()
     except feed.tf.errors.OpError:
-        error, feed.error = feed.error, None
-        if error is None:
+        if feed.error is None:
             raise
-        raise error.with_traceback(None) from None
+    # Raised here, not inside the except block, and never bound to a local of this frame:
+    # either would tie the error's traceback back to this frame (or to TensorFlow's error,
+    # whose frames hold the iterator) in a reference cycle. The iterator would then live
+    # until a garbage collection or the interpreter's shutdown, and freeing it there (its
+    # prefetch thread waiting for the GIL Python no longer hands out) hung the process.
+    raise _take_error(feed).with_traceback(None)
+
+
+def _take_error(feed: Feed) -> SqlfeedError:
+    error, feed.error = feed.error, None
+    assert error is not None
+    return error
 
 
 def _check_modes(prefetch: int | None, read: ReadOptions, job: JobOptions) -> int:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import gc
 import os
 import subprocess
 import sys
 import threading
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -389,6 +391,35 @@ def test_a_null_label_is_an_error_unless_it_has_a_fill(source: sqlfeed.Source) -
         tf.function(lambda: ds.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))()
     filled = sqlfeed_tf.dataset(query, source, label="y", fill={"y": -1}, batch_size=64)
     assert sorted(r[1] for r in rows(filled)).count(-1) == 1
+
+
+@pytest.mark.parametrize("column", ["y", "li"], ids=["dense", "ragged"])
+def test_a_failed_iteration_frees_its_iterator_at_once(source: sqlfeed.Source, column: str) -> None:
+    """No reference cycle keeps the failed iterator for a garbage collection to free.
+
+    Freed by a collection at interpreter shutdown, its prefetch thread waiting for a GIL
+    Python no longer hands out, the process hung (CI, a child running a NULL label).
+    """
+    features = "id" if column == "y" else "id, [id] AS li"
+    query = f"SELECT {features}, CASE WHEN id = 5 THEN NULL ELSE y END AS y FROM t"
+    ds = sqlfeed_tf.dataset(query, source, label="y", batch_size=64, partitions=2)
+    gc.collect()
+    gc.disable()
+    try:
+        iterator = iter(ds)
+        freed = weakref.ref(iterator)
+        raised = False
+        try:
+            for _ in iterator:
+                pass
+        except QueryError:
+            raised = True
+        del iterator
+        alive = freed() is not None
+    finally:
+        gc.enable()
+    assert raised
+    assert not alive, "the failed iterator is kept alive by a reference cycle"
 
 
 def test_fill_nulls_false_refuses_a_null(source: sqlfeed.Source) -> None:
