@@ -228,6 +228,8 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
             finally:
                 cursor.execute("UNLOCK TABLES")
         finally:
+            with contextlib.suppress(Exception):  # the pooled connection's next user waits
+                connection.cursor().execute("SET SESSION lock_wait_timeout = DEFAULT")
             release(connection)
 
     def __init__(self, engine: Any, dialect: Any, *, owned: bool, label: str) -> None:

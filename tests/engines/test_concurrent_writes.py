@@ -585,3 +585,26 @@ def test_the_lock_names_a_hostile_table_as_an_identifier(
     finally:
         engine.execute(f"DROP TABLE IF EXISTS {quoted}")
         engine.commit()
+
+
+def test_the_lock_leaves_no_short_lock_wait_on_a_pooled_connection() -> None:
+    """The connection that held the lock goes back to the source's pool with the server's
+    own lock_wait_timeout: a later statement on it (a DDL waiting for a table in use) is
+    not cut off after the lock's 10 s."""
+    setup = make_table("mysql")
+    with setup.engine.source() as source:
+        source.session_connections = 3  # type: ignore[attr-defined]
+        plan = _plan(setup, source, "range")
+        assert sum(b.num_rows for b in sqlfeed.Feeder(plan, source, readers=3)) == ROWS
+        pool = source.engine.pool
+        taken = [source.engine.raw_connection() for _ in range(pool.checkedin())]
+        try:
+            assert taken, "the read left no connection in the pool"
+            for connection in taken:
+                cursor = connection.cursor()
+                cursor.execute("SELECT @@session.lock_wait_timeout, @@global.lock_wait_timeout")
+                session, server = cursor.fetchone()
+                assert session == server, f"a pooled connection waits {session} s for locks"
+        finally:
+            for connection in taken:
+                connection.close()
