@@ -30,6 +30,7 @@ __all__ = [
     "Losses",
     "Reconnect",
     "connection_lost",
+    "table_missing",
 ]
 
 RECONNECT_TRIES = 20
@@ -76,6 +77,21 @@ _LOST_TEXTS = (
 carry only text; a reader that words an error itself keeps the driver's phrase)."""
 
 _log = logging.getLogger("sqlfeed.io")
+
+_MISSING_SQLSTATES = frozenset({"42P01", "3F000", "42S02"})
+"""No such table (PostgreSQL's undefined_table, ODBC's base table not found) or schema."""
+_MISSING_MYSQL_CODES = frozenset({1049, 1146})
+"""MySQL/MariaDB: unknown database, no such table."""
+_MISSING_TEXTS = (
+    "no such table",  # SQLite
+    "doesn't exist",  # MySQL/MariaDB
+    "does not exist",  # PostgreSQL, DuckDB, Snowflake
+    "table or view not found",  # Spark
+    "table_or_view_not_found",
+    "not found: table",  # BigQuery
+    "not found: dataset",
+)
+"""Lower-case phrases of a missing table, for drivers that give no code."""
 
 
 def connection_lost(err: BaseException) -> bool:
@@ -241,3 +257,42 @@ class Losses:
             self.policy.tries,
         )
         time.sleep(pause)
+
+
+def table_missing(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) says the table queried is not there.
+
+    A probe of a table reads only that as its absence: a lost connection, a lock wait, a
+    refused privilege or any other failure is not "no such table" (read as one, a table
+    that is there was taken for gone). A driver's error code decides where one is in the
+    chain; the words of the messages only where none is.
+    """
+    chain: list[BaseException] = []
+    stack: list[BaseException | None] = [err]
+    while stack and len(chain) <= 16:
+        one = stack.pop()
+        if one is None or any(one is seen for seen in chain):
+            continue
+        chain.append(one)
+        orig = getattr(one, "orig", None)
+        stack += [orig if isinstance(orig, BaseException) else None, one.__cause__]
+        stack.append(one.__context__)
+    for one in chain:
+        verdict = _coded_missing(one)
+        if verdict is not None:
+            return verdict
+    return any(phrase in str(one).lower() for one in chain for phrase in _MISSING_TEXTS)
+
+
+def _coded_missing(err: BaseException) -> bool | None:
+    """True/False where ``err`` carries a code that decides it; None where it has none."""
+    module = (type(err).__module__ or "").split(".")[0]
+    code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    if module.startswith("psycopg") and isinstance(code, str):
+        return code in _MISSING_SQLSTATES
+    args = getattr(err, "args", ())
+    if module in ("pymysql", "MySQLdb") and args and isinstance(args[0], int):
+        return args[0] in _MISSING_MYSQL_CODES
+    if module in ("duckdb", "_duckdb"):
+        return type(err).__name__ == "CatalogException"
+    return None

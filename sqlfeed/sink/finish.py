@@ -24,7 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlfeed.dialects import EngineError, InvalidArgumentError
-from sqlfeed.io.faults import Losses, connection_lost
+from sqlfeed.io.faults import Losses, connection_lost, table_missing
 from sqlfeed.io.source import driver_message
 from sqlfeed.io.writes import WriteSession, retry_busy
 from sqlfeed.sink.columns import IDENTITY, beside, drop_table, quoted, same_key
@@ -245,11 +245,18 @@ def _add_key(sink: Any, session: WriteSession, table: exp.Table) -> None:
 
 
 def _still_staged(sink: Any, session: WriteSession) -> bool:
-    """Inside the finisher's lock: the staging table is still there (no one finished)."""
+    """Inside the finisher's lock: the staging table is still there (no one finished).
+
+    Only the engine's "no such table" says it is gone. Any other failure of the probe (a
+    killed connection above all) is raised: read as "another finisher did it", the finish
+    went on to drop the staging table, and a whole run's rows were lost unplaced.
+    """
     probe = exp.select("COUNT(*)").from_(sink.staging).where(exp.false())
     try:
         session.rows(_sql(sink, probe))
-    except Exception:
+    except Exception as err:
+        if connection_lost(err) or not table_missing(err):
+            raise
         session.rollback()
         session.begin()
         return False

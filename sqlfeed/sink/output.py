@@ -9,7 +9,7 @@ from sqlglot import exp
 from sqlfeed.dialects import EngineError, SqlfeedError
 from sqlfeed.io import Source
 from sqlfeed.io import connect_output as open_output
-from sqlfeed.io.faults import Losses, Reconnect, connection_lost
+from sqlfeed.io.faults import Losses, Reconnect, connection_lost, table_missing
 from sqlfeed.io.source import driver_message
 from sqlfeed.io.writes import WriteSession
 
@@ -74,7 +74,7 @@ def table_columns(source: Source, table: exp.Table) -> list[str] | None:
     try:
         return source.output_columns(sql)
     except SqlfeedError as err:
-        if connection_lost(err):
+        if connection_lost(err) or not table_missing(err):
             raise
         return None
 
