@@ -34,7 +34,7 @@ from sqlfeed.cli.follow import (
     status_followed,
 )
 from sqlfeed.cli.saved import load_plan
-from sqlfeed.cli.worker import Checkpoints, WaitReporter
+from sqlfeed.cli.worker import Checkpoints, WaitReporter, reach_servers
 from sqlfeed.dialects import InvalidArgumentError, dialect_for
 from sqlfeed.dispatch import Delivery, Lease, Worker, open_queue
 from sqlfeed.dispatch.feeder import create_job
@@ -241,7 +241,12 @@ def _cmd_worker(args: argparse.Namespace, out: TextIO) -> None:
         )
     target = check_output_folder(args.out, "--out") if args.out is not None else None
     saved = None if args.plan is None else load_plan(args.plan, dialect_for(args.db))
+    if not (math.isfinite(args.start_wait) and args.start_wait >= 0):
+        raise InvalidArgumentError(
+            f"--start-wait must be a number of seconds >= 0, got {args.start_wait}"
+        )
     check_queue_url(args.queue, must_exist=True)
+    reach_servers(args.queue, args.job, args.db, args.start_wait)
     started = time.perf_counter()
     acked = {"batches": 0, "rows": 0}  # what the queue stored as acknowledged
 

@@ -13,6 +13,11 @@ delivers nothing and prints one line per new set of holders::
 
 :class:`Checkpoints` records in the job's ledger what the worker delivered, as the
 Python feeds do when the model is checkpointed (``Worker.checkpoint``).
+
+A worker is often started beside its servers (a scheduler launching the database, the
+queue's database and the workers at once): :func:`reach_servers` waits for the queue's
+and the database's servers to answer, with a growing pause and one line per try, for at
+most ``--start-wait`` seconds, as a running worker waits after a lost connection.
 """
 
 from __future__ import annotations
@@ -22,10 +27,80 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
+from urllib.parse import urlsplit
 
-from sqlfeed.dispatch import LeaseQueue, Worker
+from sqlfeed import connect
+from sqlfeed.dialects import EngineError
+from sqlfeed.dispatch import LeaseQueue, Worker, open_queue
+from sqlfeed.io import driver_message, redact_url
+from sqlfeed.io.faults import Reconnect, connection_lost
 
-__all__ = ["Checkpoints", "WaitReporter", "waiting_line"]
+__all__ = ["Checkpoints", "WaitReporter", "reach_servers", "waiting_line"]
+
+
+def reach_servers(
+    queue: str, job: str, db: str, wait: float, say: Callable[[str], None] | None = None
+) -> None:
+    """Return once the servers of ``queue`` (holding ``job``) and ``db`` answer.
+
+    Waits for them at most ``wait`` seconds in all.
+
+    Only a server that cannot be reached (refused, unreachable, starting up or shutting
+    down: :func:`~sqlfeed.io.faults.connection_lost`) is waited for, with a pause that grows
+    from 0.5 to 5 s and one line per try. Any other error (a wrong password, no such
+    database) is raised at once; a local file (SQLite, DuckDB) is not looked at here.
+
+    Raises:
+        EngineError: a server still did not answer after ``wait`` seconds (one line, the
+            URL's password hidden).
+    """
+    say = say or _stderr
+    deadline = time.monotonic() + wait
+    policy = Reconnect(tries=1_000_000, seconds=wait, first_pause=0.5, max_pause=5.0)
+    reaches: tuple[tuple[str, str, Callable[[], None]], ...] = (
+        ("queue", queue, partial(_reach_queue, queue, job)),
+        ("database", db, partial(_reach_db, db)),
+    )
+    for what, url, reach in reaches:
+        if not urlsplit(url).hostname:
+            continue
+        tries = 0
+        while True:
+            try:
+                reach()
+                break
+            except Exception as err:
+                if not connection_lost(err):
+                    raise
+                why = driver_message(err.__context__ or err)
+                tries += 1
+                pause = policy.pause(tries)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise EngineError(
+                        f"the {what} server at {redact_url(url)} did not answer within "
+                        f"--start-wait {wait:g} s ({tries} tries): {why}"
+                    ) from None
+                pause = min(pause, left)
+                say(
+                    f"waiting for the {what} server at {redact_url(url)} ({why}): trying "
+                    f"again in {pause:.1f} s, for {left:.0f} s more (--start-wait)"
+                )
+                time.sleep(pause)
+
+
+def _reach_queue(url: str, job: str) -> None:
+    queue = open_queue(url)
+    try:
+        queue.find_job(job)
+    finally:
+        queue.close()
+
+
+def _reach_db(url: str) -> None:
+    with connect(url) as source:
+        source.rows("SELECT 1")
 
 
 def waiting_line(leases: list[tuple[str, int, float]], me: str, ttl: float) -> str | None:

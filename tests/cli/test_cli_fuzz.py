@@ -122,6 +122,7 @@ POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("missing.json", "query.sql", "edited.json", "sketch.json", "dir", ""),
     ),
     "seconds": (("0", "0.5", "60"), ("-1", "nan", "inf", "x")),
+    "start_wait": (("0", "0.2"), ("-1", "nan", "inf", "x")),  # a fuzzed server is down
     "other": (("x", "1"), ("",)),
 }
 DEST_POOL = {
@@ -150,6 +151,7 @@ DEST_POOL = {
     "lease_ttl": "lease_ttl",
     "plan": "plan",
     "checkpoint_every": "seconds",
+    "start_wait": "start_wait",
 }
 SCRATCH_NAMES = ("sqlfeed_1_ab", "t", "sqlfeed_x", "")
 
@@ -208,7 +210,7 @@ def command_lines(draw: st.DrawFn) -> list[str]:
         group = exclusive.get(id(action))
         must = (
             action.required
-            or action.dest == "queue"
+            or action.dest in ("queue", "start_wait")  # never the default 120 s wait
             or (path == ("job", "create") and action.dest == "lease_ttl")
         )
         if not must and draw(st.integers(0, 2)) > 0:

@@ -17,11 +17,14 @@ __all__ = ["SilentProxy"]
 
 
 class SilentProxy:
-    """Forwards ``127.0.0.1:port`` to ``host:upstream``; silent while :attr:`silent` is set."""
+    """Forwards ``127.0.0.1:port`` to ``host:upstream``; silent while :attr:`silent` is set.
 
-    def __init__(self, host: str, upstream: int) -> None:
+    ``port``: the port to listen on (0: one the system picks).
+    """
+
+    def __init__(self, host: str, upstream: int, port: int = 0) -> None:
         self._target = (host, upstream)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port = self._listener.getsockname()[1]
         self.silent = threading.Event()
         self._closed = threading.Event()

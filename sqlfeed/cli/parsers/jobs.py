@@ -29,6 +29,10 @@ DEFAULT_LEASE_TTL = 60.0
 DEFAULT_CHECKPOINT_SECONDS = 60.0
 """The default of ``sqlfeed worker --checkpoint-every``."""
 
+START_WAIT = 120.0
+"""The default of ``sqlfeed worker --start-wait``: seconds a starting worker waits for its
+servers to answer."""
+
 
 def register(commands: argparse._SubParsersAction[CommandParser]) -> None:
     """Add the ``job`` command (create, status, reset, delete) and the ``worker`` command."""
@@ -125,6 +129,15 @@ def _register_worker(commands: argparse._SubParsersAction[CommandParser]) -> Non
         "it stops, under checkpoint id = the Unix time in seconds, for sqlfeed job rewind "
         f"--to ID (default {DEFAULT_CHECKPOINT_SECONDS:g}; 0: never; not for --even-batches "
         "jobs, which cannot be rewound)",
+    )
+    worker.add_argument(
+        "--start-wait",
+        type=float,
+        default=START_WAIT,
+        metavar="SECONDS",
+        help="a queue or database server that does not answer yet (refused, starting up) is "
+        "waited for, trying again with a growing pause, for at most SECONDS before the "
+        f"worker gives up (default {START_WAIT:g}; 0: give up at once)",
     )
     worker.add_argument("--format", choices=("text", "json"), default="text")
     add_plan_file(worker, job=True)
