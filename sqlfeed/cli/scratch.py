@@ -38,6 +38,7 @@ from sqlfeed.plans.materialize import (
     drop_scratch_tables,
     list_scratch,
     scratch_created,
+    write_back_table,
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
@@ -84,7 +85,7 @@ def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
             _age(t.age(now)),
             "" if t.rows is None else str(t.rows),
             "" if t.bytes is None else _size(t.bytes),
-            _owner(t.owner),
+            _whose(t),
         )
         for t in tables
     ]
@@ -160,7 +161,16 @@ def _as_dict(table: ScratchTable, now: float) -> dict[str, Any]:
         "rows": table.rows,
         "bytes": table.bytes,
         "owner": None if table.owner is None else _owner(table.owner),
+        "write_back": write_back_table(table.name),
     }
+
+
+def _whose(table: ScratchTable) -> str:
+    """The owner column: the run's owner, or what kind of write-back table it is."""
+    if table.owner is None and write_back_table(table.name):
+        role = {"0": "staging", "c": "commits", "d": "replaced"}[table.name[-1]]
+        return f"a write-back run's {role} table"
+    return _owner(table.owner)
 
 
 def _owner(owner: ScratchOwner | None) -> str:

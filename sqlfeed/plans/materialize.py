@@ -59,8 +59,10 @@ __all__ = [
     "owned_scratch",
     "problem",
     "reason",
+    "run_table_names",
     "scratch_created",
     "stored_rows",
+    "write_back_table",
 ]
 
 SCRATCH_PREFIX = "sqlfeed_"
@@ -75,6 +77,10 @@ _ROW_NUMBER = "_sqlfeed_rn"
 _DEFAULT_MEMO = "materialize:default scratch"
 _TABLE_MEMO = "materialize:table"
 _SCRATCH_NAME = re.compile(rf"^{SCRATCH_PREFIX}(\d+)_[0-9a-f]+$")
+_RUN_HEX = 10
+_WRITE_BACK_NAME = re.compile(rf"^{SCRATCH_PREFIX}\d+_[0-9a-f]{{{_RUN_HEX}}}[0cd]$")
+"""A write-back run's staging (``0``), commits (``c``) or swapped-out (``d``) table: see
+:func:`run_table_names`. A materialize plan's scratch table has 8 hex digits."""
 _OWNER_COMMENT = re.compile(r"^sqlfeed (?P<what>.+) \(pid (?P<pid>\d+) on (?P<host>[^()]*)\)$")
 
 
@@ -379,6 +385,22 @@ def _drop_quietly(plan_: Plan, source: Source | str, pid: int) -> None:
             drop_scratch(plan_, source)
 
 
+def run_table_names() -> tuple[str, str]:
+    """A new write-back run's staging and commits table names (:mod:`sqlfeed.sink.table`).
+
+    Named like scratch tables, so ``sqlfeed scratch list|drop`` shows an abandoned run's,
+    but told apart from a plan's by their shape (:func:`write_back_table`): the expiry of a
+    plan's scratch tables never drops a run that waits, for days perhaps, for its workers.
+    """
+    stem = f"{SCRATCH_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:_RUN_HEX]}"
+    return f"{stem}0", f"{stem}c"
+
+
+def write_back_table(name: str) -> bool:
+    """Whether ``name`` is a write-back run's table (see :func:`run_table_names`)."""
+    return _WRITE_BACK_NAME.match(name) is not None
+
+
 def scratch_created(name: str) -> int | None:
     """The unix time a scratch table named ``name`` was created; None: not a scratch table."""
     match = _SCRATCH_NAME.match(name)
@@ -450,11 +472,15 @@ def drop_expired_scratch(
     """Drop sqlfeed's scratch tables in ``scratch`` created more than ``older_than`` s ago.
 
     Except those a run owns (:func:`owned_scratch`): a training may read its table for
-    days, or resume from it; its owner drops it (or ``sqlfeed scratch drop``).
+    days, or resume from it; its owner drops it (or ``sqlfeed scratch drop``). And never a
+    write-back run's staging or commits table (:func:`write_back_table`): a job may wait
+    for its workers for days, and without them it would take its run for finished.
     """
     cutoff = time.time() - older_than
     doomed = [
-        t.name for t in list_scratch(source, scratch) if t.created < cutoff and t.owner is None
+        t.name
+        for t in list_scratch(source, scratch)
+        if t.created < cutoff and t.owner is None and not write_back_table(t.name)
     ]
     drop_scratch_tables(source, scratch, doomed)
     return doomed

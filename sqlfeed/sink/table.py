@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -39,7 +38,7 @@ from sqlfeed.io.faults import connection_lost
 from sqlfeed.io.privileges import privilege_denied, write_refused
 from sqlfeed.io.source import driver_message
 from sqlfeed.io.writes import WriteSession, retry_busy
-from sqlfeed.plans.materialize import SCRATCH_PREFIX
+from sqlfeed.plans.materialize import run_table_names
 from sqlfeed.sink.columns import (
     IDENTITY,
     beside,
@@ -529,8 +528,7 @@ def _new_spec(
             f"column {clash[0]!r} is sqlfeed's row identity: rename the column written"
         )
     _check_target(source, target, mode, schema, key, unique_key)
-    stamp = f"{SCRATCH_PREFIX}{int(time.time())}_"
-    run = uuid.uuid4().hex[:10]
+    staging, commits = run_table_names()
     columns = list(schema.names) if key and unique_key else [*schema.names, *IDENTITY]
     identity = {
         "table": target.sql(dialect=render),
@@ -548,8 +546,8 @@ def _new_spec(
         "unique_key": bool(key and unique_key),
         "columns": columns,
         "data_columns": list(schema.names),
-        "staging": f"{stamp}{run}0",
-        "commits": f"{stamp}{run}c",
+        "staging": staging,
+        "commits": commits,
         "what": what,
     }
 

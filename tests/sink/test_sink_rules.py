@@ -5,6 +5,7 @@ append that would repeat a key refused whole, a failed run leaving nothing behin
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -15,7 +16,12 @@ import pytest
 import sqlfeed
 from sqlfeed.dispatch import Worker, open_queue
 from sqlfeed.errors import EngineError, InvalidArgumentError
-from sqlfeed.plans.materialize import list_scratch
+from sqlfeed.plans.materialize import (
+    SCRATCH_TTL_SECONDS,
+    drop_expired_scratch,
+    list_scratch,
+    write_back_table,
+)
 from sqlfeed.sink import TableSink, copy_into, write_table
 from sqlfeed.sink.job import job_sink, run_workers
 from tests.conftest import get_engine
@@ -120,6 +126,39 @@ def test_a_commit_is_once_per_batch(place: tuple[Engine, str, str]) -> None:
         sink.close()
         other.close()
         assert _left(engine, source) == []
+
+
+def test_the_expiry_of_scratch_tables_leaves_a_waiting_run_alone(
+    place: tuple[Engine, str, str],
+) -> None:
+    """A write-back run whose output schema is also the plans' scratch schema waits longer
+    than the scratch TTL for its workers: the next materialize plan's expiry drops the
+    plans' expired scratch tables, not the run's staging and commits tables, and the run
+    then finishes with every row. Before, both went, and the run was taken for finished
+    (its workers skipped every partition, the finish reported the rows put in place)."""
+    engine, _, out = place
+    source = engine.source()
+    schema = engine.schema if engine.name in ("postgres", "mysql") else "main"
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})
+    sink = TableSink.create(source, out, batch.schema, expected_rows=3)
+    expired = f"sqlfeed_{int(time.time()) - 2 * SCRATCH_TTL_SECONDS}_ab12cd34"  # a plan's
+    engine.execute(f"CREATE TABLE {engine.qualify(expired)} (x INTEGER)")
+    engine.commit()
+    try:
+        assert sink.commit(1, 0, batch) is True
+        assert write_back_table(sink.spec["staging"])
+        assert write_back_table(sink.spec["commits"])
+        assert not write_back_table(expired)
+        # every table counts as expired (the cutoff a minute ahead): the run's are kept
+        assert drop_expired_scratch(source, schema, older_than=-60) == [expired]
+        report = sink.finish()
+        assert (report.rows, report.finished_by) == (3, "this process")
+        assert sorted(r[0] for r in source.rows(f"SELECT id FROM {out}")) == [1, 2, 3]
+    finally:
+        sink.close()
+        engine.execute(f"DROP TABLE IF EXISTS {engine.qualify(expired)}")
+        engine.commit()
+    assert _left(engine, source) == []
 
 
 def test_abort_with_an_attempt_open_drops_its_tables(place: tuple[Engine, str, str]) -> None:
