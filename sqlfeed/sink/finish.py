@@ -158,13 +158,26 @@ def _check_counts(sink: Any) -> int:
 
 
 def _put_in_place(sink: Any) -> bool:
-    """Rename, swap or insert under the finishers' lock; False: another finisher did."""
+    """Rename, swap or insert under the finishers' lock; False: another finisher did.
+
+    A session's lock (MySQL ``GET_LOCK``) is taken once, and must be granted; a
+    transaction's (PostgreSQL's advisory lock) is taken again by every try of the
+    transaction (a try rolled back after a deadlock gave it back).
+    """
     session: WriteSession = sink.source.write_session()
     lock = sink.dialect.finish_lock_sql(sink.spec["staging"])
+    held = lock is not None and bool(lock[0]) and bool(lock[1])
+    per_try = lock[0] if lock is not None and lock[0] and not lock[1] else None
     try:
-        if lock is not None and lock[0]:
-            session.execute(lock[0])
-        return bool(retry_busy(session, lambda: _in_place(sink, session)))
+        if held:
+            assert lock is not None
+            granted = session.rows(lock[0])
+            if not granted or granted[0][0] != 1:  # 0: waited in vain; NULL: an error
+                raise EngineError(
+                    f"finishing into {sink.spec['table']}: the finishers' lock was not granted "
+                    "(another finisher held it all the time it waited); finish again"
+                )
+        return bool(retry_busy(session, lambda: _in_place(sink, session, per_try)))
     except (EngineError, InvalidArgumentError):
         raise
     except Exception as err:
@@ -176,9 +189,11 @@ def _put_in_place(sink: Any) -> bool:
         session.close()
 
 
-def _in_place(sink: Any, session: WriteSession) -> bool:
+def _in_place(sink: Any, session: WriteSession, lock: str | None = None) -> bool:
     transactional = bool(sink.dialect.TRANSACTIONAL_DDL)
     session.begin()
+    if lock is not None:  # a transaction's lock: taken again by each try
+        session.execute(lock)
     if not _still_staged(sink, session):
         session.rollback()
         return False

@@ -122,3 +122,36 @@ def test_a_finish_whose_connection_is_killed_at_its_look_puts_the_rows_in_place(
         assert sorted(r[0] for r in engine.rows(f"SELECT id FROM {out}")) == [1, 2, 3]
         assert table_columns(source, sink.staging) is None
     engine.execute(f"DROP TABLE IF EXISTS {out}")
+
+
+@pytest.mark.parametrize("engine", ["mysql"], indirect=True)
+def test_a_finisher_not_granted_the_lock_puts_nothing_in_place(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL's GET_LOCK answers 0 when its wait ran out: the finisher stops there (nothing
+    put in place, the staging table kept) instead of going on unlocked; once the lock is
+    free, a finish puts every row in place."""
+    out = engine.qualify(f"lout_{uuid.uuid4().hex[:8]}")
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})
+    with engine.source() as source:
+        sink = TableSink.create(source, out, batch.schema, expected_rows=3)
+        name = sink.spec["staging"]
+        monkeypatch.setattr(  # a 1 s wait instead of 60 s
+            sink.dialect,
+            "finish_lock_sql",
+            lambda n: (f"SELECT GET_LOCK('{n}', 1)", f"SELECT RELEASE_LOCK('{n}')"),
+        )
+        try:
+            assert sink.commit(1, 0, batch) is True
+            assert engine.rows(f"SELECT GET_LOCK('{name}', 0)") == [(1,)]  # another finisher
+            with pytest.raises(EngineError, match=r"lock was not granted.*rows are kept in"):
+                sink.finish()
+            assert table_columns(source, sink.staging) is not None
+            assert table_columns(source, _table(engine, out.split(".")[-1])) is None
+            engine.rows(f"SELECT RELEASE_LOCK('{name}')")
+            report = sink.finish()
+        finally:
+            sink.close()
+        assert (report.rows, report.finished_by) == (3, "this process")
+        assert sorted(r[0] for r in engine.rows(f"SELECT id FROM {out}")) == [1, 2, 3]
+    engine.execute(f"DROP TABLE IF EXISTS {out}")
