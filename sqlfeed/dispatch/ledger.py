@@ -198,50 +198,44 @@ class SQLLedger:
     def record(
         self, job: str, checkpoint: int, worker: str, entries: Sequence[LedgerEntry]
     ) -> None:
-        """Add ``worker``'s entries of ``checkpoint`` (merged with any recorded before)."""
+        """Add ``worker``'s entries of ``checkpoint`` (merged with any recorded before).
+
+        What was recorded before is read once, and the write puts the merged rows in its
+        place: a write tried again after a lost connection whose commit did go through
+        writes the same rows again, never the entries added twice.
+        """
         t = self.table
+        mine = (t.c.job == job) & (t.c.checkpoint == checkpoint) & (t.c.worker == worker)
+        before = self._run(lambda c: c.execute(sa.select(t).where(mine)).all())
+        merged = {(e.epoch, e.partition): e for e in entries}
+        for row in before:
+            old = LedgerEntry(row.epoch, row.part, row.start, row.stop, row.rows, bool(row.done))
+            new = merged.get((old.epoch, old.partition), old)
+            merged[old.epoch, old.partition] = LedgerEntry(
+                old.epoch,
+                old.partition,
+                min(old.start, new.start),
+                max(old.stop, new.stop),
+                old.rows + (new.rows if new is not old else 0),
+                old.done or new.done,
+            )
+        nothing = {"epoch": -1, "part": -1, "start": 0, "stop": 0, "rows": 0, "done": 0}
+        rows = [
+            {
+                "epoch": e.epoch,
+                "part": e.partition,
+                "start": e.start,
+                "stop": e.stop,
+                "rows": e.rows,
+                "done": int(e.done),
+            }
+            for e in merged.values()
+        ] or [nothing]  # a checkpoint with nothing delivered still counts as recorded
+        keys = {"job": job, "checkpoint": checkpoint, "worker": worker}
 
         def write(c: Any) -> None:
-            mine = (t.c.job == job) & (t.c.checkpoint == checkpoint) & (t.c.worker == worker)
-            merged = {(e.epoch, e.partition): e for e in entries}
-            for row in c.execute(sa.select(t).where(mine)).all():
-                old = LedgerEntry(
-                    row.epoch, row.part, row.start, row.stop, row.rows, bool(row.done)
-                )
-                new = merged.get((old.epoch, old.partition), old)
-                merged[old.epoch, old.partition] = LedgerEntry(
-                    old.epoch,
-                    old.partition,
-                    min(old.start, new.start),
-                    max(old.stop, new.stop),
-                    old.rows + (new.rows if new is not old else 0),
-                    old.done or new.done,
-                )
             c.execute(sa.delete(t).where(mine))
-            if merged:
-                c.execute(
-                    sa.insert(t),
-                    [
-                        {
-                            "job": job,
-                            "checkpoint": checkpoint,
-                            "worker": worker,
-                            "epoch": e.epoch,
-                            "part": e.partition,
-                            "start": e.start,
-                            "stop": e.stop,
-                            "rows": e.rows,
-                            "done": int(e.done),
-                        }
-                        for e in merged.values()
-                    ],
-                )
-            else:  # a checkpoint with nothing delivered still counts as recorded
-                nothing = {"epoch": -1, "part": -1, "start": 0, "stop": 0, "rows": 0, "done": 0}
-                c.execute(
-                    sa.insert(t),
-                    [{"job": job, "checkpoint": checkpoint, "worker": worker, **nothing}],
-                )
+            c.execute(sa.insert(t), [{**keys, **row} for row in rows])
 
         self._run(write)
 

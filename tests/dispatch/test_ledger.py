@@ -120,3 +120,37 @@ def test_a_checkpoint_recorded_while_another_worker_holds_the_queue_lock_waits_i
     queue.record("j", 7, "w", entries)  # waits for the lock, then records
     assert queue.checkpoints("j") == [7]
     holder.close()
+
+
+def test_a_record_tried_again_after_its_commit_went_through_counts_its_rows_once(
+    tmp_path: Path, source: sqlfeed.Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection is lost after the ledger's write committed, before the answer came
+    back: the queue tries the write again. The rows of the checkpoint are counted once, not
+    added to themselves (a rewind would then skip rows the model never took)."""
+    from sqlfeed.dialects import EngineError
+    from sqlfeed.dispatch.ledger import SQLLedger
+
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    plan = sqlfeed.plan("SELECT id FROM t", source, partitions=3)
+    queue = open_queue(url)
+    queue.create_job(JobSpec("j", plan))
+    queue.record("j", 7, "w", [LedgerEntry(0, 0, 0, 2, 20, False)])
+    once = SQLLedger._once
+    lost: list[bool] = []
+
+    def committed_then_lost(self: SQLLedger, action: Any) -> Any:
+        answer = once(self, action)
+        if not lost and answer is None:  # a write (a read answers rows)
+            lost.append(True)
+            error = EngineError("queue: Lost connection to server during query")
+            error.transient = True  # type: ignore[attr-defined]
+            raise error
+        return answer
+
+    monkeypatch.setattr(SQLLedger, "_once", committed_then_lost)
+    queue.record("j", 7, "w", [LedgerEntry(0, 0, 2, 5, 30, False)])
+    assert lost, "the write was not tried again"
+    [(checkpoint, entry)] = queue.ledger.entries("j")  # type: ignore[attr-defined]
+    assert checkpoint == 7
+    assert (entry.start, entry.stop, entry.rows) == (0, 5, 50)  # 20 + 30, not 20 + 30 + 30
