@@ -276,7 +276,8 @@ def table_missing(err: BaseException) -> bool:
         chain.append(one)
         orig = getattr(one, "orig", None)
         stack += [orig if isinstance(orig, BaseException) else None, one.__cause__]
-        stack.append(one.__context__)
+        if one.__suppress_context__:  # a wrapper's driver error (``raise ... from None``);
+            stack.append(one.__context__)  # not an unrelated error handled meanwhile
     for one in chain:
         verdict = _coded_missing(one)
         if verdict is not None:

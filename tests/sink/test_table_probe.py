@@ -155,3 +155,33 @@ def test_a_finisher_not_granted_the_lock_puts_nothing_in_place(
         assert (report.rows, report.finished_by) == (3, "this process")
         assert sorted(r[0] for r in engine.rows(f"SELECT id FROM {out}")) == [1, 2, 3]
     engine.execute(f"DROP TABLE IF EXISTS {out}")
+
+
+def test_only_the_errors_own_chain_says_a_table_is_missing() -> None:
+    """A probe run while another error was handled (a failed count, say) carries that one
+    as its context: its words do not make the probe's own failure a missing table, while a
+    wrapper's driver error (``raise ... from None``) is read."""
+    import sqlite3
+
+    def locked_while_handling_a_missing_table() -> BaseException:
+        try:
+            try:
+                raise sqlite3.OperationalError("no such table: staging")
+            except sqlite3.OperationalError:
+                raise sqlite3.OperationalError("database is locked")  # noqa: B904
+        except sqlite3.OperationalError as err:
+            return err
+
+    def wrapped(driver: BaseException) -> BaseException:
+        try:
+            try:
+                raise driver
+            except sqlite3.OperationalError:
+                raise EngineError(f"sqlite failed running the schema query: {driver}") from None
+        except EngineError as err:
+            return err
+
+    locked = locked_while_handling_a_missing_table()
+    assert not table_missing(locked)
+    assert not table_missing(wrapped(locked))
+    assert table_missing(wrapped(sqlite3.OperationalError("no such table: t")))
