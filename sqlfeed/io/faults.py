@@ -294,6 +294,6 @@ def _coded_missing(err: BaseException) -> bool | None:
     args = getattr(err, "args", ())
     if module in ("pymysql", "MySQLdb") and args and isinstance(args[0], int):
         return args[0] in _MISSING_MYSQL_CODES
-    if module in ("duckdb", "_duckdb"):
-        return type(err).__name__ == "CatalogException"
+    if type(err).__name__ == "CatalogException":  # DuckDB's: no such table or schema
+        return True
     return None
