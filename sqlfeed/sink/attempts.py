@@ -61,13 +61,27 @@ class Attempt:
         self.partition = partition
         self.name = uuid.uuid4().hex[:12]
         self.files: list[dict[str, Any]] = []
+        self.superseded = False
+        """Another attempt committed the partition and the job's :func:`sweep` removed
+        this one's files while it wrote (a late attempt, its lease lost): it writes no more
+        and does not commit."""
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Write the next batch of the partition."""
+        """Write the next batch of the partition (nothing, once :attr:`superseded`)."""
+        if self.superseded:
+            return
         name = f"part-{self.partition:05d}-{self.name}-{len(self.files):06d}.parquet"
         temporary = self.root / f".{name}.{uuid.uuid4().hex[:8]}"
-        pq.write_table(pa.Table.from_batches([batch]), temporary)
-        os.replace(temporary, self.root / name)
+        try:
+            pq.write_table(pa.Table.from_batches([batch]), temporary)
+            os.replace(temporary, self.root / name)
+        except FileNotFoundError:
+            if not self._manifest().exists():
+                raise
+            temporary.unlink(missing_ok=True)
+            self.superseded = True
+            self.discard()
+            return
         self.files.append({"name": name, "rows": batch.num_rows})
 
     def commit(self) -> bool:
@@ -75,17 +89,21 @@ class Attempt:
 
         False: another attempt made it first (this attempt's files are removed).
         """
+        if self.superseded:
+            return False
         manifest = {
             "partition": self.partition,
             "attempt": self.name,
             "rows": sum(int(f["rows"]) for f in self.files),
             "files": self.files,
         }
-        path = self.root / f"_manifest-{self.partition:05d}.json"
-        if _publish(path, json.dumps(manifest) + "\n", replace=False):
+        if _publish(self._manifest(), json.dumps(manifest) + "\n", replace=False):
             return True
         self.discard()
         return False
+
+    def _manifest(self) -> Path:
+        return self.root / f"_manifest-{self.partition:05d}.json"
 
     def discard(self) -> None:
         """Remove this attempt's files (it lost, or gave up)."""
