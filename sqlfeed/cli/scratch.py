@@ -31,6 +31,8 @@ from sqlfeed.cli.common import (
     write_json,
 )
 from sqlfeed.dialects import InvalidArgumentError, dialect_for
+from sqlfeed.errors import EngineError
+from sqlfeed.io.faults import table_missing
 from sqlfeed.plans.materialize import (
     SCRATCH_PREFIX,
     ScratchOwner,
@@ -69,7 +71,8 @@ def _check_schema(args: argparse.Namespace) -> None:
 def _cmd_list(args: argparse.Namespace, out: TextIO) -> None:
     _check_schema(args)
     with connect(args.db) as source:
-        tables = [_counted(source, t) for t in list_scratch(source, args.schema)]
+        counted = [_counted(source, t) for t in list_scratch(source, args.schema)]
+    tables = [t for t in counted if t is not None]
     now = time.time()
     if args.format == "json":
         write_json(out, [_as_dict(t, now) for t in tables], indent=2)
@@ -141,15 +144,23 @@ def _cmd_drop(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"no scratch table to drop in {args.schema}\n")
 
 
-def _counted(source: Any, table: ScratchTable) -> ScratchTable:
-    """``table`` with its rows counted.
+def _counted(source: Any, table: ScratchTable) -> ScratchTable | None:
+    """``table`` with its rows counted; None where it was dropped since it was listed.
 
     A catalog's estimate is stale (PostgreSQL's ``reltuples`` is unknown until the table is
-    analyzed, InnoDB's is a guess), and a scratch table is read in one scan.
+    analyzed, InnoDB's is a guess), and a scratch table is read in one scan. Other runs drop
+    their tables at any time (a training that ends, an expiry sweep): one gone between the
+    listing and its count is no longer there to list, not a failure of the command.
     """
     name = exp.table_(exp.to_identifier(table.name), db=exp.to_identifier(table.schema))
     sql = f"SELECT COUNT(*) FROM {source.dialect.sql(name)}"
-    return dataclasses.replace(table, rows=int(source.scalar(sql, what="scratch table count")))
+    try:
+        rows = int(source.scalar(sql, what="scratch table count"))
+    except EngineError as err:
+        if table_missing(err):
+            return None
+        raise
+    return dataclasses.replace(table, rows=rows)
 
 
 def _as_dict(table: ScratchTable, now: float) -> dict[str, Any]:

@@ -6,9 +6,11 @@ import json
 import sqlite3
 import subprocess
 import sys
+import uuid
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow.parquet as pq
@@ -18,9 +20,12 @@ import sqlfeed
 from sqlfeed import __version__
 from sqlfeed.cli import export as cli_export
 from sqlfeed.cli import query as cli_query
+from sqlfeed.cli import scratch as scratch_cli
 from sqlfeed.dialects import EngineError
 from sqlfeed.feed import PartitionFeeder as Feeder
 from sqlfeed.feed import UnequalSharesWarning
+from sqlfeed.plans import materialize
+from tests.conftest import get_engine
 from tests.helpers import engines
 from tests.helpers.cli import run_cli
 from tests.helpers.engines import Engine
@@ -788,6 +793,71 @@ def test_scratch_list_and_drop_on_servers(engine: Engine) -> None:
             run_cli(["scratch", "list", "--db", url, "--schema", schema, "--format", "json"]).out
         )
         == []
+    )
+
+
+def _target(kind: str, tmp_path: Path) -> tuple[str, str, str]:
+    """A database URL, its scratch schema and a table of it, for ``kind``."""
+    if kind == "duckdb":
+        path = tmp_path / "d.duckdb"
+        with duckdb.connect(str(path)) as conn:
+            conn.execute("CREATE TABLE t AS SELECT range % 7 AS g FROM range(100)")
+        return f"duckdb:///{path}", "main", "t"
+    if kind == "sqlite":
+        path = tmp_path / "d.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE t (g INTEGER)")
+            conn.executemany("INSERT INTO t VALUES (?)", [(i % 7,) for i in range(100)])
+        return f"sqlite:///{path}", "main", "t"
+    engine = get_engine(kind)
+    table = engine.qualify(f"scratch_race_{uuid.uuid4().hex[:8]}")
+    engine.create_table(table, [("g", "int")], [(i % 7,) for i in range(100)])
+    return _server_url(engine), engine.scratch, table
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "sqlite", "postgres", "mysql"])
+def test_scratch_list_leaves_out_a_table_another_run_drops_meanwhile(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that ends drops its table at any time: one gone between the listing and its
+    count is not listed, and the command does not fail (a CI run failed on it)."""
+    url, schema, table = _target(kind, tmp_path)
+    made = []
+    for _ in range(2):
+        run = run_cli(
+            [
+                "plan",
+                "--db",
+                url,
+                "--strategy",
+                "materialize",
+                "--scratch",
+                schema,
+                f"SELECT g, count(*) AS n FROM {table} GROUP BY g",
+            ]
+        )
+        assert run.code == 0, run.err
+        made.append(json.loads(run.out)["scratch_table"].rsplit(".", 1)[-1])
+    listing = scratch_cli.list_scratch
+
+    def listed_then_one_dropped(source: Any, in_schema: str) -> list[Any]:
+        tables = listing(source, in_schema)
+        materialize.drop_scratch_tables(source, in_schema, [made[0]])  # another run's end
+        return tables
+
+    monkeypatch.setattr(scratch_cli, "list_scratch", listed_then_one_dropped)
+    try:
+        run = run_cli(["scratch", "list", "--db", url, "--schema", schema, "--format", "json"])
+        assert run.code == 0, run.err
+        assert [(t["table"], t["rows"]) for t in json.loads(run.out)] == [(made[1], 7)]
+    finally:
+        monkeypatch.undo()
+        assert run_cli(["scratch", "drop", "--db", url, "--schema", schema, *made[1:]]).code == 0
+    assert (
+        run_cli(
+            ["scratch", "list", "--db", url, "--schema", schema, "--format", "json"]
+        ).out.strip()
+        == "[]"
     )
 
 
