@@ -22,6 +22,7 @@ from sqlfeed.dialects import get_dialect
 from sqlfeed.errors import EngineError, InvalidArgumentError
 from sqlfeed.feed.feeder import PartitionFeeder
 from sqlfeed.io import Source, connect
+from sqlfeed.io.faults import table_missing
 from sqlfeed.ml.artifact import Model, load
 from sqlfeed.ml.metrics import metrics_for
 from sqlfeed.ml.split import Split, split_sql
@@ -75,11 +76,19 @@ def _overlap_if_known(model: Model, query: str, src: Source) -> int | None:
     """:func:`training_overlap`, or None where the training split cannot be read here.
 
     A model evaluated on another database (a copy of its data under another name) finds no
-    training table there: nothing tells which rows it was trained on.
+    training table there: nothing tells which rows it was trained on, and nothing is said.
+    Any other failure of the count (a training table with other columns, a lost server)
+    also leaves it unknown, with a warning that says why: never read as "no overlap".
     """
     try:
         return training_overlap(model, query, src)
-    except EngineError:
+    except EngineError as err:
+        if not table_missing(err):
+            warnings.warn(
+                f"could not count the evaluated rows the model was trained on ({err}): "
+                "training_overlap is unknown (None)",
+                stacklevel=3,
+            )
         return None
 
 
@@ -121,7 +130,12 @@ def training_overlap(model: Model, query: str, source: Any) -> int:
     names = list(src.schema(parsed).names)
     key = (model.manifest.get("split") or {}).get("key")
     columns = [str(key)] if key in names else [*model.feature_names, model.label]
-    training = src.parse(_split_sqls(model, src)[0]).tree.copy()
+    training_split = src.parse(_split_sqls(model, src)[0])
+    # Bound on its own first: nested in the count, a column its table lacks would bind to the
+    # evaluated row's column of that name (SQL's outer references; DuckDB's implicit lateral
+    # joins too) and count a wrong overlap with no error.
+    src.schema(training_split)
+    training = training_split.tree.copy()
     evaluated = parsed.tree.copy()
     assert isinstance(training, exp.Query)
     assert isinstance(evaluated, exp.Query)
