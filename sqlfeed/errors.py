@@ -45,6 +45,10 @@ class QueueBusyError(EngineError):
     """
 
 
+class JobIncompleteError(EngineError):
+    """A job's output is checked before all its partitions are committed (nothing changed)."""
+
+
 class SnapshotWarning(UserWarning):
     """A read of a plan's partitions is not one snapshot (and what that risks)."""
 
@@ -57,6 +61,7 @@ __all__ = [
     "CorruptStateError",
     "EngineError",
     "InvalidArgumentError",
+    "JobIncompleteError",
     "MissingDependencyError",
     "NotImplementedYetError",
     "ParseError",

@@ -11,6 +11,7 @@ from sqlfeed.cli.common import read_sql, write_json
 from sqlfeed.cli.parsers.predict import HELP
 from sqlfeed.cli.progress import RowsBar
 from sqlfeed.dialects import EngineError, InvalidArgumentError, dialect_for
+from sqlfeed.errors import JobIncompleteError
 from sqlfeed.ml.scoring import finish, predict
 from sqlfeed.sink import WriteReport
 from sqlfeed.sink.folder import check_out_folder
@@ -82,6 +83,11 @@ def _summary(args: argparse.Namespace, report: dict[str, Any]) -> str:
         return f"{where} holds all {rows:,} rows of the job {args.job}"
     if args.queue is None:
         return f"{rows:,} rows in {where} (Parquet files)"
+    if report["complete"] is None:
+        return (
+            f"{rows:,} rows written into {where} by this process; whether the job is complete "
+            f"is unknown ({report['unknown_because']}): predict --finish --out {where} tells"
+        )
     if not report["complete"]:
         return (
             f"{rows:,} rows written into {where} by this process; the job is not complete "
@@ -131,8 +137,10 @@ def _folder_report(args: argparse.Namespace, result: WriteReport) -> dict[str, A
         return report | {"complete": True, "job_rows": result.rows}
     try:
         held = finish(args.queue, args.job, out=args.out).rows
-    except EngineError:  # not every partition is committed yet
+    except JobIncompleteError:  # not every partition is committed yet
         return report | {"complete": False, "job_rows": None}
+    except EngineError as err:  # this process's rows are written: only the check failed
+        return report | {"complete": None, "job_rows": None, "unknown_because": str(err)}
     return report | {"complete": True, "job_rows": held}
 
 

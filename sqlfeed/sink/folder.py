@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from sqlfeed.dialects import EngineError, InvalidArgumentError
 from sqlfeed.dispatch import JobSpec, Worker, open_queue
 from sqlfeed.dispatch.queue import Lease, LeaseQueue
+from sqlfeed.errors import JobIncompleteError
 from sqlfeed.io import Source, connect
 from sqlfeed.plans import plan as make_plan
 from sqlfeed.sink.attempts import Attempt, check_folder, committed, sweep
@@ -226,7 +227,7 @@ def load_folder(
 
     Raises:
         InvalidArgumentError: ``out`` is not the job's folder.
-        EngineError: the folder does not hold the expected rows (the job is not done).
+        JobIncompleteError: the folder does not hold the expected rows (the job is not done).
     """
     start = time.monotonic()
     spec = open_queue(queue).job(job)
@@ -237,7 +238,7 @@ def load_folder(
     rows = sum(pq.ParquetFile(f).metadata.num_rows for _, f in files)
     expected = spec.sink.get("expected_rows")
     if expected is not None and rows != expected:
-        raise EngineError(
+        raise JobIncompleteError(
             f"{out} holds {rows:,} committed rows but the SELECT counts {expected:,}: the job "
             "is not complete (start workers until it is), then finish again"
         )

@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import sqlfeed
+from sqlfeed.cli import predict as cli_predict
 from sqlfeed.dialects import InvalidArgumentError
+from sqlfeed.errors import QueueBusyError
 from sqlfeed.ml import load, predict, train
 from sqlfeed.plans.materialize import list_scratch
 from tests.helpers.cli import Run, run_cli
@@ -490,6 +492,33 @@ def test_a_folder_worker_leaving_an_incomplete_job_says_so(
         f"0 rows written into {folder} by this process; the job is not complete (its other "
         "workers write the rest)\n"
     )
+
+
+def test_a_folder_worker_that_cannot_check_the_job_says_it_is_unknown(
+    sqlite_input: str, model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its rows are written; a queue that fails the completeness check is not "the job is not
+    complete" (it was read as that): the report says it is unknown, and why."""
+    folder = tmp_path / "preds"
+    job = ("--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "f")
+
+    def busy(*args: Any, **kwargs: Any) -> None:
+        raise QueueBusyError("queue sqlite:///q.db kept failing: database is locked")
+
+    monkeypatch.setattr(cli_predict, "finish", busy)
+    run = _predict(sqlite_input, model_dir, "--out", str(folder), "--keep", "id", *job)
+    assert run.code == 0, run.err
+    assert run.out == (
+        f"300 rows written into {folder} by this process; whether the job is complete is "
+        "unknown (queue sqlite:///q.db kept failing: database is locked): predict --finish "
+        f"--out {folder} tells\n"
+    )
+    again = _predict(
+        sqlite_input, model_dir, "--out", str(folder), "--keep", "id", "--format", "json", *job
+    )
+    report = json.loads(again.out)
+    assert (report["complete"], report["job_rows"]) == (None, None)
+    assert report["unknown_because"].endswith("database is locked")
 
 
 def test_two_folder_runs_of_one_process_are_two_jobs(
