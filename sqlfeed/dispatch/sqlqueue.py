@@ -258,7 +258,7 @@ class SQLQueue(LeaseQueue):
 
     def acquire(self, job: str, worker: str) -> Lease | Wait | None:
         spec = self.job(job)
-        return self._claimed(spec, self._retrying(self._acquire, spec, worker))
+        return self._claimed(spec, self._retrying(self._acquire, spec, worker, _Claim()))
 
     def _claimed(self, spec: JobSpec, result: Any) -> Lease | Wait | None:
         """A claim's answer.
@@ -285,29 +285,39 @@ class SQLQueue(LeaseQueue):
         """:meth:`complete` then :meth:`acquire`, in one transaction (one round trip)."""
         spec = self.job(lease.job)
         assignments, extra = _completion(offset, rows, batches)
-        done, result = self._retrying(self._complete_acquire, lease, assignments, extra, worker)
+        done, result = self._retrying(
+            self._complete_acquire, lease, assignments, extra, worker, _Claim()
+        )
         return done, self._claimed(spec, result)
 
     def _complete_acquire(
-        self, lease: Lease, assignments: str, extra: dict[str, Any], worker: str
+        self, lease: Lease, assignments: str, extra: dict[str, Any], worker: str, claim: _Claim
     ) -> tuple[bool, Lease | Wait | object]:
         with self._tx() as c:
-            done = self._update_in(c, lease, assignments, extra, False)
+            done = self._update_in(c, lease, assignments, extra, False, completing=True)
             seen = done and bool(extra.get("batches"))  # the worker's row was updated then
-            return done, self._acquire_in(c, self.job(lease.job), worker, seen)
+            return done, self._acquire_in(c, self.job(lease.job), worker, claim, seen)
 
-    def _acquire(self, spec: JobSpec, worker: str) -> Lease | Wait | object:
+    def _acquire(self, spec: JobSpec, worker: str, claim: _Claim) -> Lease | Wait | object:
         with self._tx() as c:
-            return self._acquire_in(c, spec, worker)
+            return self._acquire_in(c, spec, worker, claim)
 
     def _acquire_in(
-        self, c: Any, spec: JobSpec, worker: str, seen: bool = False
+        self, c: Any, spec: JobSpec, worker: str, claim: _Claim, seen: bool = False
     ) -> Lease | Wait | object:
         """Claim the next task of ``spec`` for ``worker`` inside transaction ``c``.
 
-        ``seen``: the worker's row was updated already in it.
+        ``seen``: the worker's row was updated already in it. ``claim``: the claim's token,
+        the same on every try of one call: a try after one that committed but whose reply was
+        lost finds the task that try leased, instead of leaving it leased to nobody until its
+        lease expires.
         """
         job = spec.name
+        if claim.tries:
+            earlier = self._claimed_before(c, spec, worker, claim.token)
+            if earlier is not None:
+                return earlier
+        claim.tries += 1
         epoch, now = c.execute(  # the open epoch and the clock, in one round trip
             sa.text(
                 f"SELECT MIN(epoch), {self._now} FROM sqlfeed_tasks WHERE job = :j "
@@ -351,7 +361,7 @@ class SQLQueue(LeaseQueue):
                 {"j": job, "e": epoch},
             ).scalar()
             return Wait(int(epoch), max(0.0, float(soonest or now) - now))
-        token = uuid.uuid4().hex
+        token = claim.token
         c.execute(
             sa.text(
                 "UPDATE sqlfeed_tasks SET state = 'leased', worker = :w, token = :t, "
@@ -375,6 +385,28 @@ class SQLQueue(LeaseQueue):
             worker,
             int(row.acked),
             int(row.attempts) + 1,
+            int(row.rows_acked),
+        )
+
+    def _claimed_before(self, c: Any, spec: JobSpec, worker: str, token: str) -> Lease | None:
+        """The task an earlier try of this claim leased (its reply lost), or None."""
+        row = c.execute(
+            sa.text(
+                "SELECT epoch, part, acked, attempts, rows_acked FROM sqlfeed_tasks "
+                "WHERE job = :j AND token = :t AND state = 'leased'"
+            ),
+            {"j": spec.name, "t": token},
+        ).first()
+        if row is None:
+            return None
+        return Lease(
+            spec.name,
+            int(row.epoch),
+            int(row.part),
+            token,
+            worker,
+            int(row.acked),
+            int(row.attempts),
             int(row.rows_acked),
         )
 
@@ -459,25 +491,45 @@ class SQLQueue(LeaseQueue):
             )
 
     def _update_held(
-        self, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool = False
+        self,
+        lease: Lease,
+        assignments: str,
+        extra: dict[str, Any],
+        advance: bool = False,
+        completing: bool = False,
     ) -> bool:
-        return bool(self._retrying(self._update, lease, assignments, extra, advance))
+        return bool(self._retrying(self._update, lease, assignments, extra, advance, completing))
 
-    def _update(self, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool) -> bool:
+    def _update(
+        self,
+        lease: Lease,
+        assignments: str,
+        extra: dict[str, Any],
+        advance: bool,
+        completing: bool = False,
+    ) -> bool:
         """Update the task while ``lease`` holds it.
 
         Count acknowledged batches and rows for its worker when they are new. With
         ``advance``, only an offset beyond the stored one changes the row; a repeated one (a
         retry after a lost reply) changes nothing and is answered by whether the lease still
-        holds.
+        holds. With ``completing``, a task this lease completed already (a retry after a
+        commit whose reply was lost) answers True: done, not lost.
         """
         with self._tx() as c:
-            return self._update_in(c, lease, assignments, extra, advance)
+            return self._update_in(c, lease, assignments, extra, advance, completing)
 
     def _update_in(
-        self, c: Any, lease: Lease, assignments: str, extra: dict[str, Any], advance: bool
+        self,
+        c: Any,
+        lease: Lease,
+        assignments: str,
+        extra: dict[str, Any],
+        advance: bool,
+        completing: bool = False,
     ) -> bool:
-        held = "WHERE job = :j AND epoch = :e AND part = :p AND token = :t AND state = 'leased'"
+        where = "WHERE job = :j AND epoch = :e AND part = :p AND token = :t"
+        held = f"{where} AND state = 'leased'"
         key = {"j": lease.job, "e": lease.epoch, "p": lease.partition, "t": lease.token}
         changed = c.execute(
             sa.text(
@@ -496,6 +548,9 @@ class SQLQueue(LeaseQueue):
             )
         if not changed and advance:
             changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {held}"), key).scalar()
+        if not changed and completing:  # a done task keeps the token of the lease that did it
+            done = f"{where} AND state = 'done'"
+            changed = c.execute(sa.text(f"SELECT COUNT(*) FROM sqlfeed_tasks {done}"), key).scalar()
         return bool(changed)
 
     def heartbeat(self, lease: Lease) -> bool:
@@ -514,7 +569,7 @@ class SQLQueue(LeaseQueue):
     def complete(
         self, lease: Lease, *, offset: int | None = None, rows: int = 0, batches: int = 0
     ) -> bool:
-        return self._update_held(lease, *_completion(offset, rows, batches))
+        return self._update_held(lease, *_completion(offset, rows, batches), completing=True)
 
     def release(self, lease: Lease) -> None:
         self._update_held(lease, "state = 'pending', token = NULL, worker = NULL", {})
@@ -646,9 +701,18 @@ def _sqlite_file(engine: Any) -> str | None:
     return str(path)
 
 
+class _Claim:
+    """One claim's token, kept across the tries of its call (see :meth:`SQLQueue._acquire_in`)."""
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.tries = 0
+
+
 def _completion(offset: int | None, rows: int, batches: int) -> tuple[str, dict[str, Any]]:
     """The SET clause and values that complete a task, acknowledging its last batches."""
-    done = "state = 'done', token = NULL, completions = completions + 1"
+    # the token stays: a retry of a completion whose reply was lost finds its own task done
+    done = "state = 'done', completions = completions + 1"
     if offset is None or not batches:
         return done, {}
     # rows_acked before acked: MySQL evaluates SET assignments left to right

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlfeed
+from sqlfeed.dialects import EngineError
 from sqlfeed.dispatch.memory import MemoryQueue
 from sqlfeed.dispatch.queue import (
     CorruptStateError,
@@ -636,4 +638,51 @@ def test_a_frozen_claim_blocks_no_live_lease(
         thaw.set()
         claimer.join(10)
         freezing.close()
+        queue.close()
+
+
+@pytest.mark.parametrize("claim", [False, True], ids=["complete", "complete_and_acquire"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_a_completion_whose_reply_was_lost_is_done_not_lost(
+    backend: str,
+    claim: bool,
+    source: sqlfeed.Source,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The completion committed, then the connection died before the reply: the retry found
+    its own task done and answered "lease lost", and the worker dropped a finished partition's
+    last acknowledgements. A done task keeps its lease's token: the retry answers done."""
+    queue = SQLQueue(queue_url(backend, tmp_path))
+    try:
+        spec = queue.create_job(make_spec(source, partitions=2))
+        held = lease_of(queue, spec.name, "a")
+        assert queue.ack(held, 2, 20)
+        real, armed = queue._session, [True]
+
+        @contextmanager
+        def reply_lost(read_only: bool = False) -> Iterator[Any]:
+            with real(read_only) as connection:
+                yield connection
+            if armed and not read_only:  # committed; the reply never came
+                armed.clear()
+                error = EngineError(f"queue {backend}: server closed the connection unexpectedly")
+                error.transient = True  # type: ignore[attr-defined]
+                raise error
+
+        monkeypatch.setattr(queue, "_session", reply_lost)
+        if claim:
+            done, claimed = queue.complete_and_acquire(held, "a", offset=5, rows=30, batches=3)
+        else:
+            done = queue.complete(held, offset=5, rows=30, batches=3)
+        assert not armed, "the reply was lost once"
+        assert done is True
+        assert queue.completions(spec.name)[(0, held.partition)] == 1
+        status = queue.status(spec.name)
+        assert status.per_epoch[0]["done"] == 1
+        assert status.workers[0]["rows"] == 50  # 20 acknowledged, then 30 more: counted once
+        if claim:
+            assert isinstance(claimed, Lease)
+            assert claimed.partition != held.partition
+    finally:
         queue.close()
