@@ -27,16 +27,19 @@ tables read (else ``FLUSH TABLES WITH READ LOCK``) holds writers off.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy
 
 from sqlfeed.dialects.optional import require
 from sqlfeed.io.arrow import READER_HINT
 from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.pinned import Batches, PinnedReads, Sync, SyncRefused, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
+from sqlfeed.io.silence import ALIVE, GONE, GUARD, UNKNOWN, Watch, probe_seconds
 from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource, release
 from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import schema_sql
@@ -168,6 +171,26 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
     READER_TABLE = READER_TABLE
     READERS_VARIABLE = READERS_VARIABLE
 
+    @classmethod
+    def install_hooks(cls, engine: Any, dialect: Any) -> None:
+        """The session settings, and pymysql's connections watched for a dead session.
+
+        pymysql waits for its server's bytes for ever: every new connection is watched by
+        :data:`sqlfeed.io.silence.GUARD`, which probes a read silent for
+        :func:`~sqlfeed.io.silence.probe_seconds` and shuts the socket of a session the
+        server no longer has (:func:`watch_pymysql`).
+        """
+        super().install_hooks(engine, dialect)
+        if engine.dialect.driver != "pymysql":
+            return
+        _, params = engine.dialect.create_connect_args(engine.url)
+        label = f"{dialect.TITLE} read"
+
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            watch_pymysql(dbapi_connection, params, label)
+
+        sqlalchemy.event.listen(engine, "connect", on_connect)
+
     def _session_for(self) -> tuple[Any, tuple[str, ...], Batches]:
         """A consistent read session (:mod:`sqlfeed.io.pinned`).
 
@@ -292,6 +315,63 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
             return super()._streaming_cursor(connection, batch_rows)
         cursors = require("pymysql.cursors", "the MySQL reader")
         return connection.driver_connection.cursor(cursors.SSCursor)
+
+
+def watch_pymysql(connection: Any, params: dict[str, Any], label: str) -> None:
+    """Watch a pymysql ``connection`` (:mod:`sqlfeed.io.silence`).
+
+    Its packet reads are counted; its probe connects anew with ``params`` (the connection's
+    own ``pymysql.connect`` arguments) within short timeouts and looks for its thread in
+    ``information_schema.PROCESSLIST`` (a user sees its own sessions without a privilege).
+    """
+    owner = weakref.ref(connection)
+
+    def sock() -> Any:
+        alive = owner()
+        return None if alive is None else getattr(alive, "_sock", None)
+
+    def probe() -> str:
+        alive = owner()
+        if alive is None:
+            return UNKNOWN
+        return _probe_session(params, alive.thread_id())
+
+    watch = Watch(sock, probe, label)
+    connection._read_packet = watch.wrap(connection._read_packet)
+    GUARD.watch(connection, watch)
+
+
+_UNREACHABLE = frozenset((2003, 2006, 2013))
+"""Client error codes of a server that cannot be reached (refused, gone, lost)."""
+
+
+def _probe_session(params: dict[str, Any], thread_id: int) -> str:
+    """Whether the server still has the session ``thread_id`` (a silence probe)."""
+    pymysql = require("pymysql", "the MySQL reader")
+    wait = min(10.0, max(1.0, probe_seconds()))
+    timeouts = {"connect_timeout": wait, "read_timeout": wait, "write_timeout": wait}
+    try:
+        connection = pymysql.connect(**{**params, **timeouts})
+    except pymysql.err.OperationalError as err:
+        code = err.args[0] if err.args else None
+        return GONE if code in _UNREACHABLE else UNKNOWN
+    except OSError:
+        return GONE
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (thread_id,)
+            )
+            found = cursor.fetchone()
+        return ALIVE if found and found[0] else GONE
+    except pymysql.err.OperationalError as err:
+        code = err.args[0] if err.args else None
+        return GONE if code in _UNREACHABLE else UNKNOWN
+    except pymysql.err.MySQLError:
+        return UNKNOWN
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
 
 
 def _connectorx_carries(code: int, precision: int, scale: int) -> bool:

@@ -117,7 +117,7 @@ class SQLAlchemySource(Source):
         """
         cls.check_url(url)
         engine = create_engine(url, dialect)
-        install_session_hooks(engine, dialect, cls.session_settings)
+        cls.install_hooks(engine, dialect)
         try:
             with engine.connect():
                 pass
@@ -136,8 +136,13 @@ class SQLAlchemySource(Source):
     @classmethod
     def wrap(cls, engine: Any, dialect: Dialect) -> SQLAlchemySource:
         """A source on the caller's ``engine`` (left open on close), its session hooks installed."""
-        install_session_hooks(engine, dialect, cls.session_settings)
+        cls.install_hooks(engine, dialect)
         return cls(engine, dialect, owned=False, label=redact_url(str(getattr(engine, "url", ""))))
+
+    @classmethod
+    def install_hooks(cls, engine: Any, dialect: Dialect) -> None:
+        """What every new connection of ``engine`` gets (:func:`install_session_hooks`)."""
+        install_session_hooks(engine, dialect, cls.session_settings)
 
     def close(self) -> None:
         if self._owned:

@@ -29,11 +29,17 @@ class SilentProxy:
         self.silent = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._frozen: set[int] = set()
         threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
 
     def silence(self) -> None:
         """From now on nothing passes either way (until :meth:`speak`)."""
         self.silent.set()
+
+    def freeze_connections(self) -> None:
+        """The connections open now go silent for good (a path that died: a killed
+        session's close never arrives); new ones flow."""
+        self._frozen.update(id(one) for one in self._sockets)
 
     def speak(self) -> None:
         """Forward again (what was held goes on its way)."""
@@ -59,7 +65,9 @@ class SilentProxy:
         with contextlib.suppress(OSError):
             while True:
                 data = source.recv(65536)
-                while self.silent.is_set() and not self._closed.is_set():
+                while (self.silent.is_set() or id(source) in self._frozen) and (
+                    not self._closed.is_set()
+                ):
                     time.sleep(0.02)  # held: the other side hears nothing
                 if not data or self._closed.is_set():
                     break
