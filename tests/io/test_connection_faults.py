@@ -7,8 +7,9 @@ with the table), and stderr carries at most one warning line per reconnection, n
 traceback. The figures (faults injected, reconnections, recovery time) are printed: run
 with ``-s`` to see them.
 
-The server restart (``pg_ctlcluster ... restart``) stops every other test using the
-server meanwhile, so it runs only with ``SQLFEED_TEST_RESTART_SERVER=1``.
+The server restarts (``pg_ctlcluster ... restart``; MariaDB stopped and started by
+``start-stop-daemon``) stop every other test using the server meanwhile, so they run only
+with ``SQLFEED_TEST_RESTART_SERVER=1``.
 """
 
 from __future__ import annotations
@@ -498,18 +499,42 @@ def _restart_postgres() -> None:
     )
 
 
+def _restart_mariadb() -> None:
+    """Stop this machine's MariaDB (SIGTERM: a clean shutdown, waited for) and start it
+    again, as its own start command does; back once it takes connections."""
+    daemon = ["start-stop-daemon", "--oknodo", "--exec", "/usr/sbin/mariadbd"]
+    subprocess.run(
+        [*daemon, "--stop", "--retry", "60"], check=True, capture_output=True, timeout=90
+    )
+    subprocess.run(
+        [*daemon, "--start", "--background"], check=True, capture_output=True, timeout=30
+    )
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            admin_connection("mysql").close()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _restart(engine: str) -> None:
-    """Restart the engine's server on this machine: PostgreSQL's cluster. (MariaDB: this
-    machine's init script does not manage the server that runs, so no restart here; its
-    sessions ended by ``KILL CONNECTION`` are what a restart does to them.)"""
-    assert engine == "postgres", engine
-    _restart_postgres()
+    """Restart the engine's server on this machine: PostgreSQL's cluster, or MariaDB."""
+    if engine == "postgres":
+        _restart_postgres()
+    else:
+        _restart_mariadb()
 
 
 @pytest.mark.skipif(
-    not RESTART, reason="restarts the shared PostgreSQL server: set SQLFEED_TEST_RESTART_SERVER=1"
+    not RESTART, reason="restarts the shared database server: set SQLFEED_TEST_RESTART_SERVER=1"
 )
-@pytest.mark.parametrize(("engine", "queue"), [("postgres", "sqlite"), ("postgres", "postgres")])
+@pytest.mark.parametrize(
+    ("engine", "queue"),
+    [("postgres", "sqlite"), ("postgres", "postgres"), ("mysql", "sqlite"), ("mysql", "mysql")],
+)
 def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
     engine: str,
     queue: str,
@@ -522,7 +547,10 @@ def test_c_a_server_restart_mid_job_and_mid_feed_is_survived(
     survive its server) reads."""
     db = server(engine)
     base = POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1)
-    queue_url = f"{base}?options=-csearch_path%3D{db.tag}" if queue == "postgres" else None
+    queue_url = {
+        "postgres": f"{base}?options=-csearch_path%3D{db.tag}",
+        "mysql": db.url,  # the queue's tables beside the table read, on the same server
+    }.get(queue)
     restarts: list[tuple[float, float]] = []
 
     def restart_twice(queue: SQLQueue, job: str) -> None:
