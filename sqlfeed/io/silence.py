@@ -183,3 +183,12 @@ def _probed(watch: Watch) -> str:
 
 GUARD = SilenceGuard()
 """The process's guard."""
+
+
+def _after_fork() -> None:
+    """A forked child starts its own guard thread; a lock held by a parent's thread is not held."""
+    GUARD._lock = threading.Lock()
+    GUARD._thread = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
