@@ -389,7 +389,19 @@ class SQLQueue(LeaseQueue):
         )
 
     def _claimed_before(self, c: Any, spec: JobSpec, worker: str, token: str) -> Lease | None:
-        """The task an earlier try of this claim leased (its reply lost), or None."""
+        """The task an earlier try of this claim leased (its reply lost), or None.
+
+        Its lease is renewed: the tries may have outlasted its TTL.
+        """
+        renewed = c.execute(
+            sa.text(
+                f"UPDATE sqlfeed_tasks SET expires = {self._now} + :ttl "
+                "WHERE job = :j AND token = :t AND state = 'leased'"
+            ),
+            {"ttl": spec.lease_ttl, "j": spec.name, "t": token},
+        ).rowcount
+        if not renewed:
+            return None
         row = c.execute(
             sa.text(
                 "SELECT epoch, part, acked, attempts, rows_acked FROM sqlfeed_tasks "

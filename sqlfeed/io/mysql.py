@@ -39,7 +39,7 @@ from sqlfeed.io.arrow import READER_HINT
 from sqlfeed.io.cxread import ConnectorxReader
 from sqlfeed.io.pinned import Batches, PinnedReads, Sync, SyncRefused, cursor_batches
 from sqlfeed.io.readers import Reader, ReadRequest
-from sqlfeed.io.silence import ALIVE, GONE, GUARD, UNKNOWN, Watch, probe_seconds
+from sqlfeed.io.silence import ALIVE, GONE, GUARD, UNKNOWN, UNREACHABLE, Watch, probe_seconds
 from sqlfeed.io.sqlalchemy import CursorReader, SQLAlchemySource, release
 from sqlfeed.io.writes import DbapiSession
 from sqlfeed.sql import schema_sql
@@ -183,11 +183,10 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
         super().install_hooks(engine, dialect)
         if engine.dialect.driver != "pymysql":
             return
-        _, params = engine.dialect.create_connect_args(engine.url)
         label = f"{dialect.TITLE} read"
 
         def on_connect(dbapi_connection: Any, _record: Any) -> None:
-            watch_pymysql(dbapi_connection, params, label)
+            watch_pymysql(dbapi_connection, label)
 
         sqlalchemy.event.listen(engine, "connect", on_connect)
 
@@ -317,13 +316,33 @@ class MySQLSource(PinnedReads, SQLAlchemySource):
         return connection.driver_connection.cursor(cursors.SSCursor)
 
 
-def watch_pymysql(connection: Any, params: dict[str, Any], label: str) -> None:
-    """Watch a pymysql ``connection`` (:mod:`sqlfeed.io.silence`).
+def watch_pymysql(connection: Any, label: str) -> None:
+    """Watch a new pymysql ``connection`` (:mod:`sqlfeed.io.silence`).
 
-    Its packet reads are counted; its probe connects anew with ``params`` (the connection's
-    own ``pymysql.connect`` arguments) within short timeouts and looks for its thread in
-    ``information_schema.PROCESSLIST`` (a user sees its own sessions without a privilege).
+    Its packet reads are counted. Its probe connects anew with the connection's own
+    arguments (host, port or socket, user, database, TLS context), within short timeouts,
+    and reads the server's name and port and whether ``information_schema.PROCESSLIST``
+    (where a user sees its own sessions without a privilege) has the session. Only a
+    connection whose handshake id is the server's ``CONNECTION_ID()`` is watched: behind a
+    proxy (ProxySQL, MaxScale) the id pymysql holds is the proxy's, and a probe could not
+    find the session; and only an answer from the same server (``@@hostname``, ``@@port``)
+    can say the session is gone (a balancer may send the probe to another one).
     """
+    if probe_seconds() <= 0:
+        return
+    try:
+        cursor = connection.cursor()
+        try:
+            cursor.execute("SELECT CONNECTION_ID(), @@hostname, @@port")
+            session, host, port = cursor.fetchone()
+        finally:
+            cursor.close()
+            connection.commit()
+    except Exception:  # a server without them (a look-alike): not watched, as before
+        return
+    if int(session) != connection.thread_id():
+        return
+    server = (str(host), int(port))
     owner = weakref.ref(connection)
 
     def sock() -> Any:
@@ -334,39 +353,57 @@ def watch_pymysql(connection: Any, params: dict[str, Any], label: str) -> None:
         alive = owner()
         if alive is None:
             return UNKNOWN
-        return _probe_session(params, alive.thread_id())
+        return _probe_session(_reconnect_arguments(alive), int(session), server)
 
     watch = Watch(sock, probe, label)
     connection._read_packet = watch.wrap(connection._read_packet)
     GUARD.watch(connection, watch)
 
 
+def _reconnect_arguments(connection: Any) -> dict[str, Any]:
+    """``pymysql.connect`` arguments that reach the server ``connection`` reached."""
+    arguments: dict[str, Any] = {
+        "host": connection.host,
+        "port": connection.port,
+        "user": connection.user,
+        "password": connection.password,
+        "database": connection.db,
+        "unix_socket": connection.unix_socket,
+        "bind_address": connection.bind_address,
+    }
+    if getattr(connection, "_ssl_required", False):
+        arguments["ssl"] = connection.ctx
+    return arguments
+
+
 _UNREACHABLE = frozenset((2003, 2006, 2013))
-"""Client error codes of a server that cannot be reached (refused, gone, lost)."""
+"""Client error codes of a server that cannot be reached (refused, gone, lost, timed out)."""
 
 
-def _probe_session(params: dict[str, Any], thread_id: int) -> str:
-    """Whether the server still has the session ``thread_id`` (a silence probe)."""
+def _probe_session(arguments: dict[str, Any], session: int, server: tuple[str, int]) -> str:
+    """Whether ``server`` still has the session ``session`` (a silence probe's verdict)."""
     pymysql = require("pymysql", "the MySQL reader")
-    wait = min(10.0, max(1.0, probe_seconds()))
+    wait = min(10.0, max(2.0, probe_seconds()))
     timeouts = {"connect_timeout": wait, "read_timeout": wait, "write_timeout": wait}
     try:
-        connection = pymysql.connect(**{**params, **timeouts})
+        connection = pymysql.connect(**arguments, **timeouts)
     except pymysql.err.OperationalError as err:
-        code = err.args[0] if err.args else None
-        return GONE if code in _UNREACHABLE else UNKNOWN
+        return UNREACHABLE if err.args and err.args[0] in _UNREACHABLE else UNKNOWN
     except OSError:
-        return GONE
+        return UNREACHABLE
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (thread_id,)
+                "SELECT @@hostname, @@port, (SELECT COUNT(*) FROM "
+                "information_schema.PROCESSLIST WHERE ID = %s)",
+                (session,),
             )
-            found = cursor.fetchone()
-        return ALIVE if found and found[0] else GONE
+            host, port, found = cursor.fetchone()
+        if (str(host), int(port)) != server:
+            return UNKNOWN  # another server answered: it cannot tell
+        return ALIVE if found else GONE
     except pymysql.err.OperationalError as err:
-        code = err.args[0] if err.args else None
-        return GONE if code in _UNREACHABLE else UNKNOWN
+        return UNREACHABLE if err.args and err.args[0] in _UNREACHABLE else UNKNOWN
     except pymysql.err.MySQLError:
         return UNKNOWN
     finally:

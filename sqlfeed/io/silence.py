@@ -10,11 +10,12 @@ the read, and the worker holding it, with its lease kept alive by its heartbeats
 each counts the reads it makes from its socket (:class:`Watch`). One that has been inside
 a read with no new byte for :func:`probe_seconds` is probed from a connection of its own:
 the server is asked whether the session is still there (a sort or a lock wait: it is, and
-the wait goes on). A session the server no longer has, or a server that cannot be reached
-at all, has its socket shut: the read fails at once as a lost connection, and the caller's
-own recovery takes over (a read reconnects and resumes; a consistent read, whose snapshot
-cannot move, fails in one line). A probe the server answers with an error (too many
-connections, a refused privilege) proves the server is alive and changes nothing.
+the wait goes on). Only the session's own server saying the session is not there, or
+:data:`UNREACHABLE_PROBES` probes in a row that cannot reach the server, shut the
+connection's socket: the read fails at once as a lost connection, and the caller's own
+recovery takes over (a read reconnects and resumes; a consistent read, whose snapshot
+cannot move, fails in one line). Any other answer (an error such as too many connections,
+another server behind a balancer) changes nothing.
 
 The engine supplies the probe (:data:`Probe`); one daemon thread per process runs them.
 """
@@ -38,6 +39,8 @@ __all__ = [
     "GONE",
     "PROBE_VARIABLE",
     "UNKNOWN",
+    "UNREACHABLE",
+    "UNREACHABLE_PROBES",
     "Probe",
     "SilenceGuard",
     "Watch",
@@ -51,12 +54,18 @@ PROBE_VARIABLE = "SQLFEED_SILENCE_PROBE_SECONDS"
 
 DEFAULT_PROBE_SECONDS = 30.0
 
-ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+ALIVE, GONE, UNKNOWN, UNREACHABLE = "alive", "gone", "unknown", "unreachable"
+
+UNREACHABLE_PROBES = 3
+"""Probes in a row that cannot reach the server before a silent read is given up: a busy
+server, slow to accept one probe, is not a dead one."""
 
 Probe = Callable[[], str]
 """Asks the server, on a connection of its own and within its own timeouts, whether the
-watched session is there: :data:`ALIVE`, :data:`GONE` (or the server cannot be reached),
-:data:`UNKNOWN` (the server answered with an error: it is alive)."""
+watched session is there: :data:`ALIVE`; :data:`GONE` only when the probe reached the very
+server of the session and it answered that the session is not there; :data:`UNREACHABLE`
+(no connection, no answer in time); :data:`UNKNOWN` (any other answer: another server
+behind a balancer, an error: nothing is known)."""
 
 
 def probe_seconds() -> float:
@@ -91,6 +100,8 @@ class Watch:
     """Reads begun so far: a change means the connection is moving."""
     seen: tuple[int, float] = field(default=(0, 0.0))
     """(:attr:`reads`, when the guard first saw that count while inside a read)."""
+    unreachable: int = 0
+    """Probes in a row that could not reach the server."""
 
     def wrap(self, read: Callable[..., Any]) -> Callable[..., Any]:
         """``read`` counted: the driver's one function that waits for the server's bytes."""
@@ -152,9 +163,12 @@ class SilenceGuard:
                 continue
             verdict = _probed(watch)
             if watch.reads != count or not watch.inside:
+                watch.unreachable = 0
                 continue  # it moved meanwhile
-            if verdict == GONE:
+            watch.unreachable = watch.unreachable + 1 if verdict == UNREACHABLE else 0
+            if verdict == GONE or watch.unreachable >= UNREACHABLE_PROBES:
                 self._shut(watch, now - since)
+                watch.unreachable = 0
             watch.seen = (watch.reads, time.monotonic())  # alive: wait another limit
 
     def _shut(self, watch: Watch, waited: float) -> None:
@@ -186,9 +200,14 @@ GUARD = SilenceGuard()
 
 
 def _after_fork() -> None:
-    """A forked child starts its own guard thread; a lock held by a parent's thread is not held."""
+    """A forked child starts its own guard, watching none of its parent's connections.
+
+    A parent's read in progress would look silent for ever; a lock a parent's thread held
+    is not held in the child.
+    """
     GUARD._lock = threading.Lock()
     GUARD._thread = None
+    GUARD._watches = weakref.WeakKeyDictionary()
 
 
 os.register_at_fork(after_in_child=_after_fork)

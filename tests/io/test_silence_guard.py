@@ -4,6 +4,7 @@ the probe finds gone has its socket shut (the MariaDB cases: tests/io/test_silen
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 
@@ -82,3 +83,41 @@ def test_the_probe_period_comes_from_the_environment(monkeypatch: pytest.MonkeyP
     assert silence.probe_seconds() == 0  # never: connections are not even watched
     monkeypatch.setenv(silence.PROBE_VARIABLE, "soon")
     assert silence.probe_seconds() == silence.DEFAULT_PROBE_SECONDS
+
+
+def test_a_server_that_cannot_be_reached_is_given_up_only_after_probes_in_a_row(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """A busy server slow to accept one probe is not a dead one: only
+    ``UNREACHABLE_PROBES`` unreachable verdicts in a row shut the read; an answer between
+    them starts the count again."""
+    ours, _ = pair
+    guard = silence.SilenceGuard()
+    verdicts = [silence.UNREACHABLE, silence.UNREACHABLE, silence.ALIVE]
+    verdicts += [silence.UNREACHABLE] * silence.UNREACHABLE_PROBES
+    watch, asked = _watched(guard, ours, verdicts)
+    watch.reads, watch.inside = 1, 1
+    guard.check(5, now=100.0)
+    for _ in range(3 + silence.UNREACHABLE_PROBES - 1):
+        watch.seen = (watch.reads, 100.0)
+        guard.check(5, now=106.0)
+    assert (len(asked), guard.shut) == (3 + silence.UNREACHABLE_PROBES - 1, 0)
+    watch.seen = (watch.reads, 100.0)
+    guard.check(5, now=106.0)
+    assert guard.shut == 1
+
+
+def test_a_forked_child_watches_none_of_its_parents_connections(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, _ = pair
+    silence.GUARD._watches[ours] = silence.Watch(lambda: ours, lambda: silence.GONE, "parent")
+    try:
+        child = os.fork()
+        if child == 0:  # the child: nothing of the parent's is watched
+            os._exit(0 if len(silence.GUARD._watches) == 0 else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert ours in silence.GUARD._watches  # the parent's own are kept
+    finally:
+        silence.GUARD._watches.pop(ours, None)
