@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
         CorruptStateError,
         EngineError,
         InvalidArgumentError,
+        JobIncompleteError,
         MissingDependencyError,
         NotImplementedYetError,
         ParseError,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time: __get
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "CorruptStateError EngineError InvalidArgumentError MissingDependencyError "
+    "CorruptStateError EngineError InvalidArgumentError JobIncompleteError MissingDependencyError "
     "NotImplementedYetError ParseError QueryError QueueBusyError ShardsetError SnapshotWarning "
     "SqlfeedError UnequalSharesWarning UnknownDialectError UnknownJobError UnsafeQueryError "
     "UnstableQueryError UnsupportedError"
@@ -127,6 +128,7 @@ __all__ = [
     "FeatureStats",
     "Feeder",
     "InvalidArgumentError",
+    "JobIncompleteError",
     "MissingDependencyError",
     "NotImplementedYetError",
     "ParseError",

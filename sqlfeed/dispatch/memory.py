@@ -166,11 +166,12 @@ class MemoryQueue(LeaseQueue):
     ) -> bool:
         with self._lock:
             task = self._held(lease)
-            if task is None:
-                return False
+            if task is None:  # done by this very lease already (a repeated call): done
+                done = self._tasks.get(lease.job, {}).get((lease.epoch, lease.partition))
+                return done is not None and done.state == "done" and done.token == lease.token
             if offset is not None and batches:
                 self._record(lease, task, offset, rows, batches)
-            task.state, task.token = "done", None
+            task.state = "done"  # the token stays: a repeated completion answers done
             task.completions += 1
             return True
 

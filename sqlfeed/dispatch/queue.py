@@ -243,6 +243,9 @@ class LeaseQueue:
     ) -> bool:
         """Mark the task done; False when the lease was lost (someone else completes it).
 
+        Idempotent: completing a task this lease completed already answers True again and
+        counts nothing twice (a retry after a lost reply).
+
         ``offset``, ``rows`` and ``batches`` acknowledge the last batches in the same
         step, as :meth:`ack` would (one round trip fewer per partition).
         """
