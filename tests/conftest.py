@@ -78,15 +78,32 @@ def source(request: pytest.FixtureRequest, make_source: SourceFactory) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Engine gaps (``@pytest.mark.engine_gap``) become strict xfails of that engine's cases;
-    of a ``@pytest.mark.sweep`` test, the cases of this run's share run (tests/helpers/sweep.py).
+    of a ``@pytest.mark.sweep`` test, the cases of this run's share run; of a
+    ``@pytest.mark.rotate`` test, its rotating share of its own cases, never none
+    (tests/helpers/sweep.py).
     """
     mark_engine_gaps(items)
     dropped = [i for i in items if i.get_closest_marker("sweep") and not sweep.kept(i.nodeid)]
+    dropped += rotated_out(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(dropped)
         items[:] = [i for i in items if i not in gone]
     slow_first(items)
+
+
+def rotated_out(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The cases of ``@pytest.mark.rotate`` tests that this run leaves to other runs."""
+    tests: dict[str, dict[str, pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("rotate"):
+            test = item.nodeid.split("[", 1)[0]
+            tests.setdefault(test, {})[item.nodeid] = item
+    out = []
+    for test, cases in tests.items():
+        kept = set(sweep.rotation(list(cases), test))
+        out += [item for nodeid, item in cases.items() if nodeid not in kept]
+    return out
 
 
 def slow_first(items: list[pytest.Item]) -> None:
@@ -121,7 +138,7 @@ def pytest_report_header() -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing sweep test's report says which share ran and how to run it again."""
     report = yield
-    if report.failed and item.get_closest_marker("sweep"):
+    if report.failed and (item.get_closest_marker("sweep") or item.get_closest_marker("rotate")):
         report.sections.append(("sweep", sweep.describe()))
     return report
 

@@ -24,3 +24,24 @@ def test_consecutive_seeds_check_every_point_exactly_once(monkeypatch: pytest.Mo
 def test_full_checks_every_point(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SQLFEED_SWEEP", "full")
     assert sweep.sample(list(range(50)), "points") == list(range(50))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_a_rotation_runs_some_case_every_run_and_every_case_within_the_shares(
+    monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    cases = [f"test_x[{name}]" for name in ("sqlite", "postgres", "mysql", "duckdb", "a", "b", "c")]
+    cases = cases[:count]
+    monkeypatch.delenv("SQLFEED_SWEEP", raising=False)
+    seen: list[str] = []
+    for seed in range(11, 11 + sweep.SHARES):
+        monkeypatch.setenv("SQLFEED_SWEEP_SEED", str(seed))
+        share = sweep.rotation(cases, "tests/x.py::test_x")
+        assert share  # never none: each run checks the test on some engine
+        assert set(share) <= set(cases)
+        seen += share
+    assert sorted(set(seen)) == sorted(cases)  # all within SHARES consecutive runs
+    if count >= sweep.SHARES:
+        assert sorted(seen) == sorted(cases)  # each exactly once
+    monkeypatch.setenv("SQLFEED_SWEEP", "full")
+    assert sweep.rotation(cases, "tests/x.py::test_x") == sorted(cases)

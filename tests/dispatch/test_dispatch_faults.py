@@ -37,7 +37,8 @@ from tests.dispatch.test_leases import queue_url
 from tests.helpers import sweep
 from tests.scripts import fault_worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.engine]
+# Each test's cases (one a backend) rotate: a share a run, never none (tests/helpers/sweep.py).
+pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.rotate]
 
 BACKENDS = ("sqlite", "postgres", "mysql")
 ROWS = 12_000

@@ -580,6 +580,7 @@ def test_a_read_cut_short_by_a_stop_request_is_not_a_completed_partition(
     assert lease_of(queue, spec.name, "next").offset == 1
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgres", "mysql"])
 def test_queue_sessions_are_bounded(backend: str, source: sqlfeed.Source, tmp_path: Path) -> None:

@@ -234,6 +234,7 @@ def _sqlfeed_at_once(*args: str) -> list[subprocess.CompletedProcess[str]]:
     return done
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.slow
 def test_processes_started_together_on_a_fresh_queue(fresh: Fresh, tmp_path: Path) -> None:
     """The reported failure: 8 ``job status`` (one exited 1: duplicate key value violates

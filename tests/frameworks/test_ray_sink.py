@@ -134,6 +134,7 @@ def _failing_once(marker: str, url: str, staging_sql: str, crash: bool) -> Any:
     return transform
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize(
     ("engine_name", "failure"), [("sqlite", "error"), ("postgres", "error"), ("sqlite", "crash")]
 )

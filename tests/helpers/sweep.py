@@ -8,8 +8,10 @@ the day's number (it changes daily, so successive days' CI runs rotate). The see
 printed in pytest's header and in every failing sweep test's report: rerun the same share
 with ``SQLFEED_SWEEP_SEED=N``. ``SQLFEED_SWEEP=full`` (``make test-full``) runs every point.
 
-Two forms: ``@pytest.mark.sweep`` on a parametrized test keeps the cases of the run's share
-(collection deselects the others), and :func:`sample` takes the share of a list of points
+Three forms: ``@pytest.mark.sweep`` on a parametrized test keeps the cases of the run's share
+(collection deselects the others); ``@pytest.mark.rotate`` on a parametrized test (the slow
+multi-process fault tests, run once per engine) keeps a rotating share of that test's own cases
+that is never empty (:func:`rotation`); and :func:`sample` takes the share of a list of points
 inside one test.
 """
 
@@ -51,6 +53,24 @@ def kept(name: str) -> bool:
 def sample(points: Sequence[T], sweep: str, always: Sequence[T] = ()) -> list[T]:
     """The points of ``sweep`` this run checks, in their order; ``always`` run every time."""
     return [p for p in points if p in always or kept(f"{sweep}:{p}")]
+
+
+def rotation(cases: Sequence[str], test: str) -> list[str]:
+    """The cases of the parametrized test ``test`` this run checks: at least one, all of them
+    within :data:`SHARES` consecutive seeds, every one with ``SQLFEED_SWEEP=full``.
+
+    Dealt by position (sorted names), not by hash, so the shares are even: with at least
+    :data:`SHARES` cases, case ``i`` runs when ``(i + offset) % SHARES`` is this run's share;
+    with fewer, one case a run, in turn. The offset is a stable hash of ``test``, so two
+    rotated tests do not all take their first engine on the same day.
+    """
+    ordered = sorted(cases)
+    if full() or not ordered:
+        return ordered
+    turn = seed() + share_of(test)
+    if len(ordered) < SHARES:
+        return [ordered[turn % len(ordered)]]
+    return [c for i, c in enumerate(ordered) if (i + share_of(test)) % SHARES == seed() % SHARES]
 
 
 def describe() -> str:

@@ -164,6 +164,7 @@ def _readers(monkeypatch: pytest.MonkeyPatch, engine: str, readers: str) -> None
     monkeypatch.setenv(_READER_VARIABLES[engine], readers)
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize(
     ("engine", "readers"),
     [("postgres", "copy"), ("postgres", "psycopg"), ("postgres", "adbc"), ("mysql", "pymysql")],
@@ -457,6 +458,7 @@ def _epoch_ids(lines: list[list[str]], epochs: int) -> list[Counter[int]]:
     return counts
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("engine", ["postgres", "mysql"])
 def test_b_job_workers_survive_killed_connections(
     engine: str, server: Callable[..., Server], tmp_path: Path

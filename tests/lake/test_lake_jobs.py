@@ -260,6 +260,7 @@ def test_two_workers_read_the_pinned_snapshot_while_the_table_grows(
     _check(grow_table, queue, job, 3, pinned)
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("backend", QUEUES)
 def test_a_worker_killed_mid_epoch_and_replaced_leaves_every_epoch_exact(
     grow_table: Growing, tmp_path: Path, queues: Queues, backend: str

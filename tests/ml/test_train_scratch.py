@@ -247,6 +247,7 @@ def test_sqlfeed_train_interrupted_by_sigint_drops_its_tables(
     assert not out.exists()
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.slow  # two training processes
 @pytest.mark.parametrize("table", SERVERS, indirect=True)
 def test_a_killed_trains_tables_are_listed_as_the_models_and_dropped_by_the_next_run(

@@ -136,6 +136,7 @@ def _wait_for_a_shard(folder: Path, process: subprocess.Popen[bytes]) -> Path:
     raise AssertionError("no shard file appeared in time")
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
 def test_an_interrupted_reshard_leaves_no_partial_output(tmp_path: Path, how: str) -> None:
     out = tmp_path / "out"

@@ -245,6 +245,7 @@ def _run_chaos(url: str, tmp_path: Path, names: dict[str, str], rows: int, queue
         source.close()
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("url", [PG, MY], ids=["postgres", "mariadb"])
 def test_kill_chaos_servers(url: str, tmp_path: Path, names: dict[str, str]) -> None:
     _run_chaos(url, tmp_path, names, ROWS, f"sqlite:///{tmp_path / 'queue.db'}")
@@ -280,6 +281,7 @@ def _staged(sink: TableSink) -> int:
 ENGINES4 = ["postgres", "mariadb", "sqlite", "duckdb"]
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("unique_key", [True, False], ids=["key", "identity"])
 @pytest.mark.parametrize("engine", ENGINES4)
 def test_forced_zombie(engine: str, unique_key: bool, tmp_path: Path) -> None:
@@ -316,6 +318,7 @@ def test_forced_zombie(engine: str, unique_key: bool, tmp_path: Path) -> None:
         stalled.close()
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("engine", ENGINES4)
 def test_simultaneous_commits(engine: str, tmp_path: Path) -> None:
     """Two workers commit the same batch at the same moment: exactly one wins."""
@@ -381,6 +384,7 @@ def test_a_stalled_attempt_writing_while_the_run_finishes_gives_its_partition_up
         stalled.abort()
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("engine", ["postgres", "sqlite"])
 def test_concurrent_finishers_race(
     engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

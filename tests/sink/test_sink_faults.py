@@ -162,6 +162,7 @@ def _job_worker(command: str, args: list[str], log: Path) -> subprocess.Popen[by
         )
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("output", ENGINES, indirect=True)
 @pytest.mark.parametrize("command", ["predict", "export"])
 def test_a_job_survives_killed_output_connections(
@@ -218,6 +219,7 @@ def _killed_job(output: Output, command: str, inp: str, model: str | None, folde
     return sum(_lost(err) for err in errors)
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("output", ENGINES, indirect=True)
 def test_single_process_writes_survive_killed_output_connections(
     output: Output,
@@ -283,6 +285,7 @@ def _reconnected(caplog: pytest.LogCaptureFixture) -> bool:
     return any("lost the connection" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.rotate  # a rotating share of its cases a run, never none (tests/helpers/sweep.py)
 @pytest.mark.parametrize("output", ENGINES, indirect=True)
 def test_a_run_that_cannot_reconnect_fails_in_one_line(
     output: Output, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
