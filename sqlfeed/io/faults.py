@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 
@@ -92,6 +93,15 @@ _MISSING_TEXTS = (
     "not found: dataset",
 )
 """Lower-case phrases of a missing table, for drivers that give no code."""
+
+_MISSING_OTHER = re.compile(
+    r"function with name|function \S+\(.*\) does not exist|type with name|macro with name"
+    r"|column \S+ does not exist",
+    re.IGNORECASE,
+)
+"""Messages of the phrases above that name a missing function, type or column, not a table
+(DuckDB's ``Scalar Function with name f does not exist``, PostgreSQL's ``function f(integer)
+does not exist``): such a query fails for another reason than an absent table."""
 
 
 def connection_lost(err: BaseException) -> bool:
@@ -282,7 +292,15 @@ def table_missing(err: BaseException) -> bool:
         verdict = _coded_missing(one)
         if verdict is not None:
             return verdict
-    return any(phrase in str(one).lower() for one in chain for phrase in _MISSING_TEXTS)
+    return any(_says_missing(str(one)) for one in chain)
+
+
+def _says_missing(message: str) -> bool:
+    """Whether a driver's message (no code) says a table is missing."""
+    lowered = message.lower()
+    if not any(phrase in lowered for phrase in _MISSING_TEXTS):
+        return False
+    return _MISSING_OTHER.search(message) is None
 
 
 def _coded_missing(err: BaseException) -> bool | None:
@@ -294,6 +312,6 @@ def _coded_missing(err: BaseException) -> bool | None:
     args = getattr(err, "args", ())
     if module in ("pymysql", "MySQLdb") and args and isinstance(args[0], int):
         return args[0] in _MISSING_MYSQL_CODES
-    if type(err).__name__ == "CatalogException":  # DuckDB's: no such table or schema
-        return True
+    if type(err).__name__ == "CatalogException":  # DuckDB's: a table, schema, function, type..
+        return _says_missing(str(err))
     return None

@@ -51,6 +51,23 @@ def test_a_missing_column_is_not_a_missing_table(engine: Engine) -> None:
         assert not table_missing(err.value), str(err.value)
 
 
+def test_a_missing_function_or_type_is_not_a_missing_table(engine: Engine) -> None:
+    """DuckDB raises one CatalogException for a missing table, function or type: only the
+    first is a table's absence (a query failing for another reason was read as one)."""
+    table = engine.qualify("keyed")
+    failing = [f"SELECT no_such_function_x(id) FROM {table}"]
+    if engine.name in ("duckdb", "postgres"):  # SQLite takes any type name; MySQL its own few
+        failing.append(f"SELECT CAST(id AS no_such_type_x) FROM {table}")
+    with engine.source() as source:
+        for sql in failing:
+            with pytest.raises(sqlfeed.SqlfeedError) as err:
+                source.output_columns(sql)
+            assert not table_missing(err.value), str(err.value)
+        with pytest.raises(sqlfeed.SqlfeedError) as err:
+            source.output_columns(f"SELECT id FROM {engine.qualify('no_such_table_x')}")
+        assert table_missing(err.value), str(err.value)
+
+
 @contextlib.contextmanager
 def _user_without_select(engine: Engine) -> Any:
     """A URL whose user may connect but may not read the engine's tables."""
