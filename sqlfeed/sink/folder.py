@@ -227,10 +227,13 @@ def load_folder(
 
     Raises:
         InvalidArgumentError: ``out`` is not the job's folder.
-        JobIncompleteError: the folder does not hold the expected rows (the job is not done).
+        JobIncompleteError: the folder holds fewer rows than expected and the job is not done.
+        EngineError: the folder's rows differ from the expected ones although every partition
+            is done (the rows changed during the run, or files were added outside sqlfeed).
     """
     start = time.monotonic()
-    spec = open_queue(queue).job(job)
+    lease_queue = open_queue(queue)
+    spec = lease_queue.job(job)
     if spec.sink is None or "folder" not in spec.sink:
         raise InvalidArgumentError(f"the job {job!r} writes no folder: give the job of --out")
     check_out_folder(out, job)
@@ -238,9 +241,17 @@ def load_folder(
     rows = sum(pq.ParquetFile(f).metadata.num_rows for _, f in files)
     expected = spec.sink.get("expected_rows")
     if expected is not None and rows != expected:
-        raise JobIncompleteError(
-            f"{out} holds {rows:,} committed rows but the SELECT counts {expected:,}: the job "
-            "is not complete (start workers until it is), then finish again"
+        held = f"{out} holds {rows:,} committed rows but the SELECT counts {expected:,}"
+        done = lease_queue.status(spec.name).complete
+        if rows < expected and not done:
+            raise JobIncompleteError(
+                f"{held}: the job is not complete (start workers until it is), then finish again"
+            )
+        when = "every partition of the job is done" if done else "more, before the job is done"
+        raise EngineError(  # more work cannot make it right
+            f"{held} ({when}): the SELECT's rows changed during the run (read data that stays "
+            "put, or at one snapshot) or files were put into the folder outside sqlfeed; "
+            "nothing was loaded"
         )
     if table is None:
         return WriteReport(out, rows, "folder", time.monotonic() - start)

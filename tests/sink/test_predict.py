@@ -315,6 +315,40 @@ def test_a_parquet_folder_finished_into_duckdb(
     _check_output(out, "preds", _expected(model_dir, sqlfeed.connect(url), "src"))
 
 
+def test_a_done_folder_job_whose_rows_differ_is_not_called_incomplete(
+    sqlite_input: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """Every partition done, the folder's rows differ from the SELECT's count (a manifest
+    gone, one listed twice): the finish says so instead of "start workers until it is"
+    (which could never help), loads nothing, and loads once the folder is whole again."""
+    url, folder = sqlite_input, tmp_path / "preds"
+    job = ("--queue", f"sqlite:///{tmp_path / 'q.db'}", "--job", "f")
+    run = _predict(url, model_dir, "--out", str(folder), "--keep", "id", "--batch-size", "40", *job)
+    assert run.code == 0, run.err
+    target = f"duckdb:///{tmp_path / 'out.duckdb'}"
+    finish = ("--finish", "--out", str(folder), "--into", "preds", "--into-db", target)
+    manifest = sorted(folder.glob("_manifest-*.json"))[0]
+    saved = manifest.read_bytes()
+    twice = folder / "_manifest-zz-listed-twice.json"
+    for change, undo in (
+        (manifest.unlink, lambda: manifest.write_bytes(saved)),
+        (lambda: twice.write_bytes(saved), twice.unlink),
+    ):
+        change()
+        failed = _predict(url, model_dir, *finish, *job)
+        assert failed.code != 0
+        assert "every partition of the job is done" in failed.err, failed.err
+        assert "start workers" not in failed.err
+        assert len(failed.err.strip().splitlines()) == 1, failed.err
+        undo()
+    assert not (tmp_path / "out.duckdb").exists() or sqlfeed.connect(target).rows(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'preds'"
+    ) == [(0,)]
+    loaded = _predict(url, model_dir, *finish, *job)
+    assert loaded.code == 0, loaded.err
+    assert sqlfeed.connect(target).rows("SELECT COUNT(*) FROM preds") == [(300,)]
+
+
 # -- --out folders: sqlfeed writes and removes only its own files (issue 36 item 3) ---------
 
 SPARK_FILES = (
