@@ -227,27 +227,33 @@ def test_a_connectorx_stream_survives_killed_connections(
 ) -> None:
     """connectorx reads a partition estimated small at once (a kill lands between reads,
     see the Feeder test); a read of unknown size streams, and survives kills mid-stream.
-    (Rust prints connectorx's panics itself: stderr is not checked here.)"""
+    A read whose kills all met an idle connection (connectorx reads fast; a loaded machine
+    may starve the killer's thread) is checked and made again, at most twice more: one must
+    reconnect. (Rust prints connectorx's panics itself: stderr is not checked here.)"""
     db = server(engine, rows=150_000, pad=300)
     _readers(monkeypatch, engine, "connectorx")
-    source = sqlfeed.connect(db.url)
     caplog.set_level(logging.WARNING, logger="sqlfeed.io")
-    killer = Killer(db, 0.3, 1.0, first=True).start()  # connectorx reads fast
-    ids: list[int] = []
-    try:
-        for batch in source.read(db.query, batch_rows=2000, ordered=True):
-            ids += batch.column("id").to_pylist()
-            time.sleep(0.01)
-    finally:
-        killer.stop()
-        source.close()
-    reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
-    print(
-        f"\n{engine}/connectorx stream: {killer.kills} connections killed, "
-        f"{len(reconnects)} reads reconnected, rows {len(ids)}/{len(set(ids))}"
-    )
-    assert reconnects, "no read lost its connection: the test did not test anything"
-    assert Counter(ids) == Counter(db.ids())
+    for _attempt in range(3):
+        caplog.clear()
+        source = sqlfeed.connect(db.url)
+        killer = Killer(db, 0.3, 1.0, first=True).start()  # connectorx reads fast
+        ids: list[int] = []
+        try:
+            for batch in source.read(db.query, batch_rows=2000, ordered=True):
+                ids += batch.column("id").to_pylist()
+                time.sleep(0.01)
+        finally:
+            killer.stop()
+            source.close()
+        reconnects = [r for r in caplog.records if "lost the connection" in r.getMessage()]
+        print(
+            f"\n{engine}/connectorx stream: {killer.kills} connections killed, "
+            f"{len(reconnects)} reads reconnected, rows {len(ids)}/{len(set(ids))}"
+        )
+        assert Counter(ids) == Counter(db.ids())  # every row once, whether a kill met it or not
+        if reconnects:
+            break
+    assert reconnects, "no read lost its connection in 3 reads: the test did not test anything"
 
 
 @pytest.mark.parametrize(("engine", "readers"), [("mysql", "pymysql"), ("postgres", "psycopg")])
