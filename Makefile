@@ -43,8 +43,13 @@ typecheck: $(TEST_STAMP)
 layers: $(TEST_STAMP)
 	$(BIN)/lint-imports
 
+# --max-worker-restart=0: a worker that crashes (a segfault in native code) fails the run at once.
+# Replaced, it would hang the whole run at 99% with every worker idle (pytest-xdist 3.8's
+# loadgroup scheduler re-queues the dead worker's finished groups: pytest-xdist#1323, #1378).
+XDIST := -n 2 --dist loadgroup --max-worker-restart=0
+
 pytest: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 # Every benchmark at a tiny scale (TPC-H SF 0.01, one round): it runs and its contenders
 # read the same rows (benchmarks/smoke.py; about a minute on 2 idle cores).
@@ -65,7 +70,7 @@ test-full:
 
 # Local loop: everything but the slow multi-process / large-data tests.
 fast: lint typecheck layers
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.partition_overhead
