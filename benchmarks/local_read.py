@@ -15,6 +15,11 @@ touched (rows counted). Contenders (``--only`` ids ``<format>-<contender>``):
   batches (``to_arrow_reader``; ``fetch_record_batch`` before DuckDB 2.0);
 * ``pyarrow``: ``pyarrow.dataset.dataset(file, format=...).to_batches()``.
 
+Each contender's imports are outside its clock alike: before it, a warm-up reads ``SELECT 1``
+the same way (sqlfeed's lazy imports of the read path, DuckDB's first connection). The
+``-cold`` contenders (``feeder-cold``, ``duckdb-cold``) start the clock before their first
+``import`` instead: what a process's first read costs, imports included, both alike.
+
 **B. Plan cost** (section ``cost``), for M in ``--partitions`` (16, 64, 256):
 ``sqlfeed.plan(sql, source, partitions=M)`` (auto), then every partition read one after
 another through ``Source.read`` on one in-memory DuckDB, against one read of the whole
@@ -28,7 +33,7 @@ the wall ratio overstates the work on a multi-core host).
 
 The plan's own estimate (``plan.cost``, in reads) is printed beside it.
 
-Goals (reported, never asserted): Feeder >= 0.8x DuckDB's rows/s; plan cost <= 1.1x at
+Goals (reported, never asserted): Feeder >= 1.0x DuckDB's rows/s (>= 0.8x cold); plan cost <= 1.1x at
 every M. The load average (``os.getloadavg``) is printed before and after: figures taken
 while other work runs are not comparable.
 
@@ -48,6 +53,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +64,10 @@ from benchmarks.harness import Contender, Outcome, Tally
 __all__ = ["CONTENDERS", "Config", "main", "measure_cost", "measure_reads"]
 
 FORMATS = ("parquet", "csv")
-GOAL_VS_DUCKDB = 0.8
+GOAL_VS_DUCKDB = 1.0
+"""Feeder rows/s over DuckDB's, each with its imports done before the clock (issue #38)."""
+GOAL_VS_DUCKDB_COLD = 0.8
+"""The same with each contender's imports inside its clock."""
 GOAL_COST = 1.1
 BATCH_ROWS = 65_536
 
@@ -83,11 +92,16 @@ class Config:
         return f"SELECT * FROM {function}('" + self.file.replace("'", "''") + "')"
 
 
-def _feeder(cfg: Config) -> Outcome:
+def _feeder(cfg: Config, cold: bool = False) -> Outcome:
+    if cold:
+        start = harness.start()
     import sqlfeed
 
+    if not cold:  # the read path's lazy imports, outside the clock as DuckDB's are
+        with sqlfeed.connect("duckdb://") as warm:
+            list(sqlfeed.Feeder("SELECT 1 AS x", warm, format="arrow"))
+        start = harness.start()
     tally = Tally()
-    start = harness.start()
     source = sqlfeed.connect("duckdb://")
     feeder = sqlfeed.Feeder(cfg.sql(), source, format="arrow", readers=cfg.readers)
     for batch in feeder:
@@ -101,11 +115,16 @@ def _feeder(cfg: Config) -> Outcome:
     return tally.rows, seconds, details
 
 
-def _duckdb(cfg: Config) -> Outcome:
+def _duckdb(cfg: Config, cold: bool = False) -> Outcome:
+    if cold:
+        start = harness.start()
     import duckdb
 
+    if not cold:
+        with duckdb.connect() as warm:
+            warm.sql("SELECT 1 AS x").fetchall()
+        start = harness.start()
     tally = Tally()
-    start = harness.start()
     con = duckdb.connect()
     relation = con.sql(cfg.sql())
     to_reader = getattr(relation, "to_arrow_reader", None) or relation.fetch_record_batch
@@ -131,6 +150,8 @@ _KINDS: dict[str, tuple[str, Callable[[Config], Outcome]]] = {
     "feeder": ("sqlfeed.Feeder (auto, readers=N)", _feeder),
     "duckdb": ("duckdb.sql().to_arrow_reader()", _duckdb),
     "pyarrow": ("pyarrow.dataset.to_batches()", _pyarrow),
+    "feeder-cold": ("sqlfeed.Feeder, imports inside the clock", partial(_feeder, cold=True)),
+    "duckdb-cold": ("duckdb, imports inside the clock", partial(_duckdb, cold=True)),
 }
 CONTENDERS: dict[str, Contender[Config]] = {
     f"{fmt}-{name}": Contender(f"{fmt}-{name}", label, run, group=fmt)
@@ -269,11 +290,17 @@ def measure_cost(fmt: str, file: str, partitions: Sequence[int], repeat: int = 2
     return out
 
 
+def _duckdb_of(reads: Sequence[Read], read: Read) -> Read | None:
+    """The DuckDB read ``read`` compares with: the same format, cold with cold."""
+    kind = "duckdb-cold" if read.contender.endswith("-cold") else "duckdb"
+    return next((d for d in reads if d.fmt == read.fmt and d.contender == kind), None)
+
+
 def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]]:
     """The tables, and the goals' lines (``ok`` / ``MISSED``)."""
     read_rows = []
     for r in reads:
-        vs = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
+        vs = _duckdb_of(reads, r)
         ratio = r.rows_per_second / vs.rows_per_second if vs and vs.rows_per_second else 0
         extra = ", ".join(f"{k}={v}" for k, v in r.details.items())
         read_rows.append(
@@ -324,10 +351,12 @@ def report(reads: Sequence[Read], costs: Sequence[Cost]) -> tuple[str, list[str]
     )
     goals = []
     for r in reads:
-        duck = next((d for d in reads if d.fmt == r.fmt and d.contender == "duckdb"), None)
-        if r.contender == "feeder" and duck and duck.rows_per_second and not r.error:
+        duck = _duckdb_of(reads, r)
+        goal = {"feeder": GOAL_VS_DUCKDB, "feeder-cold": GOAL_VS_DUCKDB_COLD}.get(r.contender)
+        if goal is not None and duck and duck.rows_per_second and not r.error:
             ratio = r.rows_per_second / duck.rows_per_second
-            goals.append(harness.Goal(f"{r.fmt} Feeder rows/s vs DuckDB", ratio, GOAL_VS_DUCKDB))
+            what = f"{r.fmt} Feeder rows/s vs DuckDB" + (", imports inside" if "cold" in r.id else "")
+            goals.append(harness.Goal(what, ratio, goal))
     lines = [goal.line() for goal in goals]
     for c in costs:
         goal = harness.Goal(

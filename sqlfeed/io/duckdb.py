@@ -37,7 +37,7 @@ from sqlglot.tokenizer_core import TokenType
 
 from sqlfeed.dialects import EngineError, InvalidArgumentError, get_dialect
 from sqlfeed.io.files import MEMORY, require_file, url_path
-from sqlfeed.io.ranges import RANGE_PROTOCOL, RangeFileSystem, orc_reader
+from sqlfeed.io.ranges import RANGE_PROTOCOL, orc_reader
 from sqlfeed.io.readers import Reader, ReadRequest
 from sqlfeed.io.source import Source, driver_message
 from sqlfeed.io.writes import WriteSession
@@ -180,6 +180,8 @@ class DuckDBSource(Source):
         if RANGE_PROTOCOL in sql:
             with _REGISTER_LOCK:
                 if not self.connection.filesystem_is_registered(RANGE_PROTOCOL):
+                    from sqlfeed.io.rangefs import RangeFileSystem  # fsspec: only for ranges
+
                     self.connection.register_filesystem(RangeFileSystem())
         if not _ORC.search(sql):
             return sql

@@ -6,9 +6,10 @@ reader at all; this module gives it both, by name:
 
 * ``sqlfeedrange://<prefix>-<start>-<end>/<path>`` (:func:`range_url`) is a virtual
   file: the first ``prefix`` bytes of ``<path>`` (a CSV header) followed by its bytes
-  ``[start, end)``. :class:`RangeFileSystem` serves it to DuckDB (an fsspec file system,
-  registered on the connection when a query names such a URL), so ``read_csv`` and
-  ``read_json`` parse a line-aligned piece of a file with the options they are given.
+  ``[start, end)``. :class:`~sqlfeed.io.rangefs.RangeFileSystem` serves it to DuckDB (an
+  fsspec file system, registered on the connection when a query names such a URL), so
+  ``read_csv`` and ``read_json`` parse a line-aligned piece of a file with the options they
+  are given.
 * :func:`orc_reader` streams ORC files (some of their stripes) as Arrow batches through
   pyarrow; :class:`~sqlfeed.io.duckdb.DuckDBSource` turns ``read_orc(...)`` in a query
   into such a stream.
@@ -23,7 +24,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.orc as orc
 
@@ -31,7 +31,7 @@ from sqlfeed.dialects import InvalidArgumentError
 
 __all__ = [
     "RANGE_PROTOCOL",
-    "RangeFileSystem",
+    "RangeFile",
     "orc_reader",
     "orc_schema",
     "parse_range_url",
@@ -117,33 +117,6 @@ class RangeFile(io.RawIOBase):
     def close(self) -> None:
         self._handle.close()
         super().close()
-
-
-class RangeFileSystem(fsspec.AbstractFileSystem):  # type: ignore[misc]
-    """The fsspec file system of :func:`range_url` virtual files (read only)."""
-
-    protocol = RANGE_PROTOCOL
-
-    @classmethod
-    def _strip_protocol(cls, path: Any) -> Any:
-        text = str(path)
-        prefix = RANGE_PROTOCOL + "://"
-        return text[len(prefix) :] if text.startswith(prefix) else text
-
-    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> RangeFile:
-        if "r" not in mode or "+" in mode:
-            raise PermissionError(f"{RANGE_PROTOCOL} files are read only")
-        return RangeFile(*parse_range_url(path))
-
-    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        real, prefix, start, end = parse_range_url(path)
-        if not os.path.isfile(real):
-            raise FileNotFoundError(real)
-        return {"name": path, "size": prefix + end - start, "type": "file"}
-
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
-        entry = self.info(path)
-        return [entry] if detail else [entry["name"]]
 
 
 # -- ORC through pyarrow ------------------------------------------------------------------
