@@ -4,6 +4,7 @@ before anything is written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from sqlfeed.dialects import InvalidArgumentError
 from sqlfeed.errors import QueueBusyError
 from sqlfeed.ml import load, predict, train
 from sqlfeed.plans.materialize import list_scratch
+from sqlfeed.sink import folder as sink_folder
 from tests.helpers.cli import Run, run_cli
 from tests.helpers.engines import Engine
 
@@ -513,14 +515,30 @@ def test_folder_workers_each_say_what_they_wrote_and_whether_the_job_is_complete
 
 
 def test_a_folder_worker_leaving_an_incomplete_job_says_so(
-    sqlite_input: str, model_dir: Path, tmp_path: Path
+    sqlite_input: str, model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = sqlite_input
     folder = tmp_path / "preds"
     queue = f"sqlite:///{tmp_path / 'q.db'}"
     job = ("--queue", queue, "--job", "f")
     assert _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job).code == 0
-    (folder / "_manifest-00000.json").unlink()  # as if partition 0 were not committed yet
+    # As if partition 0 were still leased by another worker, its manifest not written yet.
+    (folder / "_manifest-00000.json").unlink()
+    real_open = sink_folder.open_queue
+
+    def one_still_leased(url: str) -> Any:
+        opened = real_open(url)
+        status = opened.status
+
+        def leased(name: str) -> Any:
+            got = status(name)
+            first = got.per_epoch[0] | {"done": got.per_epoch[0]["done"] - 1, "leased": 1}
+            return dataclasses.replace(got, per_epoch=[first, *got.per_epoch[1:]])
+
+        opened.status = leased
+        return opened
+
+    monkeypatch.setattr(sink_folder, "open_queue", one_still_leased)
     run = _predict(url, model_dir, "--out", str(folder), "--keep", "id", *job)
     assert run.out == (
         f"0 rows written into {folder} by this process; the job is not complete (its other "
