@@ -192,6 +192,17 @@ def _url(name: str) -> str:
     return MYSQL_URL.replace("mysql://", "mysql+pymysql://", 1)
 
 
+def _engine_url(engine_name: str, tmp_path: Path, stem: str) -> str:
+    """A database of ``engine_name`` to write into: a file in ``tmp_path`` for DuckDB and
+    SQLite, else the test server (skipped or failed, as the engine fixture does, when down)."""
+    if engine_name == "duckdb":
+        return f"duckdb:///{tmp_path / f'{stem}.duckdb'}"
+    if engine_name == "sqlite":
+        return f"sqlite:///{tmp_path / f'{stem}.db'}"
+    get_engine(engine_name)
+    return _url(engine_name)
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
@@ -346,12 +357,7 @@ def test_evaluate_warns_of_rows_the_model_was_trained_on(
 ) -> None:
     """It scored training rows with no word: metrics that flatter the model."""
     keyed, name, _ = overlap_model
-    if engine_name in ("postgres", "mysql"):
-        get_engine(engine_name)
-    url = {
-        "duckdb": f"duckdb:///{tmp_path / 'e.duckdb'}",
-        "sqlite": f"sqlite:///{tmp_path / 'e.db'}",
-    }.get(engine_name) or _url(engine_name)
+    url = _engine_url(engine_name, tmp_path, "e")
     sqlfeed.write_table(_overlap_rows(), url, name)
     try:
         training = ml.evaluate(keyed, f"SELECT id, x, y FROM {name}", url)["training_overlap"]
@@ -393,12 +399,7 @@ def test_an_overlap_that_cannot_be_counted_is_unknown_and_says_why(
     count, the training query's missing key bound to the evaluated row's: on DuckDB, 159 of
     200 rows were said to be trained on, from a table without the key.)"""
     keyed, name, _ = overlap_model
-    if engine_name in ("postgres", "mysql"):
-        get_engine(engine_name)
-    url = {
-        "duckdb": f"duckdb:///{tmp_path / 'e.duckdb'}",
-        "sqlite": f"sqlite:///{tmp_path / 'e.db'}",
-    }.get(engine_name) or _url(engine_name)
+    url = _engine_url(engine_name, tmp_path, "e")
     scored = f"scored_{uuid.uuid4().hex[:8]}"
     sqlfeed.write_table(_overlap_rows().rename_columns(["key", "x", "y"]), url, name)
     sqlfeed.write_table(_overlap_rows(), url, scored)
@@ -430,12 +431,7 @@ def test_write_table_errors_speak_of_its_arguments_not_of_flags(
     engine_name: str, tmp_path: Path
 ) -> None:
     """They said --mode replace, --key, --keep and "cast it in the SELECT" to a program."""
-    if engine_name in ("postgres", "mysql"):
-        get_engine(engine_name)
-    url = {
-        "duckdb": f"duckdb:///{tmp_path / 'w.duckdb'}",
-        "sqlite": f"sqlite:///{tmp_path / 'w.db'}",
-    }.get(engine_name) or _url(engine_name)
+    url = _engine_url(engine_name, tmp_path, "w")
     name = f"wt_{uuid.uuid4().hex[:8]}"
     ints = pa.table({"id": [1, 2], "n": [1, 2]})
     cases = [
